@@ -1,0 +1,3 @@
+"""flowpipe.batch"""
+
+__all__: list[str] = []

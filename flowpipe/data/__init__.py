@@ -1,0 +1,3 @@
+"""flowpipe.data"""
+
+__all__: list[str] = []

@@ -1,0 +1,37 @@
+"""Control-flow and domain exceptions.
+
+Control flow: ``SkipBatch`` drops the current batch, ``StopPipeline`` ends the run cleanly.
+Domain errors users catch: ``DeviceError`` (no device matches a spec), ``ModelFileError`` (a model file
+that is not a flowpipe file or comes from an incompatible version).
+Bad values raise ``ValueError``, bad types ``TypeError``, unknown names ``KeyError``/``AttributeError`` subclasses
+below, so that plain ``except KeyError`` still works.
+"""
+
+__all__ = ['DeviceError', 'ExpressionError', 'ModelFileError', 'SkipBatch', 'StopPipeline', 'UnknownActionError']
+
+
+class SkipBatch(Exception):
+    """Raised inside an action to drop the current batch; the run goes on with the next one."""
+
+
+class StopPipeline(Exception):
+    """Raised inside an action to end the run after the batches already delivered."""
+
+
+class DeviceError(ValueError):
+    """No available device matches a device spec."""
+
+
+class ModelFileError(ValueError):
+    """A model file is corrupt, foreign, or from an incompatible version."""
+
+
+class ExpressionError(KeyError):
+    """A named expression refers to a name that does not exist (a component, variable, config key...)."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else ''
+
+
+class UnknownActionError(AttributeError):
+    """A pipeline refers to an action that neither the batch class nor the built-ins define."""

@@ -1,0 +1,3 @@
+"""flowpipe.execution"""
+
+__all__: list[str] = []

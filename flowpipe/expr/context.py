@@ -1,0 +1,57 @@
+"""What a named expression sees while one batch is processed.
+
+The execution engine builds one ``Context`` per batch; expressions read from it and assignable expressions
+write through it. ``Store`` holds a pipeline's variables and models: a dict plus a re-entrant lock that
+read-modify-write updates (``V('x', mode='a')``) and one-time initialisation take.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ['Context', 'Store']
+
+
+class Store(dict):
+    """A dict of named values (variables or models) with a lock for compound updates."""
+
+    def __init__(self, *args, kind: str = 'value', **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kind = kind
+        self.lock = threading.RLock()
+
+    def __reduce__(self):
+        return (self.__class__, (dict(self),), {'kind': self.kind})
+
+    def __setstate__(self, state):
+        self.kind = state['kind']
+        self.lock = threading.RLock()
+
+
+@dataclass(slots=True)
+class Context:
+    """Everything named expressions and built-in actions may read while one batch is processed.
+
+    Attributes:
+        batch: the batch being processed (``B``).
+        dataset: the dataset the pipeline is bound to (``D``).
+        config: the pipeline's ``Config`` (``C``).
+        variables: the pipeline's variables, a ``Store`` (``V``).
+        models: the pipeline's models, a ``Store`` (``M``).
+        iteration: 0-based number of the batch within the current run (``I('c')``).
+        total: number of batches the run will produce, ``None`` when unknown or infinite (``I('m')``).
+        random: the batch's own ``numpy.random.Generator`` (``R``), seeded from the run's seed tree.
+        seed: the ``numpy.random.SeedSequence`` that ``random`` was made from, for deriving per-item streams.
+        pipeline: the running ``Pipeline`` (for built-in actions that need it).
+    """
+    batch: Any = None
+    dataset: Any = None
+    config: Any = None
+    variables: Store = field(default_factory=lambda: Store(kind='variable'))
+    models: Store = field(default_factory=lambda: Store(kind='model'))
+    iteration: int = 0
+    total: int | None = None
+    random: Any = None
+    seed: Any = None
+    pipeline: Any = None

@@ -1,0 +1,3 @@
+"""flowpipe.models"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""flowpipe.models.torch"""
+
+__all__: list[str] = []

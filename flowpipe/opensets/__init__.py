@@ -1,0 +1,3 @@
+"""flowpipe.opensets"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""flowpipe.parallel"""
+
+__all__: list[str] = []

@@ -1,0 +1,54 @@
+"""The registry of built-in pipeline actions (``init_variable``, ``call``, ``train_model``...).
+
+A built-in is a function ``func(ctx, *args, **kwargs)`` that receives the batch's ``Context`` and the action's
+arguments. ``Pipeline`` looks names up here before the batch class; ``flowpipe.pipeline.builtins`` and
+``flowpipe.pipeline.model_actions`` fill the registry when the package is imported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ['Builtin', 'builtin', 'builtin_names', 'get_builtin']
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """One built-in action.
+
+    Attributes:
+        name: the action's name in a pipeline chain.
+        func: ``func(ctx, *args, **kwargs)``; a returned ``Batch`` replaces the current batch.
+        evaluate: evaluate named expressions in the arguments before calling ``func``.
+        on_declare: optional ``(args, kwargs) -> (args, kwargs)`` run when the action is added to a pipeline,
+            to validate or normalise arguments early (errors then point at the user's chain, not at a run).
+    """
+    name: str
+    func: Callable[..., Any]
+    evaluate: bool = True
+    on_declare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None
+
+
+_BUILTINS: dict[str, Builtin] = {}
+
+
+def builtin(name: str | None = None, *, evaluate: bool = True,
+            on_declare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None) -> Callable:
+    """Register ``func`` as the built-in action ``name`` (the function's name by default)."""
+    def register(func: Callable) -> Callable:
+        action_name = name or func.__name__
+        if action_name in _BUILTINS:
+            raise ValueError(f"Expected a new built-in action name. Received: name={action_name!r}, already registered")
+        _BUILTINS[action_name] = Builtin(action_name, func, evaluate, on_declare)
+        return func
+    return register
+
+
+def get_builtin(name: str) -> Builtin | None:
+    """The built-in registered as ``name``, or ``None``."""
+    return _BUILTINS.get(name)
+
+
+def builtin_names() -> tuple[str, ...]:
+    """Names of all registered built-ins, sorted."""
+    return tuple(sorted(_BUILTINS))

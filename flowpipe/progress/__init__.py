@@ -1,0 +1,3 @@
+"""flowpipe.progress"""
+
+__all__: list[str] = []
