@@ -10,6 +10,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 __all__ = ['Context', 'Store']
 
 
@@ -41,8 +43,9 @@ class Context:
         models: the pipeline's models, a ``Store`` (``M``).
         iteration: 0-based number of the batch within the current run (``I('c')``).
         total: number of batches the run will produce, ``None`` when unknown or infinite (``I('m')``).
-        random: the batch's own ``numpy.random.Generator`` (``R``), seeded from the run's seed tree.
-        seed: the ``numpy.random.SeedSequence`` that ``random`` was made from, for deriving per-item streams.
+        seed: the batch's ``numpy.random.SeedSequence``, from the run's seed tree.
+        random: the batch's own ``numpy.random.Generator`` (``R``): the batch's ``random`` if it has one, else
+            made from ``seed`` on first use.
         pipeline: the running ``Pipeline`` (for built-in actions that need it).
     """
     batch: Any = None
@@ -52,6 +55,18 @@ class Context:
     models: Store = field(default_factory=lambda: Store(kind='model'))
     iteration: int = 0
     total: int | None = None
-    random: Any = None
     seed: Any = None
     pipeline: Any = None
+    _random: Any = None
+
+    @property
+    def random(self) -> Any:
+        # A Generator costs ~15 µs to make, more than the per-batch overhead budget allows: only on demand.
+        if self._random is None:
+            batch_random = getattr(self.batch, 'random', None)
+            self._random = batch_random if batch_random is not None else np.random.default_rng(self.seed)
+        return self._random
+
+    @random.setter
+    def random(self, value: Any) -> None:
+        self._random = value
