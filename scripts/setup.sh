@@ -21,6 +21,11 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     fi
 fi
 if ! "$VENV/bin/python" -c "import flowpipe, pytest, pytest_timeout" 2>/dev/null; then
-    $PIP -e ".[test]" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+    log=$(mktemp)
+    if ! $PIP -e ".[test]" >"$log" 2>&1; then
+        cat "$log" >&2
+        exit 1
+    fi
+    rm -f "$log"
 fi
 "$VENV/bin/python" -c "import flowpipe, torch; print(f'flowpipe ready (torch {torch.__version__})')"
