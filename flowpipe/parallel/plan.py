@@ -1,0 +1,194 @@
+"""The frozen device plan: every form of ``device``, ``microbatch``, ``device_weights``, ``device_map`` and
+``amp`` turned into one immutable object, once, by :func:`make_plan`.
+
+The plan is pure data plus pure arithmetic (which items go where); engines (``flowpipe.parallel.engines``)
+execute it. Three modes follow from the flags:
+
+- ``'single'``: one device;
+- ``'replicas'``: several devices, one model replica each, every batch split across them;
+- ``'model_parallel'``: one model whose top-level children live on different devices (``device_map``).
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .devices import LogicalDevice, parse_devices
+from .split import Piece, chunk_sizes, shard_sizes, split_batch
+
+__all__ = ['DevicePlan', 'make_plan']
+
+AUTO = 'auto'
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """Where a model lives and how each batch is cut.
+
+    Attributes:
+        devices: logical devices, the primary first.
+        microbatch: items per micro-batch, or ``None`` for whole batches.
+        device_weights: relative shard sizes per device, or ``None`` for balanced shards.
+        device_map: ``((part, device), ...)`` for model parallel, ``'auto'`` to balance parts at build time,
+            or ``None``.
+        amp: mixed precision on CUDA (autocast + one gradient scaler).
+    """
+
+    devices: tuple[LogicalDevice, ...]
+    microbatch: int | None = None
+    device_weights: tuple[float, ...] | None = None
+    device_map: tuple[tuple[str, LogicalDevice], ...] | str | None = None
+    amp: bool = False
+
+    @property
+    def mode(self) -> str:
+        """``'single'``, ``'replicas'`` or ``'model_parallel'``."""
+        if self.device_map is not None:
+            return 'model_parallel'
+        return 'replicas' if len(self.devices) > 1 else 'single'
+
+    @property
+    def primary(self) -> LogicalDevice:
+        """The device that holds the optimizer's parameters and receives inputs and outputs."""
+        return self.devices[0]
+
+    @property
+    def num_replicas(self) -> int:
+        """How many copies of the model the batch is split across."""
+        return len(self.devices) if self.mode == 'replicas' else 1
+
+    def chunk_sizes(self, batch_size: int) -> tuple[int, ...]:
+        """Micro-batch chunk sizes of a batch."""
+        return chunk_sizes(batch_size, self.microbatch)
+
+    def shard_sizes(self, batch_size: int) -> tuple[int, ...]:
+        """Per-replica shard sizes of a batch (or of one chunk)."""
+        return shard_sizes(batch_size, self.num_replicas, self.device_weights)
+
+    def pieces(self, batch_size: int) -> tuple[Piece, ...]:
+        """Every non-empty (chunk, replica) piece of a batch, in batch order, with its loss weight."""
+        return split_batch(batch_size, self.num_replicas, self.microbatch, self.device_weights)
+
+    def describe(self, batch_size: int | None = None) -> str:
+        """A few readable lines: devices, replicas per device, shard sizes, chunks and the weighting rule."""
+        lines = [f'DevicePlan: {self._placement()}']
+        if self.amp:
+            lines.append('  mixed precision: autocast + one gradient scaler stepped once per batch (CUDA only)')
+        if batch_size is None:
+            return '\n'.join(lines)
+        chunks = self.chunk_sizes(batch_size)
+        if len(chunks) == 1:
+            lines.append(f'  batch {batch_size}: one chunk (no micro-batches)')
+        else:
+            lines.append(f'  batch {batch_size}: {len(chunks)} micro-batches of {self.microbatch} '
+                         f'-> chunk sizes {list(chunks)}')
+        if self.num_replicas > 1:
+            for size in sorted(set(chunks), reverse=True):
+                lines.append(f'  chunk of {size} -> shards {list(self.shard_sizes(size))} '
+                             f'over {", ".join(d.name for d in self.devices)}')
+        lines.append(f'  loss of each piece weighted by piece_size / {batch_size}; '
+                     f'gradients summed; one optimizer step per batch')
+        return '\n'.join(lines)
+
+    def _placement(self) -> str:
+        names = ', '.join(d.name for d in self.devices)
+        if self.mode == 'single':
+            return f'single device {names}'
+        if self.mode == 'model_parallel':
+            if self.device_map == AUTO:
+                return f'model parallel, parts balanced by parameter bytes over {names}'
+            parts = ', '.join(f'{part}->{dev.name}' for part, dev in self.device_map)
+            return f'model parallel: {parts}'
+        per_device: dict[str, int] = {}
+        for dev in self.devices:
+            per_device[str(dev.device)] = per_device.get(str(dev.device), 0) + 1
+        counts = ', '.join(f'{n} on {dev}' for dev, n in per_device.items())
+        weights = f', weights {list(self.device_weights)}' if self.device_weights else ''
+        return f'{len(self.devices)} replicas (data parallel) on {names} ({counts}){weights}'
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _check_microbatch(microbatch: Any) -> int | None:
+    if microbatch is None or microbatch is False:
+        return None
+    if isinstance(microbatch, bool) or not isinstance(microbatch, numbers.Integral):
+        raise TypeError(f'Expected microbatch as an int (items per micro-batch) or None/False to turn it off. '
+                        f'Received: {microbatch!r} of type {type(microbatch).__name__}.')
+    if microbatch < 1:
+        raise ValueError(f'Expected a positive microbatch (items per micro-batch). Received: {microbatch!r}. '
+                         f'Use None or False to turn micro-batches off.')
+    return int(microbatch)
+
+
+def _check_weights(weights: Any, devices: Sequence[LogicalDevice]) -> tuple[float, ...] | None:
+    if weights is None:
+        return None
+    if not isinstance(weights, (list, tuple)):
+        raise TypeError(f'Expected device_weights as a list of numbers, one per device. '
+                        f'Received: {weights!r} of type {type(weights).__name__}.')
+    bad = [w for w in weights if isinstance(w, bool) or not isinstance(w, numbers.Real)]
+    if bad:
+        raise TypeError(f'Expected device_weights to be numbers. Received: {weights!r} (not numbers: {bad!r}).')
+    if len(weights) != len(devices) or any(not w > 0 for w in weights):
+        raise ValueError(f'Expected one positive weight per device ({[d.name for d in devices]}). '
+                         f'Received: device_weights={list(weights)!r}.')
+    return tuple(float(w) for w in weights)
+
+
+def _parse_device_map(device_map: Mapping, device: Any, num_gpus: int | None):
+    if device is not None:
+        raise ValueError(f'Expected the devices of a model-parallel model in device_map only. Received: '
+                         f'device={device!r} together with device_map={dict(device_map)!r}. Drop device, or use '
+                         f"device_map='auto' to balance the model over device.")
+    if not device_map:
+        raise ValueError('Expected device_map to name at least one part. Received: an empty mapping.')
+    parts = []
+    for part, spec in device_map.items():
+        if not isinstance(part, str):
+            raise TypeError(f'Expected device_map keys to be child-module names. Received: {part!r}.')
+        found = parse_devices(spec, num_gpus)
+        if len(found) != 1:
+            raise ValueError(f'Expected one device per part in device_map. Received: {part!r}: {spec!r}, which '
+                             f'is {len(found)} devices ({[d.name for d in found]}).')
+        parts.append((part, found[0]))
+    devices = tuple(dict.fromkeys(dev for _, dev in parts))
+    return tuple(parts), devices
+
+
+def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = None, device_map: Any = None,
+              amp: bool = False, *, num_gpus: int | None = None) -> DevicePlan:
+    """Turn the user's flags into a frozen :class:`DevicePlan`.
+
+    Args:
+        device: a device spec (see ``flowpipe.parallel.devices``); several devices mean replicas.
+        microbatch: items per micro-batch (int), or ``None``/``False`` for whole batches.
+        device_weights: positive relative shard sizes, one per device (for unequal devices).
+        device_map: ``{child_name: device}`` for model parallel, or ``'auto'`` to balance the top-level
+            children over ``device`` by parameter bytes.
+        amp: mixed precision on CUDA; ignored with a warning on CPU.
+        num_gpus: visible GPU count, ``None`` to ask torch (tests pass a number).
+
+    Raises:
+        TypeError, ValueError: malformed flags; ``DeviceError``: a device that is not available.
+    """
+    chunk = _check_microbatch(microbatch)
+    if not isinstance(amp, bool):
+        raise TypeError(f'Expected amp as a bool. Received: {amp!r} of type {type(amp).__name__}.')
+    if device_map is None:
+        devices = parse_devices(device, num_gpus)
+        return DevicePlan(devices, chunk, _check_weights(device_weights, devices), None, amp)
+    if device_weights is not None:
+        raise ValueError(f'Expected device_weights only with replicas. Received: device_weights={device_weights!r} '
+                         f'with device_map={device_map!r}; a model-parallel model has one replica.')
+    if isinstance(device_map, str):
+        if device_map.lower() != AUTO:
+            raise ValueError(f"Expected device_map as a mapping {{part: device}} or 'auto'. Received: {device_map!r}.")
+        return DevicePlan(parse_devices(device, num_gpus), chunk, None, AUTO, amp)
+    if not isinstance(device_map, Mapping):
+        raise TypeError(f"Expected device_map as a mapping {{part: device}} or 'auto'. "
+                        f'Received: {device_map!r} of type {type(device_map).__name__}.')
+    parts, devices = _parse_device_map(device_map, device, num_gpus)
+    return DevicePlan(devices, chunk, None, parts, amp)
