@@ -10,6 +10,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from ..devices import LogicalDevice
 from ..plan import DevicePlan
 from .base import (Engine, StepResult, Tensors, as_batch, autocast, batch_size_of, concat, floating_dtype, move,
                    to_device)
@@ -23,13 +24,15 @@ class SingleEngine(Engine):
     Args:
         module: the network.
         plan: a plan with one replica.
-        placed: the module is already placed (model parallel); leave its parameters where they are.
+        placement: ``{child_name: device}`` when the module is already spread over devices (model parallel);
+            the module is then left where it is.
     """
 
-    def __init__(self, module: nn.Module, plan: DevicePlan, placed: bool = False):
+    def __init__(self, module: nn.Module, plan: DevicePlan, placement: dict[str, LogicalDevice] | None = None):
         super().__init__(plan)
         self.device = plan.primary.device
-        self._module = module if placed else module.to(self.device)
+        self.placement = placement
+        self._module = module if placement is not None else module.to(self.device)
 
     @property
     def module(self) -> nn.Module:
