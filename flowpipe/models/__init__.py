@@ -1,3 +1,3 @@
-"""flowpipe.models"""
+"""Models: ``flowpipe.models.torch`` holds ``TorchModel`` and the ready networks."""
 
 __all__: list[str] = []

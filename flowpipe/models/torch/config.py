@@ -1,0 +1,182 @@
+"""Turn a model config (a dict with ``'/'`` keys, a nested dict or a ``flowpipe.Config``) into one frozen spec.
+
+Keys read here (everything else is kept for the network classes, e.g. ``body/filters``):
+
+- ``inputs/<name>/shape``: shape of one item, channels first; ``inputs/<name>/classes``: the input is a target of
+  integer labels and the head gets that many outputs.
+- ``initial_block/inputs``: the input (or list of inputs) fed to the network; the other inputs are targets.
+  Without it, the network's inputs are the declared inputs without ``classes``.
+- ``loss``, ``optimizer``, ``decay``: see ``flowpipe.models.torch.losses`` and ``.optimizers``.
+- ``device``, ``microbatch``, ``device_weights``, ``device_map``, ``amp``: passed to ``flowpipe.parallel``.
+- ``model``: a ready ``nn.Module`` (or a class / zero-argument callable that makes one).
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ['ModelSpec', 'get_path', 'nest', 'parse_config']
+
+_TOP_KEYS = ('amp', 'body', 'decay', 'device', 'device_map', 'device_weights', 'head', 'initial_block', 'inputs',
+             'loss', 'microbatch', 'model', 'optimizer', 'batch_norm')
+
+
+def nest(config: Mapping | None) -> dict:
+    """A nested plain dict from a mapping whose keys may be ``'a/b'`` paths (later keys merge into earlier)."""
+    result: dict = {}
+    for key, value in (config or {}).items():
+        if not isinstance(key, str):
+            raise TypeError(f"Expected string keys in a model config. Received: key={key!r}. "
+                            "Use names such as 'inputs/images/shape'.")
+        *parents, leaf = key.strip('/').split('/')
+        node = result
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"Expected {part!r} to be a section of the model config. Received: a value "
+                                 f"{node!r} and the key {key!r}. Remove one of them.")
+        if isinstance(value, Mapping) and not _is_leaf_mapping(leaf):
+            value = nest(value)
+            if isinstance(node.get(leaf), dict):
+                value = _merge(node[leaf], value)
+        node[leaf] = value
+    return result
+
+
+def _is_leaf_mapping(key: str) -> bool:
+    # A device_map maps module names to devices: its keys may contain dots or slashes of their own.
+    return key == 'device_map'
+
+
+def _merge(base: dict, update: dict) -> dict:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            value = _merge(merged[key], value)
+        merged[key] = value
+    return merged
+
+
+def get_path(config: Mapping, path: str, default: Any = None) -> Any:
+    """The value at ``'a/b/c'`` in a nested dict, or ``default``."""
+    node: Any = config
+    for part in path.split('/'):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a ``TorchModel`` needs from its config, validated once.
+
+    Attributes:
+        config: the whole config as a nested dict.
+        input_names: names of the network's inputs, in the order the network takes them.
+        target_names: names of the targets, in the order the loss takes them.
+        shapes: shape of one item per declared input (missing for inputs declared without a shape).
+        classes: number of classes per target that has them.
+    """
+    config: dict
+    input_names: tuple[str, ...] = ()
+    target_names: tuple[str, ...] = ()
+    shapes: dict = field(default_factory=dict)
+    classes: dict = field(default_factory=dict)
+
+    def get(self, path: str, default: Any = None) -> Any:
+        """The config value at ``path`` (``'body/filters'``), or ``default``."""
+        return get_path(self.config, path, default)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The shape of one item of the (first) network input; raises a ``ValueError`` naming the key to set."""
+        name = self.input_names[0] if self.input_names else 'images'
+        if name not in self.shapes:
+            raise ValueError(f"Expected the shape of one item of the network input {name!r} to build the network. "
+                             f"Received: no 'inputs/{name}/shape' in the model config. "
+                             f"Add e.g. 'inputs/{name}/shape': B.image_shape (channels first).")
+        return self.shapes[name]
+
+    @property
+    def num_outputs(self) -> int:
+        """Outputs of the head: the classes of the first target, else the size of its shape."""
+        for name in self.target_names:
+            if name in self.classes:
+                return self.classes[name]
+            if name in self.shapes:
+                return int(_prod(self.shapes[name]))
+        raise ValueError("Expected a target with classes to size the network's head. Received: targets "
+                         f"{list(self.target_names)!r} without 'classes' or 'shape'. "
+                         "Add e.g. 'inputs/labels/classes': D.num_classes.")
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    result = 1
+    for size in shape:
+        result *= size
+    return result
+
+
+def parse_config(config: Mapping | None) -> ModelSpec:
+    """Validate a model config and find the network inputs, targets, shapes and classes."""
+    if config is not None and not isinstance(config, Mapping):
+        raise TypeError(f"Expected a model config as a dict or flowpipe.Config. Received: {type(config).__name__} "
+                        f"{config!r}. Pass e.g. {{'inputs/images/shape': (3, 32, 32)}}.")
+    nested = nest(config)
+    _check_top_keys(nested)
+    declared = nested.get('inputs') or {}
+    if not isinstance(declared, Mapping):
+        raise TypeError(f"Expected 'inputs' to map input names to their description. Received: {declared!r}. "
+                        "Use e.g. 'inputs/images/shape': (3, 32, 32).")
+    shapes, classes = {}, {}
+    for name, description in declared.items():
+        description = description if isinstance(description, Mapping) else {}
+        if description.get('shape') is not None:
+            shapes[name] = _check_shape(name, description['shape'])
+        if description.get('classes') is not None:
+            classes[name] = _check_classes(name, description['classes'])
+    input_names = _network_inputs(nested, declared, classes)
+    target_names = tuple(name for name in declared if name not in input_names)
+    return ModelSpec(nested, input_names, target_names, shapes, classes)
+
+
+def _check_top_keys(nested: dict) -> None:
+    for key in nested:
+        if key not in _TOP_KEYS and key not in ('common', 'name'):
+            close = difflib.get_close_matches(key, _TOP_KEYS, n=3)
+            if close:
+                raise ValueError(f"Expected known model config keys. Received: {key!r}. Did you mean {close}?")
+
+
+def _check_shape(name: str, shape: Any) -> tuple[int, ...]:
+    try:
+        return tuple(int(size) for size in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"Expected 'inputs/{name}/shape' as a tuple of ints (one item, channels first). "
+                        f"Received: {shape!r}.") from None
+
+
+def _check_classes(name: str, classes: Any) -> int:
+    if isinstance(classes, (list, tuple)):
+        classes = len(classes)
+    if isinstance(classes, bool) or not isinstance(classes, int) and not hasattr(classes, '__index__'):
+        raise TypeError(f"Expected 'inputs/{name}/classes' as a number of classes or a list of class names. "
+                        f"Received: {classes!r}.")
+    if int(classes) < 1:
+        raise ValueError(f"Expected a positive number for 'inputs/{name}/classes'. Received: {classes!r}.")
+    return int(classes)
+
+
+def _network_inputs(nested: dict, declared: Mapping, classes: dict) -> tuple[str, ...]:
+    chosen = get_path(nested, 'initial_block/inputs')
+    if chosen is None:
+        return tuple(name for name in declared if name not in classes)
+    names = (chosen,) if isinstance(chosen, str) else tuple(chosen)
+    unknown = [name for name in names if declared and name not in declared]
+    if unknown:
+        raise ValueError(f"Expected 'initial_block/inputs' to name declared inputs {list(declared)!r}. "
+                         f"Received: {chosen!r}. Declare them under 'inputs/<name>/shape'.")
+    return names

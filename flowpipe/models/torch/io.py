@@ -1,0 +1,139 @@
+"""Saving and loading ``TorchModel``s with dill.
+
+A model file is one dill pickle of a dict: a format tag and version, the flowpipe and torch versions, the model
+class, the config (a ready ``nn.Module`` given as ``config['model']`` is stored as a CPU copy), and the state:
+network weights and buffers, optimizer and scheduler state, the batch counter. Every tensor is on the CPU, so a
+file saved from any device layout loads into any other: the engine places the weights again (``engine.sync``).
+
+Saving is atomic: the file is written under a temporary name in the same folder, flushed to disk, then renamed
+over the target. Loading runs dill, which can execute code: load only files you trust.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+import dill
+import torch
+
+from ...errors import ModelFileError
+
+if TYPE_CHECKING:
+    from .model import TorchModel
+
+__all__ = ['FORMAT', 'FORMAT_VERSION', 'load', 'load_into', 'read', 'save']
+
+FORMAT = 'flowpipe-model'
+FORMAT_VERSION = 1
+
+
+def _flowpipe_version() -> str:
+    from ... import __version__
+    return __version__
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to('cpu', copy=True)
+    if isinstance(value, dict):
+        return {key: _to_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(item) for item in value)
+    return value
+
+
+def _payload(model: 'TorchModel') -> dict:
+    config = dict(model.config)
+    module = None
+    if config.get('model') is not None:
+        # The config holds the live network (maybe on a GPU, maybe split over devices): store a CPU copy.
+        module = copy.deepcopy(model.model).to('cpu')
+        config['model'] = None
+    return {
+        'format': FORMAT, 'format_version': FORMAT_VERSION,
+        'flowpipe_version': _flowpipe_version(), 'torch_version': torch.__version__,
+        'model_class': type(model), 'config': config, 'module': module,
+        'state': {'network': _to_cpu(model.model.state_dict()),
+                  'optimizer': _to_cpu(model.optimizer.state_dict()),
+                  'decay': model.decay.state_dict() if model.decay is not None else None,
+                  'iteration': model.iteration},
+    }
+
+
+def save(model: 'TorchModel', path: str | os.PathLike) -> None:
+    """Write ``model`` to ``path``: a temporary file in the same folder, fsync, then ``os.replace``."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    payload = _payload(model)
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.', suffix='.tmp')
+    try:
+        with os.fdopen(handle, 'wb') as file:
+            dill.dump(payload, file, protocol=pickle.HIGHEST_PROTOCOL)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def read(path: str | os.PathLike) -> dict:
+    """The checked contents of a model file; ``ModelFileError`` when it is corrupt, foreign or too new."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Expected a model file saved by flowpipe. Received: path={path!r}, which does not "
+                                "exist. Check the path, or save the model first.")
+    try:
+        with open(path, 'rb') as file:
+            payload = dill.load(file)
+    except Exception as error:  # a truncated or foreign pickle raises many different types
+        raise ModelFileError(f"Expected a flowpipe model file. Received: {path!r}, which cannot be unpickled "
+                             f"({type(error).__name__}: {error}); it is corrupt, truncated or not a model file. "
+                             "Save the model again.") from error
+    if not isinstance(payload, dict) or payload.get('format') != FORMAT:
+        raise ModelFileError(f"Expected a flowpipe model file (format {FORMAT!r}). Received: {path!r} holding "
+                             f"{type(payload).__name__}; it was not written by TorchModel.save.")
+    version = payload.get('format_version')
+    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+        raise ModelFileError(f"Expected a model file of format version {FORMAT_VERSION} or older. Received: "
+                             f"{path!r}, format version {version!r}, written by flowpipe "
+                             f"{payload.get('flowpipe_version')!r}. Upgrade flowpipe to read it.")
+    return payload
+
+
+def load_into(model: 'TorchModel', payload: dict) -> None:
+    """Copy the saved weights, optimizer and scheduler state into ``model`` and re-place its replicas."""
+    state = payload['state']
+    try:
+        model.model.load_state_dict(state['network'])
+    except RuntimeError as error:
+        raise ModelFileError(f"Expected a file with the same network as {type(model).__name__} "
+                             f"({type(model.model).__name__}). Received a file whose weights do not fit: {error}"
+                             ) from error
+    try:
+        model.optimizer.load_state_dict(state['optimizer'])
+    except (ValueError, KeyError) as error:
+        raise ModelFileError(f"Expected optimizer state for {type(model.optimizer).__name__} with the same "
+                             f"parameter groups. Received state that does not fit: {error}") from error
+    if model.decay is not None and state.get('decay') is not None:
+        model.decay.load_state_dict(state['decay'])
+    model.iteration = state.get('iteration', 0)
+    model.engine.sync()
+
+
+def load(path: str | os.PathLike, model_class: type | None = None, **overrides: Any) -> 'TorchModel':
+    """A new model from a file, built by its saved class (or ``model_class``) with ``overrides`` on its config."""
+    payload = read(path)
+    config = dict(payload['config'])
+    if payload.get('module') is not None:
+        config['model'] = payload['module']
+    cls = model_class or payload['model_class']
+    model = cls(config, **overrides)
+    load_into(model, payload)
+    return model
