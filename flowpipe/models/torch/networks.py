@@ -128,7 +128,8 @@ class ResNetNetwork(_Network):
         input_shape: (channels, height, width) of one image.
         num_outputs: number of outputs.
         layers: residual blocks per stage, e.g. (2, 2, 2, 2) for ResNet18.
-        filters: channels of each stage; every stage after the first halves the map while it is 2 pixels or more.
+        filters: channels of each stage; every stage after the first halves the map while it is 4 pixels or more
+            (maps stay at least 2x2, so batch norm works even on a one-item shard).
         initial_filters: channels of the initial convolution.
         downsample: the initial block's reduction: ``True`` a 7x7 stride-2 convolution and a stride-2 max pool
             (the ImageNet stem, /4), ``False`` one 3x3 stride-1 convolution (the CIFAR stem), ``'auto'``
@@ -159,8 +160,8 @@ class ResNetNetwork(_Network):
         blocks: list[nn.Module] = []
         previous = initial_filters
         for stage, (current, depth) in enumerate(zip(filters, layers)):
-            stride = 2 if stage > 0 and side >= 2 else 1
-            side = (side + 1) // stride if stride == 2 else side
+            stride = 2 if stage > 0 and side >= 4 else 1
+            side = (side + 1) // 2 if stride == 2 else side
             for index in range(depth):
                 blocks.append(BasicBlock(previous, current, stride if index == 0 else 1, batch_norm))
                 previous = current
