@@ -1,3 +1,4 @@
-"""flowpipe.batch"""
+"""Batches: ``Batch`` with its components, the ``@action`` marker, ``apply_parallel`` and merging."""
+from .base import ActionSpec, Batch, ComponentsView, action
 
-__all__: list[str] = []
+__all__ = ['ActionSpec', 'Batch', 'ComponentsView', 'action']

@@ -1,3 +1,6 @@
-"""flowpipe.data"""
+"""Item indices and datasets: ``DatasetIndex``, ``FilesIndex``, ``Dataset``."""
+from .dataset import Dataset
+from .files import FilesIndex
+from .index import DatasetIndex
 
-__all__: list[str] = []
+__all__ = ['Dataset', 'DatasetIndex', 'FilesIndex']

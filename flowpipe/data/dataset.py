@@ -1,0 +1,157 @@
+"""``Dataset``: an index, a batch class, optional preloaded data and user attributes (read by ``D``).
+
+The dataset owns the item ids (its ``index``) and the data aligned with the index it was created from; its
+splits share that data and their own index only selects ids. ``create_batch`` slices the data to a batch's ids.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from .arrays import as_item_array
+from .index import DatasetIndex
+
+__all__ = ['Dataset']
+
+
+class Dataset:
+    """A collection of items drawn in batches.
+
+    Args:
+        index: a ``DatasetIndex`` (or a ``FilesIndex``), a number of items, an array of ids, or a callable
+            returning one of those.
+        batch_class: the class of batches made by ``create_batch`` (``flowpipe.batch.Batch`` by default).
+        preloaded: data held in memory, aligned with ``index``: a dict ``{component: array}``, or a tuple matched
+            to ``batch_class.components``.
+        **attributes: become attributes of the dataset and its splits (``D.num_classes``).
+
+    Attributes:
+        train, test, validation: sub-datasets made by ``split`` (``None`` before it).
+
+    Raises:
+        ValueError: a component's length differs from the number of items, or an attribute name is taken.
+    """
+
+    def __init__(self, index: Any, batch_class: type | None = None, preloaded: dict | tuple | None = None,
+                 **attributes: Any):
+        if batch_class is None:
+            from flowpipe.batch import Batch  # batch imports data, so data imports batch only when used
+            batch_class = Batch
+        self.index = index if isinstance(index, DatasetIndex) else DatasetIndex(index)
+        self.batch_class = batch_class
+        self.preloaded = _normalize_preloaded(preloaded, batch_class, len(self.index))
+        self._data_index = self.index
+        self._attributes = tuple(attributes)
+        self.train = self.test = self.validation = None
+        for name, value in attributes.items():
+            if hasattr(self, name):
+                raise ValueError(f"Expected dataset attribute names that differ from Dataset's own. "
+                                 f"Received: {name}={value!r:.60}; rename it")
+            setattr(self, name, value)
+
+    def __repr__(self) -> str:
+        components = tuple(self.preloaded) if self.preloaded else None
+        return f"{type(self).__name__}(size={len(self)}, batch_class={self.batch_class.__name__}, " \
+               f"components={components})"
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def indices(self) -> np.ndarray:
+        """The item ids."""
+        return self.index.indices
+
+    @property
+    def size(self) -> int:
+        """Number of items."""
+        return len(self.index)
+
+    @property
+    def attributes(self) -> dict:
+        """The user attributes given at creation, ``{name: value}`` (current values)."""
+        return {name: getattr(self, name) for name in self._attributes}
+
+    def create_subset(self, index: Any) -> Dataset:
+        """A dataset of the given ids (a ``DatasetIndex`` or ids) sharing data, batch class and attributes."""
+        sub_index = index if isinstance(index, DatasetIndex) else self.index.create_subset(index)
+        sub = object.__new__(type(self))
+        sub.__dict__.update(self.__dict__)
+        sub.index = sub_index
+        sub.train = sub.test = sub.validation = None
+        return sub
+
+    def split(self, shares: float | Sequence[float] = 0.8, shuffle: bool | int = False) -> None:
+        """Make ``train``, ``test`` and ``validation`` sub-datasets (see ``DatasetIndex.split``)."""
+        self.index.split(shares, shuffle)
+        for part in ('train', 'test', 'validation'):
+            sub_index = getattr(self.index, part)
+            setattr(self, part, None if sub_index is None else self.create_subset(sub_index))
+
+    def create_batch(self, index: Any) -> Any:
+        """A batch of the items ``index`` (a ``DatasetIndex`` or ids) with the preloaded data sliced to them."""
+        if not isinstance(index, DatasetIndex):
+            index = self.index.create_subset(index)
+        data = None
+        if self.preloaded is not None:
+            positions = self._data_index.get_pos(index.indices)
+            data = {name: values[positions] for name, values in self.preloaded.items()}
+        return self.batch_class(index, data=data, dataset=self, check=False)
+
+    def n_batches(self, batch_size: int, n_iters: int | None = None, n_epochs: int | None = None,
+                  drop_last: bool = False) -> int | None:
+        """The number of batches ``gen_batch`` yields, ``None`` when infinite."""
+        return self.index.n_batches(batch_size, n_iters, n_epochs, drop_last)
+
+    def gen_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
+                  n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> Iterator[Any]:
+        """Yield batches directly, without a pipeline (arguments as in ``DatasetIndex.gen_batch``)."""
+        indices = self.index.gen_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed)
+        return (self.create_batch(index) for index in indices)
+
+    def next_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
+                   n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> Any:
+        """The next batch of the iteration kept in the index (see ``DatasetIndex.next_batch``)."""
+        return self.create_batch(self.index.next_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed))
+
+    def reset_iter(self) -> None:
+        """Restart ``next_batch`` from the beginning."""
+        self.index.reset_iter()
+
+    def pipeline(self, config: Any = None) -> Any:
+        """A new ``Pipeline`` bound to this dataset."""
+        from flowpipe.pipeline import Pipeline  # the pipeline package depends on data, not the other way round
+        return Pipeline(dataset=self, config=config)
+
+    @property
+    def p(self) -> Any:
+        """A new ``Pipeline`` bound to this dataset (same as ``pipeline()``)."""
+        return self.pipeline()
+
+
+def _normalize_preloaded(preloaded: Any, batch_class: type, size: int) -> dict | None:
+    if preloaded is None:
+        return None
+    if isinstance(preloaded, tuple):
+        names = getattr(batch_class, 'components', None)
+        if not names or len(names) != len(preloaded):
+            raise ValueError(f"Expected a tuple of {len(names) if names else 'named'} arrays matching "
+                             f"{batch_class.__name__}.components={names!r}. Received a tuple of {len(preloaded)}; "
+                             "pass a dict {component: array} instead")
+        preloaded = dict(zip(names, preloaded))
+    if not isinstance(preloaded, dict):
+        raise TypeError("Expected preloaded to be a dict {component: array} or a tuple of arrays. "
+                        f"Received: {type(preloaded).__name__}")
+    batch_class.check_component_names(tuple(preloaded))
+    result = {}
+    for name, values in preloaded.items():
+        if values is None:
+            continue
+        values = as_item_array(values, name=f"preloaded[{name!r}]")
+        if len(values) != size:
+            raise ValueError(f"Expected component {name!r} to have one entry per item ({size}). Received "
+                             f"{len(values)} entries; give every component the index's length")
+        result[name] = values
+    return result
+

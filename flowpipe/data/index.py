@@ -1,0 +1,253 @@
+"""``DatasetIndex``: the item ids of a dataset, its splits and the batches drawn from it.
+
+An index is an ordered, 1-D array of unique item ids (ints, strings...). A *position* is a place in that array;
+an *id* is what is stored there. Sub-indices (splits, batches) keep the parent's ids, so a dataset maps a
+batch's ids back to positions in its preloaded data.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from .sampling import check_batch_args, gen_positions, n_batches, shuffle_generator
+
+__all__ = ['DatasetIndex']
+
+
+class DatasetIndex:
+    """An ordered collection of unique item ids.
+
+    Args:
+        index: the number of items (ids ``0..n-1``), an array-like of ids, another ``DatasetIndex``, or a
+            callable returning one of those.
+
+    Attributes:
+        train, test, validation: sub-indices made by ``split`` (``None`` before it, or for a zero share).
+    """
+
+    def __init__(self, index: int | Sequence | np.ndarray | Callable[[], Any] | DatasetIndex):
+        if callable(index) and not isinstance(index, DatasetIndex):
+            index = index()
+        self._setup(_as_ids(index))
+        _check_unique(self._indices)
+
+    @classmethod
+    def _from_ids(cls, ids: np.ndarray, parent: DatasetIndex | None = None) -> DatasetIndex:
+        """A sub-index over already validated ids, without checks (batches are made this way)."""
+        sub = cls.__new__(cls)
+        sub._setup(ids)
+        if parent is not None:
+            sub._share_from(parent)
+        return sub
+
+    def _setup(self, ids: np.ndarray) -> None:
+        self._indices = ids
+        self._is_range = None
+        self._sorter = None
+        self._iter = None
+        self._iter_key = None
+        self.train = self.test = self.validation = None
+
+    def _share_from(self, parent: DatasetIndex) -> None:
+        """Copy what sub-indices share with their parent (subclasses add their own state)."""
+
+    @property
+    def indices(self) -> np.ndarray:
+        """The item ids, a 1-D numpy array."""
+        return self._indices
+
+    @property
+    def size(self) -> int:
+        """Number of items."""
+        return len(self._indices)
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def __iter__(self) -> Iterator:
+        return iter(self._indices)
+
+    def __getitem__(self, position: Any) -> Any:
+        return self._indices[position]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(size={len(self)}, indices={np.array2string(self._indices, threshold=6)})"
+
+    def __getstate__(self) -> dict:
+        # A running batch generator cannot be pickled; iteration restarts after unpickling.
+        state = self.__dict__.copy()
+        state['_iter'] = state['_iter_key'] = None
+        return state
+
+    def get_pos(self, ids: Any) -> np.ndarray:
+        """Positions of item ``ids`` in this index (identity for the common ``0..n-1`` index).
+
+        Raises:
+            ValueError: some ids are not in the index.
+        """
+        ids = np.asarray(ids)
+        if self._is_range is None:
+            self._is_range = _is_range(self._indices)
+        if self._is_range and ids.dtype.kind in 'iu':
+            if len(ids) and (ids.min() < 0 or ids.max() >= len(self._indices)):
+                raise ValueError(f"Expected item ids in 0..{len(self._indices) - 1}. Received ids out of range: "
+                                 f"{ids[(ids < 0) | (ids >= len(self._indices))][:5]!r}")
+            return ids
+        if self._sorter is None:
+            self._sorter = np.argsort(self._indices, kind='stable')
+        places = np.searchsorted(self._indices, ids, sorter=self._sorter)
+        places = np.minimum(places, len(self._indices) - 1)
+        positions = self._sorter[places]
+        missing = self._indices[positions] != ids
+        if np.any(missing):
+            raise ValueError(f"Expected ids of this index. Received unknown ids: {np.atleast_1d(ids)[missing][:5]!r}")
+        return positions
+
+    def subset(self, positions: Any) -> DatasetIndex:
+        """A sub-index of the items at ``positions``."""
+        return self._from_ids(self._indices[np.asarray(positions, dtype=np.intp)], parent=self)
+
+    def create_subset(self, index: Any) -> DatasetIndex:
+        """A sub-index of the given item ids (an array-like or a ``DatasetIndex``), checked against this one."""
+        ids = index.indices if isinstance(index, DatasetIndex) else _as_ids(index, allow_count=False)
+        self.get_pos(ids)
+        return self._from_ids(ids, parent=self)
+
+    def split(self, shares: float | Sequence[float] = 0.8, shuffle: bool | int = False) -> None:
+        """Split the items into ``train``, ``test`` and ``validation`` sub-indices.
+
+        Args:
+            shares: the train share (the rest is ``test``), or ``[train, test]`` / ``[train, test, validation]``
+                shares summing to at most 1 (items beyond the sum go nowhere). A non-zero share never gives an
+                empty part.
+            shuffle: ``False`` keeps the order, ``True`` or an int seed picks items at random. Each part keeps
+                its items in index order.
+        """
+        counts = split_counts(len(self), shares)
+        if shuffle is None or shuffle is False:
+            order = np.arange(len(self))
+        elif isinstance(shuffle, (bool, int, np.integer)):
+            order = np.random.default_rng(None if isinstance(shuffle, bool) else int(shuffle)).permutation(len(self))
+        else:
+            raise TypeError(f"Expected shuffle to be a bool or an int seed. Received: shuffle={shuffle!r}")
+        parts, start = [], 0
+        for count in counts:
+            parts.append(self.subset(np.sort(order[start:start + count])) if count else None)
+            start += count
+        self.train, self.test, self.validation = parts
+
+    def n_batches(self, batch_size: int, n_iters: int | None = None, n_epochs: int | None = None,
+                  drop_last: bool = False) -> int | None:
+        """The number of batches ``gen_batch`` yields with these arguments, ``None`` when infinite."""
+        return n_batches(len(self), batch_size, n_iters, n_epochs, drop_last)
+
+    def gen_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
+                  n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> Iterator[DatasetIndex]:
+        """Yield sub-indices of ``batch_size`` items (lazily; forever when neither limit is given).
+
+        Args:
+            batch_size: items per batch.
+            shuffle: ``False``, ``True`` or an int seed; a new permutation every epoch, from one generator.
+            n_iters: number of batches to yield.
+            n_epochs: number of passes over the items (exclusive with ``n_iters``).
+            drop_last: drop each epoch's incomplete tail; otherwise a batch may cross an epoch boundary and
+                only the last batch may be short.
+            seed: the run's root seed (int), or a ``SeedSequence``/``Generator`` to shuffle with.
+
+        Raises:
+            ValueError: empty index, ``batch_size < 1``, both limits, or ``batch_size > len`` with ``drop_last``.
+        """
+        check_batch_args(len(self), batch_size, n_iters, n_epochs, drop_last)
+        rng = shuffle_generator(shuffle, seed)
+        return self._gen_batch(gen_positions(len(self), batch_size, rng, n_iters, n_epochs, drop_last))
+
+    def _gen_batch(self, positions: Iterator[np.ndarray]) -> Iterator[DatasetIndex]:
+        ids, from_ids = self._indices, self._from_ids
+        for batch_positions in positions:
+            yield from_ids(ids[batch_positions], parent=self)
+
+    def next_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
+                   n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> DatasetIndex:
+        """The next batch of an iteration kept in the index (see ``gen_batch``; ``reset_iter`` restarts it).
+
+        Calling with different arguments starts a new iteration.
+
+        Raises:
+            StopIteration: the iteration's ``n_iters`` or ``n_epochs`` are exhausted.
+        """
+        key = (batch_size, shuffle, n_iters, n_epochs, drop_last, seed)
+        if self._iter is None or self._iter_key != key:
+            self._iter = self.gen_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed)
+            self._iter_key = key
+        return next(self._iter)
+
+    def reset_iter(self) -> None:
+        """Forget the iteration state of ``next_batch``."""
+        self._iter = self._iter_key = None
+
+
+def split_counts(size: int, shares: float | Sequence[float]) -> list[int]:
+    """Item counts of ``[train, test, validation]`` for ``shares``; non-zero shares get at least one item."""
+    values = _normalize_shares(shares)
+    raw = [share * size for share in values]
+    counts = [int(np.floor(value + 1e-9)) for value in raw]
+    if abs(sum(values) - 1) < 1e-9:
+        # Shares covering everything must use every item: give the remainder to the largest fractions.
+        for part in sorted(range(3), key=lambda i: counts[i] - raw[i])[:size - sum(counts)]:
+            counts[part] += 1
+    wanted = [part for part in range(3) if values[part] > 0]
+    if len(wanted) > size:
+        raise ValueError(f"Expected at least {len(wanted)} items to split into {len(wanted)} non-empty parts. "
+                         f"Received: {size} items, shares={shares!r}; use fewer non-zero shares")
+    for part in wanted:
+        if counts[part] == 0:
+            counts[part] = 1
+            if sum(counts) > size:
+                # Only parts with more than one item can give one away, and one exists as len(wanted) <= size.
+                counts[max(range(3), key=lambda i: counts[i])] -= 1
+    return counts
+
+
+def _normalize_shares(shares: float | Sequence[float]) -> list[float]:
+    if isinstance(shares, (int, float, np.number)) and not isinstance(shares, bool):
+        values = [float(shares), 1 - float(shares)]
+    elif isinstance(shares, (list, tuple, np.ndarray)) and 1 <= len(shares) <= 3:
+        values = [float(share) for share in shares]
+    else:
+        raise TypeError("Expected shares to be a number or a list of 1 to 3 numbers [train, test, validation]. "
+                        f"Received: shares={shares!r}")
+    if any(share < 0 or share > 1 for share in values) or sum(values) > 1 + 1e-9:
+        raise ValueError(f"Expected shares in [0, 1] summing to at most 1. Received: shares={shares!r}")
+    return values + [0.0] * (3 - len(values))
+
+
+def _as_ids(index: Any, allow_count: bool = True) -> np.ndarray:
+    if isinstance(index, DatasetIndex):
+        return index.indices
+    if allow_count and isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+        if index < 1:
+            raise ValueError(f"Expected a positive number of items. Received: index={index!r}")
+        return np.arange(index)
+    ids = np.asarray(index)
+    if ids.ndim != 1:
+        raise ValueError(f"Expected a 1-D array of item ids. Received an array of shape {ids.shape} "
+                         f"from index={index!r:.80}")
+    if len(ids) == 0:
+        raise ValueError("Expected at least one item id. Received an empty index; an empty dataset has nothing to "
+                         "draw batches from")
+    return ids
+
+
+def _check_unique(ids: np.ndarray) -> None:
+    if _is_range(ids):
+        return
+    unique, counts = np.unique(ids, return_counts=True)
+    if len(unique) != len(ids):
+        raise ValueError(f"Expected unique item ids. Received duplicates: {unique[counts > 1][:5]!r}")
+
+
+def _is_range(ids: np.ndarray) -> bool:
+    n = len(ids)
+    return (ids.dtype.kind in 'iu' and n > 0 and ids[0] == 0 and ids[-1] == n - 1
+            and bool(np.array_equal(ids, np.arange(n))))
