@@ -241,7 +241,7 @@ def _evaluate_dict(obj: dict, ctx: Any) -> dict:
         return dict(items)
     new = obj.copy()  # keeps what the subclass carries besides items (a defaultdict's factory)
     new.clear()
-    new.update(items)
+    new.update(dict(items))
     return new
 
 

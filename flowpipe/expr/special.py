@@ -30,7 +30,9 @@ class FuncExpr(Expression):
     def __call__(self, *args: Any, **kwargs: Any) -> Expression:
         if self._bound:
             return super().__call__(*args, **kwargs)
-        return FuncExpr(self._func, *args, **kwargs)
+        bound = FuncExpr(self._func, *args, **kwargs)
+        bound._bound = True  # F(func)() is a call too: a further (...) calls its result
+        return bound
 
     def get(self, ctx: Any) -> Any:
         func = evaluate(self._func, ctx)

@@ -1,0 +1,104 @@
+"""F, R, I, W, P and PerItem."""
+import numpy as np
+import pytest
+
+from flowpipe.expr import B, C, Context, F, I, P, PerItem, R, V, W
+
+
+def add(x, y=0):
+    return x + y
+
+
+def test_func_with_arguments(ctx):
+    assert F(add, V('loss'), y=B.size).get(ctx) == 4.5
+    assert F(add)(V('loss'), 1).get(ctx) == 1.5
+    assert F(lambda: 7).get(ctx) == 7
+
+
+def test_func_result_can_be_called_again(ctx):
+    make = F(lambda: add)
+    assert make()(1, 2).get(ctx) == 3
+
+
+def test_func_rejects_non_callables():
+    with pytest.raises(TypeError, match='Received: func=3'):
+        F(3)
+
+
+def test_func_repr():
+    assert repr(F(add)(B.size, y=1)) == "F(add)(B('size'), y=1)"
+
+
+def test_random_uses_the_batch_generator(ctx):
+    first = R('uniform', 0, 1, size=3).get(ctx)
+    ctx_again = Context(batch=ctx.batch, seed=np.random.SeedSequence(7))
+    assert np.allclose(first, R('uniform', 0, 1, size=3).get(ctx_again))
+    assert R('choice', ['a', 'b']).get(ctx) in ('a', 'b')
+    assert R('normal', size=B.size).get(ctx).shape == (4,)
+
+
+def test_random_rejects_unknown_methods():
+    with pytest.raises(ValueError, match=r"Received: method='unifrom'.*'uniform'"):
+        R('unifrom')
+
+
+def test_iteration(ctx):
+    assert I('c').get(ctx) == 2
+    assert I('current').get(ctx) == 2
+    assert I('m').get(ctx) == 10
+    assert I('r').get(ctx) == pytest.approx(0.3)
+    ctx.iteration = 9
+    assert I('ratio').get(ctx) == 1.0
+
+
+def test_iteration_ratio_needs_a_total(ctx):
+    ctx.total = None
+    assert I('m').get(ctx) is None
+    with pytest.raises(ValueError, match=r"I\('r'\).*total=None"):
+        I('r').get(ctx)
+
+
+def test_iteration_kind_is_validated():
+    with pytest.raises(ValueError, match="Received: 'x'"):
+        I('x')
+
+
+def test_wrap_returns_the_expression(ctx):
+    inner = V('loss') * 2
+    assert W(inner).get(ctx) is inner
+
+
+def test_per_item_splits_sequences(ctx):
+    values = P(B.labels).get(ctx)
+    assert isinstance(values, PerItem) and list(values) == [0, 1, 0, 1]
+    rows = P(B.images).get(ctx)
+    assert len(rows) == 4 and list(rows[1]) == [3.0, 4.0, 5.0]
+
+
+def test_per_item_repeats_scalars(ctx):
+    assert P(C('device')).get(ctx) == ['cpu'] * 4
+    assert P(V('loss')).get(ctx) == [0.5] * 4
+
+
+def test_per_item_random_draws_one_value_per_item(ctx):
+    values = P(R('uniform', 0, 1)).get(ctx)
+    assert len(values) == 4 and len(set(values)) == 4
+    vectors = P(R('normal', size=3)).get(ctx)
+    assert len(vectors) == 4 and vectors[0].shape == (3,)
+    choices = P(R('choice', [5, 6])).get(ctx)
+    assert len(choices) == 4 and set(choices) <= {5, 6}
+
+
+def test_per_item_rejects_wrong_length(ctx):
+    with pytest.raises(ValueError, match=r"one value per batch item \(4\).*length 3"):
+        P(V('triple', default=[1, 2, 3])).get(ctx)
+
+
+def test_per_item_uses_len_without_size(ctx):
+    ctx.batch = [10, 20]
+    assert P(R('uniform')).get(ctx).__len__() == 2
+
+
+def test_per_item_repr():
+    assert repr(P(R('uniform', 0, 1))) == "P(R('uniform', 0, 1))"
+    assert repr(PerItem([1])) == 'PerItem([1])'
