@@ -1,0 +1,206 @@
+"""Engines: one step with any device list and micro-batch size equals a hand-written full-batch step."""
+import copy
+import threading
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from flowpipe.parallel import build_engine, make_plan
+from flowpipe.parallel.engines import ReplicaEngine, SingleEngine
+
+CLASSES = 3
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, CLASSES)).double()
+
+
+def convnet(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(4 * 3 * 3, CLASSES)).double()
+
+
+def data(batch_size, shape=(5,), seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.randn(batch_size, *shape, generator=generator)     # float32: the engine casts to float64
+    targets = torch.randint(0, CLASSES, (batch_size,), generator=generator)
+    return inputs, targets
+
+
+def reference_step(model, inputs, targets, optimizer_class=torch.optim.SGD, steps=1, **options):
+    """The hand-written full-batch loop every plan must reproduce."""
+    model = copy.deepcopy(model)
+    optimizer = optimizer_class(model.parameters(), **options)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(inputs.double()), targets)
+        loss.backward()
+        optimizer.step()
+    return model, loss.item()
+
+
+def engine_step(model, plan, inputs, targets, optimizer_class=torch.optim.SGD, steps=1, **options):
+    model = copy.deepcopy(model)
+    with build_engine(model, plan) as engine:
+        optimizer = optimizer_class(engine.parameters(), **options)
+        results = [engine.train_step([inputs], [targets], F.cross_entropy, optimizer) for _ in range(steps)]
+        replicas = getattr(engine, 'replicas', [engine.module])
+    return engine.module, results[-1].loss, replicas
+
+
+def assert_same_parameters(actual, expected):
+    for (name, a), b in zip(actual.named_parameters(), expected.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-13, msg=f'parameter {name} differs')
+
+
+MICROBATCH = {'off': lambda n: None, 'dividing': lambda n: {12: 4, 7: 1, 2: 1}[n],
+              'not dividing': lambda n: {12: 5, 7: 3, 2: 3}[n]}
+
+
+@pytest.mark.parametrize('num_devices', [1, 2, 3, 4])
+@pytest.mark.parametrize('microbatch', list(MICROBATCH))
+@pytest.mark.parametrize('batch_size', [12, 7, 2])
+def test_one_step_equals_the_full_batch_step(num_devices, microbatch, batch_size):
+    model, (inputs, targets) = mlp(), data(batch_size)
+    expected, expected_loss = reference_step(model, inputs, targets, lr=0.5, momentum=0.9)
+    plan = make_plan([f'CPU:{i}' for i in range(num_devices)], MICROBATCH[microbatch](batch_size), num_gpus=0)
+    actual, loss, replicas = engine_step(model, plan, inputs, targets, lr=0.5, momentum=0.9)
+    assert loss == pytest.approx(expected_loss, rel=1e-10)
+    assert_same_parameters(actual, expected)
+    for replica in replicas:
+        assert_same_parameters(replica, expected)
+
+
+@pytest.mark.parametrize('device, microbatch', [('CPU:0', 3), (['CPU:0', 'CPU:1', 'CPU:2'], None),
+                                                ('CPU:0x4', 3), (['CPU:0', 'CPU:1'], 4)])
+def test_several_adam_steps_on_a_conv_net_match(device, microbatch):
+    model, (inputs, targets) = convnet(), data(10, (2, 6, 6))
+    expected, expected_loss = reference_step(model, inputs, targets, torch.optim.Adam, steps=3, lr=0.01)
+    plan = make_plan(device, microbatch, num_gpus=0)
+    actual, loss, _ = engine_step(model, plan, inputs, targets, torch.optim.Adam, steps=3, lr=0.01)
+    assert loss == pytest.approx(expected_loss, rel=1e-10)
+    assert_same_parameters(actual, expected)
+
+
+def test_weighted_devices_give_the_same_step():
+    model, (inputs, targets) = mlp(), data(11)
+    expected, _ = reference_step(model, inputs, targets, lr=0.5)
+    plan = make_plan(['CPU:0', 'CPU:1', 'CPU:2'], 4, device_weights=[1, 5, 2], num_gpus=0)
+    actual, _, _ = engine_step(model, plan, inputs, targets, lr=0.5)
+    assert_same_parameters(actual, expected)
+
+
+@pytest.mark.parametrize('device, microbatch', [('CPU:0', None), ('CPU:0', 3), (['CPU:0', 'CPU:1', 'CPU:2'], 4)])
+def test_outputs_and_predictions_come_back_in_batch_order(device, microbatch):
+    model, (inputs, _) = mlp(), data(10)
+    targets = torch.arange(10) % CLASSES
+    expected = model(inputs.double()).detach()
+    with build_engine(copy.deepcopy(model), make_plan(device, microbatch, num_gpus=0)) as engine:
+        torch.testing.assert_close(engine.predict([inputs]), expected, rtol=1e-12, atol=1e-14)
+        assert not engine.module.training
+        optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+        result = engine.train_step([inputs], [targets], F.cross_entropy, optimizer, return_outputs=True)
+        torch.testing.assert_close(result.outputs, expected, rtol=1e-12, atol=1e-14)
+        assert engine.module.training
+
+
+class TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 2), nn.Linear(4, 2)
+
+    def forward(self, x, y):
+        return self.a(x) + self.b(y)
+
+
+def test_several_inputs_and_targets_keep_their_dtypes():
+    torch.manual_seed(0)
+    model = TwoInputs().double()
+    x, y = torch.randn(7, 3), torch.randn(7, 4)
+    labels, scale = torch.randint(0, 2, (7,)), torch.rand(7)
+    seen = []
+
+    def loss_fn(outputs, labels, scale):
+        seen.append((outputs.dtype, labels.dtype, scale.dtype))
+        return (F.cross_entropy(outputs, labels, reduction='none') * scale).mean()
+
+    with build_engine(model, make_plan(['CPU:0', 'CPU:1'], 2, num_gpus=0)) as engine:
+        engine.train_step((x, y), (labels, scale), loss_fn, torch.optim.SGD(engine.parameters(), lr=0.1))
+    assert set(seen) == {(torch.float64, torch.int64, torch.float64)} and len(seen) == 7  # chunks 2, 2, 2, 1 split over two replicas
+
+
+def test_the_engine_kind_follows_the_plan_and_the_primary_holds_the_truth():
+    model = mlp()
+    single = build_engine(model, make_plan(num_gpus=0))
+    assert isinstance(single, SingleEngine) and single.module is model
+    with build_engine(mlp(), make_plan(['CPU:0', 'CPU:1'], num_gpus=0)) as replicas:
+        assert isinstance(replicas, ReplicaEngine)
+        assert list(replicas.parameters()) == list(replicas.module.parameters())
+        assert replicas.state_dict().keys() == replicas.module.state_dict().keys()
+        assert replicas.replicas[1] is not replicas.module
+        assert 'ReplicaEngine(DevicePlan: 2 replicas' in repr(replicas)
+
+
+def test_sync_copies_loaded_weights_to_the_replicas():
+    inputs, _ = data(6)
+    with build_engine(mlp(), make_plan(['CPU:0', 'CPU:1', 'CPU:2'], num_gpus=0)) as engine:
+        engine.module.load_state_dict(mlp(seed=5).state_dict())
+        engine.sync()
+        torch.testing.assert_close(engine.predict(inputs), mlp(seed=5)(inputs.double()).detach())
+
+
+def test_close_stops_the_worker_threads_and_later_steps_fail_clearly():
+    engine = build_engine(mlp(), make_plan(['CPU:0', 'CPU:1', 'CPU:2'], num_gpus=0))
+    workers = [t for t in threading.enumerate() if t.name.startswith('flowpipe-replica')]
+    assert len(workers) >= 2 and all(t.daemon for t in workers)
+    engine.close()
+    engine.close()
+    assert not any(t.is_alive() for t in workers)
+    with pytest.raises(RuntimeError, match='after close'):
+        engine.predict(data(4)[0])
+
+
+def test_an_error_on_a_replica_thread_reaches_the_caller():
+    def loss_fn(outputs, targets):
+        if threading.current_thread().name.startswith('flowpipe-replica'):
+            raise ArithmeticError('replica failed')
+        return F.cross_entropy(outputs, targets)
+
+    inputs, targets = data(6)
+    with build_engine(mlp(), make_plan(['CPU:0', 'CPU:1'], num_gpus=0)) as engine:
+        with pytest.raises(ArithmeticError, match='replica failed'):
+            engine.train_step([inputs], [targets], loss_fn, torch.optim.SGD(engine.parameters(), lr=0.1))
+        assert engine.predict([inputs]).shape == (6, CLASSES)
+
+
+@pytest.mark.parametrize('device', ['CPU:0', ['CPU:0', 'CPU:1']])
+def test_bad_batches_are_rejected(device):
+    with build_engine(mlp(), make_plan(device, num_gpus=0)) as engine:
+        optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+        with pytest.raises(ValueError, match=r'one length.*\[4, 3\]'):
+            engine.train_step([torch.zeros(4, 5)], [torch.zeros(3, dtype=torch.long)], F.cross_entropy, optimizer)
+        with pytest.raises(ValueError, match='non-empty batch'):
+            engine.predict([torch.zeros(0, 5)])
+        with pytest.raises(ValueError, match='at least one input'):
+            engine.predict([])
+        with pytest.raises(TypeError, match='sequence of batch-first tensors'):
+            engine.predict({'x': torch.zeros(2, 5)})
+
+
+def test_build_engine_checks_its_arguments():
+    with pytest.raises(TypeError, match='Expected an nn.Module'):
+        build_engine(lambda x: x, make_plan(num_gpus=0))
+    with pytest.raises(TypeError, match='Expected a DevicePlan'):
+        build_engine(mlp(), {'device': 'cpu'})
+
+
+def test_amp_on_cpu_is_ignored_with_a_warning():
+    model, (inputs, targets) = mlp(), data(6)
+    expected, _ = reference_step(model, inputs, targets, lr=0.5)
+    with pytest.warns(RuntimeWarning, match='amp=True is ignored on CPU'):
+        actual, _, _ = engine_step(model, make_plan(amp=True, num_gpus=0), inputs, targets, lr=0.5)
+    assert_same_parameters(actual, expected)
