@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from flowpipe.data.arrays import object_array
+from flowpipe.expr import PerItem
 
 __all__ = ['accepts_rng', 'apply_to_items', 'collect', 'is_per_item', 'run_items']
 
@@ -21,7 +22,7 @@ _NUMBERS = (int, float, bool, complex, np.generic)
 
 def is_per_item(value: Any) -> bool:
     """Whether ``value`` is a ``PerItem`` sequence (from ``P(...)``): one entry per batch item."""
-    return any(klass.__name__ == 'PerItem' for klass in type(value).__mro__)
+    return isinstance(value, PerItem)
 
 
 def accepts_rng(func: Callable) -> bool:

@@ -1,0 +1,141 @@
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from flowpipe.batch import Batch
+from flowpipe.data import Dataset, DatasetIndex
+
+
+class PairBatch(Batch):
+    components = ('images', 'labels')
+
+
+def make_dataset(size=10, **kwargs):
+    images = np.arange(size * 4, dtype=np.float32).reshape(size, 2, 2)
+    labels = np.arange(size) % 3
+    return Dataset(size, batch_class=PairBatch, preloaded=(images, labels), **kwargs)
+
+
+def test_basic_properties():
+    dataset = make_dataset(num_classes=3)
+    assert len(dataset) == dataset.size == 10
+    assert list(dataset.indices) == list(range(10))
+    assert dataset.num_classes == 3
+    assert dataset.attributes == {'num_classes': 3}
+    assert 'size=10' in repr(dataset)
+
+
+def test_default_batch_class_and_dict_preloaded():
+    dataset = Dataset(DatasetIndex(4), preloaded={'x': [1, 2, 3, 4]})
+    batch = dataset.create_batch([2, 0])
+    assert type(batch) is Batch
+    assert batch.components == ('x',)
+    assert list(batch.x) == [3, 1]
+    assert batch.dataset is dataset
+
+
+def test_create_batch_slices_components():
+    dataset = make_dataset()
+    batch = dataset.create_batch(DatasetIndex(10).subset([3, 1]))
+    assert isinstance(batch, PairBatch)
+    assert list(batch.labels) == [0, 1]
+    assert np.array_equal(batch.images, dataset.preloaded['images'][[3, 1]])
+
+
+def test_batch_data_is_a_copy():
+    dataset = make_dataset()
+    batch = dataset.create_batch([0, 1])
+    batch.images += 100
+    assert dataset.preloaded['images'][0, 0, 0] == 0
+
+
+def test_split_shares_data_and_maps_ids():
+    dataset = make_dataset(num_classes=3)
+    dataset.split(0.6, shuffle=4)
+    assert len(dataset.train) == 6 and len(dataset.test) == 4 and dataset.validation is None
+    assert dataset.train.preloaded is dataset.preloaded
+    assert dataset.test.num_classes == 3
+    batch = dataset.test.create_batch(dataset.test.index)
+    assert list(batch.labels) == list(dataset.test.indices % 3)
+
+
+def test_non_range_ids_map_to_positions():
+    dataset = Dataset(['x', 'y', 'z'], preloaded={'value': np.array([10, 20, 30])})
+    dataset.split(0.34)
+    batch = dataset.test.create_batch(dataset.test.index)
+    assert list(batch.indices) == ['y', 'z'] and list(batch.value) == [20, 30]
+
+
+def test_gen_batch_and_next_batch():
+    dataset = make_dataset()
+    got = [list(batch.labels) for batch in dataset.gen_batch(4, n_epochs=1)]
+    assert got == [[0, 1, 2, 0], [1, 2, 0, 1], [2, 0]]
+    assert dataset.n_batches(4, n_epochs=1) == 3
+    assert list(dataset.next_batch(3).indices) == [0, 1, 2]
+    assert list(dataset.next_batch(3).indices) == [3, 4, 5]
+    dataset.reset_iter()
+    assert list(dataset.next_batch(3).indices) == [0, 1, 2]
+
+
+def test_without_preloaded():
+    batch = Dataset(5, batch_class=PairBatch).create_batch([1, 2])
+    assert batch.images is None and batch.components == ('images', 'labels')
+
+
+def test_ragged_preloaded_becomes_object_array():
+    images = [np.zeros((2, 2)), np.zeros((3, 3)), np.zeros((1, 1))]
+    batch = Dataset(3, preloaded={'images': images}).create_batch([2, 0])
+    assert batch.images.dtype == object and batch.images[0].shape == (1, 1)
+
+
+def test_mismatched_lengths():
+    with pytest.raises(ValueError, match="'labels' to have one entry per item \\(10\\). Received 9"):
+        Dataset(10, preloaded={'images': np.zeros(10), 'labels': np.zeros(9)})
+
+
+def test_tuple_needs_declared_components():
+    with pytest.raises(ValueError, match='tuple of 2 arrays.*Received a tuple of 1'):
+        Dataset(3, batch_class=PairBatch, preloaded=(np.zeros(3),))
+    with pytest.raises(ValueError, match='named'):
+        Dataset(3, preloaded=(np.zeros(3),))
+
+
+def test_bad_preloaded_type():
+    with pytest.raises(TypeError, match='preloaded to be a dict'):
+        Dataset(3, preloaded=np.zeros(3))
+
+
+def test_attribute_clash():
+    with pytest.raises(ValueError, match='split'):
+        Dataset(3, split=1)
+
+
+def test_component_name_clash():
+    with pytest.raises(ValueError, match="'size'"):
+        Dataset(3, preloaded={'size': np.zeros(3)})
+
+
+def test_empty_dataset():
+    with pytest.raises(ValueError, match='empty'):
+        Dataset([])
+
+
+def test_unknown_ids_in_batch():
+    with pytest.raises(ValueError, match='unknown ids'):
+        Dataset(['a', 'b']).create_batch(['c'])
+
+
+def test_pipeline_is_new_each_time(monkeypatch):
+    class FakePipeline:
+        def __init__(self, dataset=None, config=None):
+            self.dataset, self.config = dataset, config
+
+    module = types.ModuleType('flowpipe.pipeline')
+    module.Pipeline = FakePipeline
+    monkeypatch.setitem(sys.modules, 'flowpipe.pipeline', module)
+    dataset = make_dataset()
+    first, second = dataset.p, dataset.pipeline({'a': 1})
+    assert first is not second and first is not dataset.p
+    assert first.dataset is dataset and second.config == {'a': 1}
