@@ -1,0 +1,207 @@
+import pickle
+
+import numpy as np
+import pytest
+
+from flowpipe.batch import ActionSpec, Batch, action
+from flowpipe.data import DatasetIndex
+
+
+class PairBatch(Batch):
+    components = ('images', 'labels')
+
+    @action
+    def double(self):
+        self.images = self.images * 2
+        return self
+
+    @action(use_lock=True)
+    def locked(self):
+        return self
+
+    def helper(self):
+        return self
+
+
+class ChildBatch(PairBatch):
+    @action
+    def extra(self):
+        return self
+
+    def locked(self):
+        """Overridden without @action: no longer an action."""
+        return self
+
+
+def make_batch(size=4):
+    return PairBatch(np.arange(size), data=(np.arange(size) * 10, np.arange(size) % 2))
+
+
+class TestComponents:
+    def test_tuple_data(self):
+        batch = make_batch()
+        assert batch.components == ('images', 'labels')
+        assert list(batch.images) == [0, 10, 20, 30]
+        assert batch.size == len(batch) == 4
+        assert list(batch.indices) == [0, 1, 2, 3]
+        assert isinstance(batch.index, DatasetIndex)
+
+    def test_dict_data_adds_dynamic_components(self):
+        batch = PairBatch(3, data={'images': np.zeros(3), 'masks': [1, 2, 3]})
+        assert batch.components == ('images', 'labels', 'masks')
+        assert batch.labels is None
+        assert isinstance(batch.masks, np.ndarray)
+
+    def test_plain_batch_has_no_declared_components(self):
+        batch = Batch(2)
+        assert batch.components == () and Batch.components is None
+
+    def test_assignment_updates_component(self):
+        batch = make_batch()
+        batch.images = np.ones(4)
+        assert list(batch.data['images']) == [1, 1, 1, 1]
+
+    def test_data_view(self):
+        batch = make_batch()
+        assert list(batch.data) == ['images', 'labels']
+        assert len(batch.data) == 2
+        with pytest.raises(KeyError, match="'masks'"):
+            batch.data['masks']
+
+    def test_add_components(self):
+        batch = make_batch()
+        batch.add_components('masks', init=np.zeros(4))
+        batch.add_components(['a', 'b'], init=[np.ones(4), [5, 6, 7, 8]])
+        batch.add_components(['c', 'd'])
+        assert batch.components == ('images', 'labels', 'masks', 'a', 'b', 'c', 'd')
+        assert list(batch.b) == [5, 6, 7, 8] and batch.c is None
+
+    def test_add_existing_component(self):
+        with pytest.raises(ValueError, match="existing \\['images'\\]"):
+            make_batch().add_components('images')
+
+    def test_add_component_of_wrong_length(self):
+        with pytest.raises(ValueError, match="'masks' to have 4 items.*Received 3"):
+            make_batch().add_components('masks', init=np.zeros(3))
+
+    def test_mismatched_lengths(self):
+        with pytest.raises(ValueError, match="'labels' to have 3 items.*Received 2"):
+            PairBatch(3, data=(np.zeros(3), np.zeros(2)))
+
+    def test_wrong_tuple_length(self):
+        with pytest.raises(ValueError, match='tuple of 2 components'):
+            PairBatch(3, data=(np.zeros(3),))
+
+    def test_bad_data_type(self):
+        with pytest.raises(TypeError, match='dict or a tuple'):
+            Batch(3, data=[1, 2, 3])
+
+    @pytest.mark.parametrize('name', ['size', 'apply_parallel', 'index', 'double'])
+    def test_component_name_hiding_an_attribute(self, name):
+        with pytest.raises(ValueError, match=repr(name)):
+            PairBatch(2, data={name: [1, 2]})
+
+    def test_declared_name_clash_fails_at_class_creation(self):
+        with pytest.raises(ValueError, match="'merge'"):
+            type('Bad', (Batch,), {'components': ('merge',)})
+
+    def test_scalar_component(self):
+        with pytest.raises(TypeError, match="component 'images'"):
+            Batch(2, data={'images': 5})
+
+    def test_pickle(self):
+        batch = pickle.loads(pickle.dumps(make_batch()))
+        assert list(batch.labels) == [0, 1, 0, 1] and batch.components == ('images', 'labels')
+
+    def test_repr(self):
+        assert repr(make_batch()) == "PairBatch(size=4, components=('images', 'labels'))"
+
+
+class TestRandom:
+    def test_random_made_from_seed_on_first_use(self):
+        batch = make_batch()
+        assert batch._random is None
+        batch.seed = 5
+        expected = np.random.default_rng(np.random.SeedSequence(5)).random()
+        assert batch.random.random() == expected
+        assert batch.random is batch.random
+
+    def test_new_seed_resets_generator(self):
+        batch = make_batch()
+        batch.seed = np.random.SeedSequence(1)
+        first = batch.random.random()
+        batch.seed = np.random.SeedSequence(1)
+        assert batch.random.random() == first
+
+    def test_default_is_fresh_entropy(self):
+        assert make_batch().seed.entropy != make_batch().seed.entropy
+
+    def test_random_can_be_set(self):
+        batch = make_batch()
+        rng = np.random.default_rng(0)
+        batch.random = rng
+        assert batch.random is rng
+
+
+class TestActions:
+    def test_action_marks_method(self):
+        assert PairBatch.double.action == ActionSpec(use_lock=False)
+        assert PairBatch.locked.action.use_lock is True
+        assert not hasattr(PairBatch.helper, 'action')
+
+    def test_action_names_include_inherited(self):
+        assert PairBatch.action_names() == ('add_components', 'apply_parallel', 'double', 'locked')
+        assert ChildBatch.action_names() == ('add_components', 'apply_parallel', 'double', 'extra')
+        assert Batch.action_names() == ('add_components', 'apply_parallel')
+
+    def test_action_spec(self):
+        assert PairBatch.action_spec('locked') == ActionSpec(use_lock=True)
+        assert PairBatch.action_spec('helper') is None
+        assert PairBatch.action_spec('nope') is None
+
+    def test_action_runs(self):
+        assert list(make_batch().double().images) == [0, 20, 40, 60]
+
+    def test_bad_use_lock(self):
+        with pytest.raises(TypeError, match="use_lock=1"):
+            action(use_lock=1)
+
+
+class TestSubsetAndMerge:
+    def test_subset(self):
+        sub = make_batch().subset([3, 0])
+        assert list(sub.indices) == [3, 0] and list(sub.images) == [30, 0]
+        assert type(sub) is PairBatch
+
+    def test_merge(self):
+        first, second = make_batch(), PairBatch([7, 8], data=(np.array([70, 80]), np.array([1, 1])))
+        merged, rest = Batch.merge([first, second])
+        assert rest is None
+        assert list(merged.indices) == [0, 1, 2, 3, 7, 8]
+        assert list(merged.images) == [0, 10, 20, 30, 70, 80]
+
+    def test_merge_with_batch_size(self):
+        batches = [PairBatch([i, i + 10], data=(np.full((2, 3), i), np.array([i, i]))) for i in range(3)]
+        merged, rest = Batch.merge(batches, batch_size=4)
+        assert list(merged.indices) == [0, 10, 1, 11] and merged.images.shape == (4, 3)
+        assert list(rest.indices) == [2, 12] and list(rest.labels) == [2, 2]
+
+    def test_merge_ragged_items(self):
+        first = Batch(1, data={'images': [np.zeros((2, 2))]})
+        second = Batch([5], data={'images': [np.zeros((3, 3))]})
+        merged, _ = Batch.merge([first, second])
+        assert merged.images.dtype == object and merged.images[1].shape == (3, 3)
+
+    def test_merge_none_components(self):
+        merged, _ = Batch.merge([PairBatch(2), PairBatch([5, 6])])
+        assert merged.images is None and len(merged) == 4
+
+    def test_merge_errors(self):
+        with pytest.raises(ValueError, match='at least one batch'):
+            Batch.merge([])
+        with pytest.raises(ValueError, match='same components'):
+            Batch.merge([make_batch(), Batch(2)])
+        with pytest.raises(ValueError, match='batch_size=0'):
+            Batch.merge([make_batch()], batch_size=0)
+        with pytest.raises(ValueError, match="'labels' to hold data in every batch or in none"):
+            Batch.merge([make_batch(), PairBatch(2, data={'images': np.zeros(2)})])
