@@ -216,14 +216,14 @@ def evaluate(obj: Any, ctx: Any) -> Any:
     container without expressions comes back as the same object, so constants are never copied.
     ``W(expr)`` evaluates to ``expr`` itself.
     """
-    if isinstance(obj, Expression):
-        return obj.get(ctx)
     kind = type(obj)
     if kind in _PLAIN:
         return obj
+    if isinstance(obj, Expression):
+        return obj.get(ctx)
     if kind is list or kind is tuple:
-        values = [evaluate(item, ctx) for item in obj]
-        if all(new is old for new, old in zip(values, obj)):
+        values = _evaluate_items(obj, ctx)
+        if values is None:
             return obj
         return values if kind is list else tuple(values)
     if isinstance(obj, dict):
@@ -233,9 +233,31 @@ def evaluate(obj: Any, ctx: Any) -> Any:
     return obj
 
 
+def _evaluate_items(items: list | tuple, ctx: Any) -> list | None:
+    """The evaluated items, or ``None`` when no item changed (then the caller keeps the original)."""
+    values = None
+    for position, item in enumerate(items):
+        new = evaluate(item, ctx)
+        if values is not None:
+            values.append(new)
+        elif new is not item:
+            values = list(items[:position])
+            values.append(new)
+    return values
+
+
 def _evaluate_dict(obj: dict, ctx: Any) -> dict:
-    items = [(evaluate(key, ctx), evaluate(value, ctx)) for key, value in obj.items()]
-    if all(new_key is key and new_value is value for (new_key, new_value), (key, value) in zip(items, obj.items())):
+    items = None
+    plain = _PLAIN
+    for position, (key, value) in enumerate(obj.items()):
+        new_key = key if type(key) in plain else evaluate(key, ctx)
+        new_value = value if type(value) in plain else evaluate(value, ctx)
+        if items is not None:
+            items.append((new_key, new_value))
+        elif new_key is not key or new_value is not value:
+            items = list(obj.items())[:position]
+            items.append((new_key, new_value))
+    if items is None:
         return obj
     if type(obj) is dict:
         return dict(items)
@@ -247,12 +269,12 @@ def _evaluate_dict(obj: dict, ctx: Any) -> dict:
 
 def _evaluate_collection(obj: Any, ctx: Any) -> Any:
     if isinstance(obj, (set, frozenset)):
-        # set items are not ordered, so identity of the walk's output cannot be compared item by item
+        # set items have no order, so the walk cannot tell unchanged items position by position
         if not any(contains_expressions(item) for item in obj):
             return obj
         return type(obj)(evaluate(item, ctx) for item in obj)
-    values = [evaluate(item, ctx) for item in obj]
-    if all(new is old for new, old in zip(values, obj)):
+    values = _evaluate_items(list(obj), ctx)
+    if values is None:
         return obj
     if hasattr(type(obj), '_fields'):
         return type(obj)(*values)

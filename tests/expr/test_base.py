@@ -136,3 +136,23 @@ def test_contains_expressions():
     assert contains_expressions({V('x'): 1})
     assert contains_expressions(frozenset({C('a')}))
     assert contains_expressions(Config({'a/b': V('x')}))
+
+
+def test_copy_and_deepcopy_keep_expressions_working(ctx):
+    import copy
+    expr = (V('loss') + 1) * B.size
+    assert copy.copy(expr).get(ctx) == 6.0
+    assert copy.deepcopy(expr).get(ctx) == 6.0
+    assert copy.deepcopy({'x': B.images})['x'].get(ctx).shape == (4, 3)
+
+
+def test_torch_tensors_defer_to_expressions(ctx):
+    torch = pytest.importorskip('torch')
+    expr = torch.ones(2) * V('loss')
+    assert isinstance(expr, Expression)
+    assert expr.get(ctx).tolist() == [0.5, 0.5]
+
+
+def test_expression_keys_in_configs(ctx):
+    cfg = Config({B.size: 'four', C('device'): V('loss')})
+    assert evaluate(cfg, ctx) == {4: 'four', 'cpu': 0.5}
