@@ -136,7 +136,7 @@ class Prefetcher:
     @property
     def ready(self) -> int:
         """How many finished results are waiting to be delivered."""
-        if self._pool is None:
+        if self._pool is None or self._closed:
             return 0
         return len(self._pending) + self._pool.results.qsize()
 
@@ -188,6 +188,8 @@ class Prefetcher:
             self.close()
 
     def _run_pool(self) -> Iterator[Any]:
+        if self._closed:
+            return
         try:
             submitted = 0
             for seq in itertools.count():
