@@ -1,0 +1,154 @@
+import threading
+
+import numpy as np
+import pytest
+
+from flowpipe.batch import Batch
+from flowpipe.batch.parallel import accepts_rng, collect, run_items
+from flowpipe.expr import PerItem
+
+
+class PairBatch(Batch):
+    components = ('images', 'labels')
+
+
+def make_batch(size=6, seed=3):
+    batch = PairBatch(size, data=(np.arange(size * 2, dtype=float).reshape(size, 2), np.arange(size)))
+    batch.seed = seed
+    return batch
+
+
+def test_maps_over_items_in_place():
+    batch = make_batch().apply_parallel(lambda item: item + 1)
+    assert batch.images.shape == (6, 2) and batch.images[0, 0] == 1
+
+
+def test_dst_adds_component_and_keeps_src():
+    batch = make_batch().apply_parallel(lambda item: item.sum(), src='images', dst='sums')
+    assert list(batch.sums) == [1, 5, 9, 13, 17, 21]
+    assert batch.images[0, 1] == 1
+    assert 'sums' in batch.components
+
+
+def test_extra_args_and_kwargs():
+    batch = make_batch().apply_parallel(lambda item, a, b=0: item * a + b, 'labels', None, None, 10, b=1)
+    assert list(batch.labels) == [1, 11, 21, 31, 41, 51]
+
+
+def test_several_src_and_dst():
+    batch = make_batch().apply_parallel(lambda image, label: (image[0], label * 2), src=['images', 'labels'],
+                                        dst=['first', 'twice'])
+    assert list(batch.first) == [0, 2, 4, 6, 8, 10]
+    assert list(batch.twice) == [0, 2, 4, 6, 8, 10]
+
+
+def test_several_dst_need_tuples():
+    with pytest.raises(ValueError, match='return 2 values per item'):
+        make_batch().apply_parallel(lambda label: label, src='labels', dst=['a', 'b'])
+
+
+def test_per_item_arguments():
+    batch = make_batch(3).apply_parallel(lambda label, k, m=1: label + k * m, 'labels', 'out', None,
+                                         PerItem([100, 200, 300]), m=PerItem([1, 2, 3]))
+    assert list(batch.out) == [100, 401, 902]
+
+
+def test_per_item_argument_of_wrong_length():
+    with pytest.raises(ValueError, match='3 values, one per batch item. Received 2'):
+        make_batch(3).apply_parallel(lambda label, k: label, 'labels', None, None, PerItem([1, 2]))
+
+
+def test_probability_is_reproducible_and_copies_the_rest():
+    def run(seed):
+        return make_batch(50, seed).apply_parallel(lambda label: -1, src='labels', dst='out', p=0.5).out
+
+    first = run(1)
+    assert np.array_equal(first, run(1)) and not np.array_equal(first, run(2))
+    changed = first == -1
+    assert 0 < changed.sum() < 50
+    assert np.array_equal(first[~changed], np.arange(50)[~changed])
+
+
+def test_probability_bounds():
+    assert list(make_batch().apply_parallel(lambda x: -1, src='labels', p=0).labels) == list(range(6))
+    assert list(make_batch().apply_parallel(lambda x: -1, src='labels', p=1).labels) == [-1] * 6
+    with pytest.raises(ValueError, match='p=1.5'):
+        make_batch().apply_parallel(lambda x: x, src='labels', p=1.5)
+
+
+def test_rng_per_item_is_deterministic_and_independent():
+    def noisy(label, rng):
+        return rng.random()
+
+    first = make_batch(seed=7).apply_parallel(noisy, src='labels', dst='noise').noise
+    second = make_batch(seed=7).apply_parallel(noisy, src='labels', dst='noise', workers=3).noise
+    assert np.array_equal(first, second)
+    assert len(set(first)) == 6
+    assert not np.array_equal(first, make_batch(seed=8).apply_parallel(noisy, src='labels', dst='noise').noise)
+
+
+def test_explicit_rng_kwarg_is_kept():
+    rng = np.random.default_rng(0)
+    batch = make_batch().apply_parallel(lambda label, rng: rng is not None, src='labels', dst='ok', rng=rng)
+    assert batch.ok.all()
+
+
+def test_workers_give_same_result_and_leave_no_thread():
+    before = threading.active_count()
+    batch = make_batch().apply_parallel(lambda item: item * 3, workers=4)
+    assert batch.images[5, 1] == 33
+    assert threading.active_count() == before
+
+
+def test_worker_exception_propagates():
+    def fail(label):
+        if label == 3:
+            raise RuntimeError('item 3 failed')
+        return label
+
+    with pytest.raises(RuntimeError, match='item 3 failed'):
+        make_batch().apply_parallel(fail, src='labels', workers=2)
+
+
+def test_ragged_results_become_object_array():
+    batch = make_batch(3).apply_parallel(lambda label: np.zeros(label + 1), src='labels', dst='ragged')
+    assert batch.ragged.dtype == object and batch.ragged[2].shape == (3,)
+
+
+def test_unknown_or_empty_src():
+    with pytest.raises(ValueError, match="components \\('images', 'labels'\\). Received: 'masks'"):
+        make_batch().apply_parallel(lambda x: x, src='masks')
+    with pytest.raises(ValueError, match="'labels' to hold data"):
+        PairBatch(2, data={'images': np.zeros(2)}).apply_parallel(lambda x: x, src='labels')
+
+
+def test_bad_func_and_workers():
+    with pytest.raises(TypeError, match='callable'):
+        make_batch().apply_parallel(3)
+    with pytest.raises(ValueError, match='workers=0'):
+        make_batch().apply_parallel(lambda x: x, workers=0)
+
+
+def test_accepts_rng():
+    def with_rng(x, rng=None):
+        return x
+
+    class Holder:
+        def method(self, x, *, rng):
+            return x
+
+    assert accepts_rng(with_rng) and accepts_rng(Holder().method)
+    assert not accepts_rng(lambda x, **kwargs: x)
+    assert not accepts_rng(np.add)
+
+
+def test_collect():
+    assert collect([np.zeros(2), np.ones(2)]).shape == (2, 2)
+    assert collect([1, 2.5]).dtype == float
+    assert collect([np.zeros(2), np.zeros(3)]).dtype == object
+    assert collect(['a', 'bc']).dtype == object
+    assert collect([]).shape == (0,)
+
+
+def test_run_items_order():
+    assert run_items(lambda i: i * i, range(5), workers=3) == [0, 1, 4, 9, 16]
