@@ -1,3 +1,11 @@
-"""flowpipe.execution"""
+"""Running pipelines: batch source → action runner → prefetcher → progress, with ordered locks and profiling."""
+from .locks import LockCancelled, OrderedLocks
+from .prefetch import Prefetcher
+from .profile import Profiler
+from .run import RunArgs, iterate, next_batch, run_pipeline
+from .runner import BatchRunner, run_steps
+from .steps import Plan, Step, compile_plan
 
-__all__: list[str] = []
+__all__ = ['BatchRunner', 'LockCancelled', 'OrderedLocks', 'Plan', 'Prefetcher', 'Profiler', 'RunArgs', 'Step',
+           'compile_plan', 'iterate', 'next_batch', 'run_pipeline', 'run_steps']
+assert __all__ == sorted(__all__)

@@ -1,4 +1,11 @@
-"""Pipeline definitions and built-in actions."""
-from .registry import builtin, builtin_names, get_builtin
+"""Pipeline definitions: the immutable ``Pipeline``, its frozen records, state and built-in actions."""
+from . import builtins as _builtins  # registers the built-in actions
+from .pipeline import Pipeline, SectionBuilder
+from .records import ActionRecord, MaybeRecord
+from .registry import Builtin, builtin, builtin_names, get_builtin
+from .state import PipelineState
 
-__all__ = ['builtin', 'builtin_names', 'get_builtin']
+__all__ = ['ActionRecord', 'Builtin', 'MaybeRecord', 'Pipeline', 'PipelineState', 'SectionBuilder', 'builtin',
+           'builtin_names', 'get_builtin']
+assert __all__ == sorted(__all__)
+del _builtins

@@ -18,28 +18,42 @@ class Builtin:
 
     Attributes:
         name: the action's name in a pipeline chain.
-        func: ``func(ctx, *args, **kwargs)``; a returned ``Batch`` replaces the current batch.
+        func: ``func(ctx, *args, **kwargs)``; a returned value other than ``None`` (a batch) replaces the
+            current batch.
         evaluate: evaluate named expressions in the arguments before calling ``func``.
         on_declare: optional ``(args, kwargs) -> (args, kwargs)`` run when the action is added to a pipeline,
             to validate or normalise arguments early (errors then point at the user's chain, not at a run).
+        keep: keyword arguments passed unevaluated even when ``evaluate`` is true (assignment targets such
+            as ``save_to=V('x')``).
+        per_batch: ``False`` for declarations (``init_variable``) that the pipeline applies once, before
+            the first batch, instead of on every batch.
+        join_at: where the batches of a preceding ``join`` go among the positional arguments (``call``
+            puts them after the function).
     """
     name: str
     func: Callable[..., Any]
     evaluate: bool = True
     on_declare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None
+    keep: tuple[str, ...] = ()
+    per_batch: bool = True
+    join_at: int = 0
 
 
 _BUILTINS: dict[str, Builtin] = {}
 
 
 def builtin(name: str | None = None, *, evaluate: bool = True,
-            on_declare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None) -> Callable:
-    """Register ``func`` as the built-in action ``name`` (the function's name by default)."""
+            on_declare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None,
+            keep: tuple[str, ...] = (), per_batch: bool = True, join_at: int = 0) -> Callable:
+    """Register ``func`` as the built-in action ``name`` (the function's name by default).
+
+    The keyword options are the fields of ``Builtin``.
+    """
     def register(func: Callable) -> Callable:
         action_name = name or func.__name__
         if action_name in _BUILTINS:
             raise ValueError(f"Expected a new built-in action name. Received: name={action_name!r}, already registered")
-        _BUILTINS[action_name] = Builtin(action_name, func, evaluate, on_declare)
+        _BUILTINS[action_name] = Builtin(action_name, func, evaluate, on_declare, tuple(keep), per_batch, join_at)
         return func
     return register
 

@@ -1,0 +1,190 @@
+"""The run loop behind ``Pipeline.run``, ``gen_batch`` and ``next_batch``.
+
+batch source (sub-indices from ``dataset.index.gen_batch``) → ``BatchRunner`` (one batch through the actions)
+→ ``Prefetcher`` (in order, ``prefetch`` batches ahead; in the caller's thread when 0) → later stages after a
+``rebatch`` → progress bar → the caller. The ``before`` section runs when iteration starts, the ``after``
+section when it ends (all batches done, or ``StopPipeline``).
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from ..errors import StopPipeline
+from .locks import OrderedLocks
+from .prefetch import Prefetcher
+from .profile import Profiler
+from .rebatch import rebatch_stage
+from .runner import BatchRunner, run_steps
+from .steps import compile_plan
+
+__all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline']
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """The arguments of one run (``None`` limits: one epoch for ``run``/``gen_batch``, infinite for ``next_batch``)."""
+    batch_size: int | None = None
+    shuffle: bool | int = False
+    n_epochs: int | None = None
+    n_iters: int | None = None
+    drop_last: bool = False
+    bar: Any = False
+    prefetch: int = 0
+    seed: int | None = None
+    profile: bool = False
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def merge(cls, stored: RunArgs | None, *, extra: Mapping[str, Any] | None = None, **given: Any) -> RunArgs:
+        """``stored`` (from ``run(lazy=True)``) updated with the arguments given as anything but ``None``.
+
+        Giving either ``n_epochs`` or ``n_iters`` replaces both stored limits.
+        """
+        changes = {key: value for key, value in given.items() if value is not None}
+        if 'n_epochs' in changes or 'n_iters' in changes:
+            changes.setdefault('n_epochs', None)
+            changes.setdefault('n_iters', None)
+        base = stored if stored is not None else cls()
+        if extra:
+            changes['extra'] = MappingProxyType({**base.extra, **extra})
+        args = replace(base, **changes)
+        args.check()
+        return args
+
+    def check(self) -> None:
+        """Raise ``ValueError``/``TypeError`` for arguments no run could use."""
+        for name in ('batch_size', 'n_epochs', 'n_iters'):
+            _check_count(name, getattr(self, name), allow_none=True)
+        _check_count('prefetch', self.prefetch, allow_none=False, minimum=0)
+        if self.seed is not None and not isinstance(self.seed, (numbers.Integral, np.random.SeedSequence)):
+            raise TypeError(f"Expected seed to be an int or None. Received: seed={self.seed!r}")
+
+    def __repr__(self) -> str:
+        defaults = RunArgs()
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                 if getattr(self, f.name) != getattr(defaults, f.name)]
+        return f"RunArgs({', '.join(shown)})"
+
+
+def _check_count(name: str, value: Any, allow_none: bool, minimum: int = 1) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"Expected {name} to be an int. Received: {name}={value!r}")
+    if value < minimum:
+        raise ValueError(f"Expected {name} >= {minimum}. Received: {name}={value!r}")
+
+
+def run_pipeline(pipeline: Any, args: RunArgs, reset: Any = None) -> Any:
+    """Process every batch of the run; returns ``pipeline``."""
+    batches = iterate(pipeline, args, reset)
+    try:
+        for _ in batches:
+            pass
+    finally:
+        batches.close()
+    return pipeline
+
+
+def next_batch(pipeline: Any, args: RunArgs, reset: Any = None) -> Any:
+    """The next batch of the iteration kept in the pipeline's state (a new one for new arguments)."""
+    state = pipeline.state
+    with state.lock:
+        if reset is not None:
+            pipeline.reset(*_targets(reset))
+        if state.iterator is None or state.iterator_args != args:
+            state.close_iterator()
+            state.iterator = iterate(pipeline, args, infinite=True)
+            state.iterator_args = args
+        return next(state.iterator)
+
+
+def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = False) -> Iterator[Any]:
+    """A generator of the run's processed batches; bad arguments raise here, before any batch."""
+    if reset is not None:
+        pipeline.reset(*_targets(reset))
+    dataset = pipeline.dataset
+    if dataset is None:
+        raise ValueError("Expected a pipeline bound to a dataset. Received: a pipeline with no dataset. "
+                         "Bind one with `pipeline << dataset` or start from dataset.p.")
+    if args.batch_size is None:
+        raise ValueError("Expected a batch size. Received: batch_size=None. Pass run(batch_size) or store one "
+                         "with run(batch_size, lazy=True).")
+    n_epochs, n_iters = args.n_epochs, args.n_iters
+    if n_epochs is None and n_iters is None and not infinite:
+        n_epochs = 1
+    root = _root_seed(args)
+    indices = dataset.index.gen_batch(args.batch_size, args.shuffle, n_iters, n_epochs, args.drop_last, root,
+                                      **args.extra)
+    total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
+    return _batches(pipeline, args, indices, total, root)
+
+
+def _root_seed(args: RunArgs) -> int:
+    if args.seed is not None:
+        return int(args.seed.entropy) if isinstance(args.seed, np.random.SeedSequence) else int(args.seed)
+    if not isinstance(args.shuffle, bool) and isinstance(args.shuffle, numbers.Integral):
+        return int(args.shuffle)
+    return int(np.random.SeedSequence().entropy)
+
+
+def _targets(reset: Any) -> tuple:
+    return (reset,) if isinstance(reset, str) else tuple(reset)
+
+
+def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None, root: int) -> Iterator[Any]:
+    state = pipeline.state
+    locks = OrderedLocks() if args.prefetch else None
+    profiler = Profiler() if args.profile else None
+    if profiler is not None:
+        state.profiler = profiler
+    plan = compile_plan(pipeline.actions, getattr(pipeline.dataset, 'batch_class', None), locks, args.batch_size)
+    runners = [BatchRunner(pipeline, steps, root, stage, total if stage == 0 else None,
+                           locks if stage == 0 and plan.locked else None, profiler)
+               for stage, steps in enumerate(plan.stages)]
+    sections = runners[0].section_context()
+    state.declare_variables(pipeline.all_records(), sections)
+    if not _run_section(pipeline.before.actions, sections):
+        return
+    progress = _progress(args.bar, total, state.variables)
+    prefetcher = Prefetcher(indices, runners[0].process, args.prefetch,
+                            on_close=None if locks is None else locks.close)
+    stream: Iterator[Any] = iter(prefetcher)
+    for runner, options in zip(runners[1:], plan.rebatches):
+        stream = rebatch_stage(stream, runner, **options)
+    try:
+        for batch in stream:
+            state.batches += 1
+            if progress is not None:
+                progress.update(1, ready=prefetcher.ready)
+            yield batch
+    finally:
+        stream.close()
+        prefetcher.close()
+        if progress is not None:
+            progress.close()
+    _run_section(pipeline.after.actions, sections)
+
+
+def _run_section(records: tuple, ctx: Any) -> bool:
+    """Run a ``before``/``after`` section; ``False`` when an action raised ``StopPipeline``."""
+    if not records:
+        return True
+    plan = compile_plan(records, None, None, 1)
+    try:
+        run_steps(plan.stages[0], ctx)
+    except StopPipeline:
+        return False
+    return True
+
+
+def _progress(bar: Any, total: int | None, variables: Any) -> Any:
+    if not bar:
+        return None
+    from ..progress import make_progress
+    return make_progress(bar, total, variables)

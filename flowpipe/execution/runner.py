@@ -1,0 +1,103 @@
+"""The action runner: processes one batch through the compiled steps of one stage.
+
+``BatchRunner.process(seq, index)`` creates the batch from its sub-index, gives it the seed of batch ``seq``
+from the run's seed tree, builds the ``Context`` and runs every step. It is what the prefetcher calls, in the
+caller's thread (``prefetch=0``) or in a worker.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import SkipBatch, StopPipeline
+from ..expr.context import Context
+
+__all__ = ['BatchRunner', 'NOTE_PREFIX', 'run_steps']
+
+NOTE_PREFIX = 'flowpipe: raised in action'
+
+
+def run_steps(steps: tuple, ctx: Any) -> None:
+    """Run ``steps`` on ``ctx`` in order; an error gets a note naming the action and the batch."""
+    for position, step in enumerate(steps):
+        try:
+            step(ctx)
+        except (SkipBatch, StopPipeline):
+            raise
+        except Exception as exc:
+            _note(exc, position, step, ctx.iteration)
+            raise
+
+
+def run_steps_profiled(steps: tuple, ctx: Any, profiler: Any) -> None:
+    """``run_steps`` that also records each step's time in ``profiler``."""
+    clock = time.perf_counter
+    for position, step in enumerate(steps):
+        start = clock()
+        try:
+            step(ctx)
+        except (SkipBatch, StopPipeline):
+            raise
+        except Exception as exc:
+            _note(exc, position, step, ctx.iteration)
+            raise
+        finally:
+            profiler.record(f"{position}: {step.name}", ctx.iteration, clock() - start)
+
+
+def _note(exc: BaseException, position: int, step: Any, seq: int) -> None:
+    notes = getattr(exc, '__notes__', ())
+    if not any(note.startswith(NOTE_PREFIX) for note in notes):
+        exc.add_note(f"{NOTE_PREFIX} #{position} {step.label} of batch {seq}")
+
+
+class BatchRunner:
+    """Processes batches of one stage of a run.
+
+    Args:
+        pipeline: the running pipeline (its dataset, config and state are read once, here).
+        steps: the stage's compiled steps.
+        root: the run's root seed (int entropy).
+        stage: the stage number (0 before any ``rebatch``); batch ``seq`` of stage ``s`` gets spawn key
+            ``(1 + s, seq)``.
+        total: number of batches the stage will produce, or ``None``.
+        locks: ``OrderedLocks`` when a step takes one, else ``None``.
+        profiler: a ``Profiler`` for ``profile=True``, else ``None``.
+    """
+
+    def __init__(self, pipeline: Any, steps: tuple, root: int, stage: int = 0, total: int | None = None,
+                 locks: Any = None, profiler: Any = None):
+        self.pipeline, self.steps, self.root, self.stage = pipeline, steps, root, stage
+        self.dataset, self.config, state = pipeline.dataset, pipeline.config, pipeline.state
+        self.variables, self.models = state.variables, state.models
+        self.total, self.locks, self.profiler = total, locks, profiler
+
+    def process(self, seq: int, index: Any) -> Any:
+        """Create batch ``seq`` from ``index`` and run the steps on it; returns the processed batch."""
+        return self.apply(seq, self.dataset.create_batch(index))
+
+    def apply(self, seq: int, batch: Any) -> Any:
+        """Run the steps on ``batch`` as batch number ``seq`` of the stage; returns the processed batch."""
+        seed = np.random.SeedSequence(self.root, spawn_key=(1 + self.stage, seq))
+        batch.seed = seed
+        ctx = Context(batch, self.dataset, self.config, self.variables, self.models, seq, self.total, seed,
+                      self.pipeline)
+        if self.locks is None:
+            self._run(ctx)
+        else:
+            with self.locks.running(seq):
+                self._run(ctx)
+        return ctx.batch
+
+    def _run(self, ctx: Context) -> None:
+        if self.profiler is None:
+            run_steps(self.steps, ctx)
+        else:
+            run_steps_profiled(self.steps, ctx, self.profiler)
+
+    def section_context(self) -> Context:
+        """A context without a batch, for the ``before``/``after`` sections."""
+        return Context(None, self.dataset, self.config, self.variables, self.models, 0, self.total, None,
+                       self.pipeline)

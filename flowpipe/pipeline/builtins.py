@@ -1,0 +1,115 @@
+"""The built-in actions every pipeline has: variables, calls, printing, and the batch-flow actions.
+
+``rebatch``, ``join`` and ``merge`` change which batches flow rather than what happens to one batch; they are
+registered here (so that names resolve and arguments are checked at declaration) and carried out by
+``flowpipe.execution``.
+"""
+from __future__ import annotations
+
+import builtins as _py
+import numbers
+from typing import Any, Callable
+
+from ..expr import assign, evaluate
+from ..expr.context import Context
+from .pipeline import Pipeline
+from .registry import builtin
+
+__all__ = ['STRUCTURAL', 'call', 'init_variable', 'print_action', 'update']
+
+# Built-ins carried out by the execution engine itself rather than by calling their function.
+STRUCTURAL = ('join', 'merge', 'rebatch')
+
+
+def _declare_variable(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def normalise(name: str, default: Any = None) -> dict:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"Expected a variable name (a non-empty str). Received: name={name!r}")
+        return {'name': name, 'default': default}
+    return (), normalise(*args, **kwargs)
+
+
+@builtin(per_batch=False, on_declare=_declare_variable)
+def init_variable(ctx: Context, name: str, default: Any = None) -> None:
+    """Declare the variable ``name`` with ``default``; set once per pipeline lifetime, before the first batch.
+
+    The pipeline applies declarations itself (``PipelineState.declare_variables``); this function only runs
+    when called directly.
+    """
+    with ctx.variables.lock:
+        ctx.variables.setdefault(name, default)
+
+
+def _declare_update(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def normalise(target: Any, value: Any = None, mode: str = 'w') -> dict:
+        if not callable(getattr(target, 'set', None)):
+            raise TypeError(f"Expected an assignable named expression as the target (V('x'), B('images')...). "
+                            f"Received: target={target!r}")
+        if mode not in ('w', 'a', 'e', 'u'):
+            raise ValueError(f"Expected mode 'w', 'a', 'e' or 'u'. Received: mode={mode!r}")
+        return {'target': target, 'value': value, 'mode': mode}
+    return (), normalise(*args, **kwargs)
+
+
+@builtin(keep=('target',), on_declare=_declare_update)
+def update(ctx: Context, target: Any, value: Any = None, mode: str = 'w') -> None:
+    """Assign ``value`` to ``target`` (``V('x')``, ``B('comp')``...); ``mode`` ``'w'`` keeps the target's own mode."""
+    if mode == 'w':
+        assign(target, value, ctx)
+    else:
+        target.set(value, ctx, mode=mode)
+
+
+builtin('save_to', keep=('target',), on_declare=_declare_update)(update)
+
+
+def _declare_call(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    if not args:
+        raise TypeError("Expected call(func, *args, save_to=None, **kwargs). Received: no func. "
+                        "Pass the function to call as the first argument.")
+    return args, kwargs
+
+
+@builtin(keep=('save_to',), join_at=1, on_declare=_declare_call)
+def call(ctx: Context, func: Callable, *args: Any, save_to: Any = None, **kwargs: Any) -> None:
+    """Call ``func(*args, **kwargs)`` with evaluated arguments (``B()`` is the batch); store the result in ``save_to``."""
+    if not callable(func):
+        raise TypeError(f"Expected call()'s first argument to be callable. Received: {func!r}")
+    result = func(*args, **kwargs)
+    if save_to is not None:
+        assign(save_to, result, ctx)
+
+
+@builtin('print')
+def print_action(ctx: Context, *args: Any, **kwargs: Any) -> None:
+    """Print the evaluated arguments (``print(B.size, V('loss'))``), like the built-in ``print``."""
+    _py.print(*args, **kwargs)
+
+
+def _structural(ctx: Context, *args: Any, **kwargs: Any) -> None:
+    raise RuntimeError("rebatch/join/merge are carried out by the pipeline's execution, not called directly.")
+
+
+def _declare_pipelines(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    if not args or kwargs:
+        raise TypeError(f"Expected one or more pipelines. Received: args={args!r}, kwargs={kwargs!r}")
+    for pipeline in args:
+        if not isinstance(pipeline, Pipeline):
+            raise TypeError(f"Expected pipelines to join or merge. Received: {pipeline!r}")
+    return args, {}
+
+
+def _declare_rebatch(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def normalise(batch_size: int, merge: Callable | None = None, drop_last: bool = False) -> dict:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+            raise ValueError(f"Expected rebatch's batch_size to be a positive int. Received: {batch_size!r}")
+        if merge is not None and not callable(merge):
+            raise TypeError(f"Expected merge to be a callable merge(batches, batch_size) -> (batch, rest). "
+                            f"Received: merge={merge!r}")
+        return {'batch_size': int(batch_size), 'merge': merge, 'drop_last': bool(drop_last)}
+    return (), normalise(*args, **kwargs)
+
+
+builtin('join', on_declare=_declare_pipelines)(_structural)
+builtin('merge', on_declare=_declare_pipelines)(_structural)
+builtin('rebatch', on_declare=_declare_rebatch)(_structural)

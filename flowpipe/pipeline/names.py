@@ -1,0 +1,45 @@
+"""Resolving action names: built-ins first, then the batch class's actions, else a helpful error."""
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from ..errors import UnknownActionError
+from .registry import builtin_names, get_builtin
+
+__all__ = ['batch_action_names', 'check_action', 'check_dataset', 'unknown_action']
+
+
+def batch_action_names(batch_class: type) -> tuple[str, ...]:
+    """The names of ``batch_class``'s actions (``Batch.action_names()``), or ``()`` if it lists none."""
+    names = getattr(batch_class, 'action_names', None)
+    return tuple(names()) if callable(names) else ()
+
+
+def check_action(name: str, batch_class: type | None) -> None:
+    """Raise ``UnknownActionError`` unless ``name`` is a built-in or an action of ``batch_class``.
+
+    With ``batch_class=None`` (no dataset bound yet) only built-ins can be checked; other names are accepted
+    here and checked on the first batch.
+    """
+    if get_builtin(name) is not None or batch_class is None:
+        return
+    if name not in batch_action_names(batch_class):
+        raise unknown_action(name, batch_class)
+
+
+def unknown_action(name: str, batch_class: type | None) -> UnknownActionError:
+    """The error for an action ``name`` that neither the built-ins nor ``batch_class`` define."""
+    known = builtin_names() + (batch_action_names(batch_class) if batch_class is not None else ())
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    owner = f"an action of {batch_class.__name__}" if batch_class is not None else "a batch action"
+    hint = f"Did you mean {' or '.join(map(repr, close))}? " if close else ''
+    return UnknownActionError(f"Unknown action {name!r}: neither a built-in nor {owner}. {hint}"
+                              "Define it with @action on the batch class, or use .call(func).")
+
+
+def check_dataset(dataset: Any) -> None:
+    """Raise ``TypeError`` unless ``dataset`` looks like a dataset (has ``index`` and ``create_batch``)."""
+    if not hasattr(dataset, 'index') or not callable(getattr(dataset, 'create_batch', None)):
+        raise TypeError(f"Expected a dataset with .index and .create_batch() (a flowpipe Dataset). "
+                        f"Received: {dataset!r}")

@@ -1,0 +1,346 @@
+"""``Pipeline``: an immutable description of what happens to every batch.
+
+A pipeline is a tuple of frozen action records plus a bound dataset and config. Every chained call
+(``p.resize(...)``), composition (``<<``, ``+``, ``*``, ``@``) and ``run(lazy=True)`` returns a new pipeline;
+no operand is ever changed. Running lives in ``flowpipe.execution``; the variables, models and the
+``next_batch`` iterator live in a ``PipelineState`` that each pipeline owns (a new pipeline starts fresh).
+"""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator
+
+from ..config import Config
+from ..errors import ExpressionError
+from .names import batch_action_names, check_action, check_dataset, unknown_action
+from .records import ActionRecord, MaybeRecord
+from .registry import get_builtin
+from .state import PipelineState
+
+__all__ = ['Pipeline']
+
+_DEFINITION = ('_actions', '_before', '_after', '_dataset', '_config', '_run_args')
+_SECTIONS = ('before', 'after')
+
+
+class Pipeline:
+    """A lazy chain of actions applied to every batch of a dataset.
+
+    Args:
+        dataset: the dataset to draw batches from, or ``None`` to bind one later (``pipeline << dataset``).
+        config: a dict or ``Config`` read by ``C(...)`` expressions.
+
+    Any batch action or built-in (``init_variable``, ``update``/``save_to``, ``call``, ``print``, ``rebatch``,
+    ``join``, ``merge``, model actions) is available as a method that returns a new pipeline.
+    """
+    __slots__ = (*_DEFINITION, '_state')
+
+    def __init__(self, dataset: Any = None, config: Mapping | None = None):
+        if config is not None and not isinstance(config, Mapping):
+            raise TypeError(f"Expected config to be a dict or Config. Received: config={config!r}")
+        if dataset is not None:
+            check_dataset(dataset)
+        for slot, value in zip(_DEFINITION, ((), (), (), dataset, Config(config), None)):
+            object.__setattr__(self, slot, value)
+        object.__setattr__(self, '_state', PipelineState())
+
+    def _replace(self, **changes: Any) -> Pipeline:
+        """A new pipeline with some definition fields changed and a fresh state."""
+        new = object.__new__(type(self))
+        for slot in _DEFINITION:
+            object.__setattr__(new, slot, changes.pop(slot[1:], getattr(self, slot)))
+        if changes:
+            raise TypeError(f"Unknown pipeline fields: {sorted(changes)!r}")
+        object.__setattr__(new, '_state', PipelineState())
+        return new
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"A Pipeline is immutable: cannot set {name!r}. Chained calls and composition "
+                             "(<<, +, *, @) return new pipelines; use set_variable() for variables.")
+
+    def __getstate__(self) -> dict:
+        return {slot: getattr(self, slot) for slot in _DEFINITION}
+
+    def __setstate__(self, state: dict) -> None:
+        for slot in _DEFINITION:
+            object.__setattr__(self, slot, state[slot])
+        object.__setattr__(self, '_state', PipelineState())
+
+    # definition
+
+    def __getattr__(self, name: str) -> Callable[..., Pipeline]:
+        if name.startswith('_'):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        check_action(name, self._batch_class())
+        return _adder(self, name, 'actions')
+
+    def _batch_class(self) -> type | None:
+        return getattr(self._dataset, 'batch_class', None)
+
+    def _with_record(self, section: str, record: ActionRecord) -> Pipeline:
+        return self._replace(**{section: getattr(self, '_' + section) + (record,)})
+
+    @property
+    def actions(self) -> tuple:
+        """The main actions, as frozen records."""
+        return self._actions
+
+    @property
+    def before(self) -> SectionBuilder:
+        """Add a built-in action that runs once at the start of every run: ``p.before.init_variable(...)``."""
+        return SectionBuilder(self, 'before')
+
+    @property
+    def after(self) -> SectionBuilder:
+        """Add a built-in action that runs once at the end of every run: ``p.after.call(fn)``."""
+        return SectionBuilder(self, 'after')
+
+    @property
+    def dataset(self) -> Any:
+        """The bound dataset, or ``None``."""
+        return self._dataset
+
+    @property
+    def config(self) -> Config:
+        """The pipeline's config (read by ``C``)."""
+        return self._config
+
+    @property
+    def run_args(self) -> Any:
+        """The arguments stored by ``run(..., lazy=True)``, or ``None``."""
+        return self._run_args
+
+    def all_records(self) -> tuple:
+        """Records of the before section, the main actions and the after section."""
+        return self._before + self._actions + self._after
+
+    # composition
+
+    def __lshift__(self, other: Any) -> Pipeline:
+        """``pipeline << dataset`` binds a dataset; ``pipeline << config`` merges a dict or ``Config``."""
+        if isinstance(other, Mapping):
+            return self._replace(config=self._config + Config(other))
+        if isinstance(other, Pipeline) or other is None:
+            raise TypeError(f"Expected a dataset or a config (dict/Config) after '<<'. Received: {other!r}. "
+                            "Use '+' to concatenate pipelines.")
+        check_dataset(other)
+        batch_class = getattr(other, 'batch_class', None)
+        for record in _flat(self._actions):
+            check_action(record.name, batch_class)
+        return self._replace(dataset=other)
+
+    def __add__(self, other: Pipeline) -> Pipeline:
+        """Concatenate: the actions (and sections) of ``self``, then those of ``other``."""
+        if not isinstance(other, Pipeline):
+            return NotImplemented
+        combined = self._replace(actions=self._actions + other._actions, before=self._before + other._before,
+                                 after=self._after + other._after, config=self._config + other._config)
+        dataset = self._dataset if self._dataset is not None else other._dataset
+        return combined if dataset is None else combined << dataset
+
+    def __mul__(self, times: int) -> Pipeline:
+        """Repeat the main actions ``times`` times for every batch."""
+        if isinstance(times, bool) or not isinstance(times, numbers.Integral):
+            return NotImplemented
+        if times < 1:
+            raise ValueError(f"Expected a positive number of repetitions. Received: times={times!r}")
+        return self._replace(actions=self._actions * int(times))
+
+    __rmul__ = __mul__
+
+    def __matmul__(self, prob: float) -> Pipeline:
+        """Apply the main actions to each batch with probability ``prob`` (drawn from the batch's generator)."""
+        if isinstance(prob, bool) or not isinstance(prob, numbers.Real):
+            return NotImplemented
+        if not 0 <= prob <= 1:
+            raise ValueError(f"Expected a probability in [0, 1] after '@'. Received: prob={prob!r}")
+        return self._replace(actions=(MaybeRecord(self._actions, float(prob)),))
+
+    # state
+
+    @property
+    def state(self) -> PipelineState:
+        """The runtime state: variables, models, the ``next_batch`` iterator."""
+        return self._state
+
+    def _ready_variables(self) -> Any:
+        from ..expr.context import Context
+        context = Context(dataset=self._dataset, config=self._config, variables=self._state.variables,
+                          models=self._state.models, pipeline=self)
+        self._state.declare_variables(self.all_records(), context)
+        return self._state.variables
+
+    def v(self, name: str) -> Any:
+        """The value of the variable ``name``."""
+        variables = self._ready_variables()
+        if name not in variables:
+            raise ExpressionError(f"Pipeline has no variable {name!r}. Variables: {sorted(variables)!r}. "
+                                  f"Declare it with .init_variable({name!r}, default) or set_variable().")
+        return variables[name]
+
+    get_variable = v
+
+    def set_variable(self, name: str, value: Any) -> None:
+        """Set the variable ``name`` (in this pipeline's state, not in its definition)."""
+        variables = self._ready_variables()
+        with variables.lock:
+            variables[name] = value
+
+    @property
+    def variables(self) -> Any:
+        """All variables, a ``Store``."""
+        return self._ready_variables()
+
+    def m(self, name: str) -> Any:
+        """The model ``name`` (created by ``init_model`` or ``import_model``)."""
+        models = self._state.models
+        if name not in models:
+            raise ExpressionError(f"Pipeline has no model {name!r}. Models: {sorted(models)!r}. Models are "
+                                  "created on the first batch by init_model; run or next_batch first.")
+        return models[name]
+
+    @property
+    def models(self) -> Any:
+        """All models, a ``Store``."""
+        return self._state.models
+
+    def reset(self, *targets: str) -> Pipeline:
+        """Reset ``'iter'``, ``'variables'``, ``'models'`` or ``'all'`` (several may be given); returns ``self``."""
+        self._state.reset(*(targets or ('iter',)))
+        return self
+
+    # execution (``flowpipe.execution`` depends on this module, so it is imported when a run starts)
+
+    def run(self, batch_size: int | None = None, shuffle: bool | int | None = None, n_epochs: int | None = None,
+            n_iters: int | None = None, drop_last: bool | None = None, bar: Any = None,
+            prefetch: int | None = None, lazy: bool = False, seed: int | None = None,
+            profile: bool | None = None, reset: Any = None, **kwargs: Any) -> Pipeline:
+        """Process every batch; returns the pipeline (a new one holding the arguments when ``lazy=True``).
+
+        Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one
+        epoch, no shuffling, ``drop_last=False``, no bar, no prefetch, fresh random seed, no profiling. Extra
+        keyword arguments go to the index's ``gen_batch``.
+        """
+        from ..execution.run import RunArgs, run_pipeline
+        args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
+                             n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
+                             profile=profile, extra=kwargs)
+        if lazy:
+            return self._replace(run_args=args)
+        return run_pipeline(self, args, reset)
+
+    def gen_batch(self, batch_size: int | None = None, shuffle: bool | int | None = None,
+                  n_epochs: int | None = None, n_iters: int | None = None, drop_last: bool | None = None,
+                  bar: Any = None, prefetch: int | None = None, seed: int | None = None,
+                  profile: bool | None = None, reset: Any = None, **kwargs: Any) -> Iterator[Any]:
+        """Yield processed batches; the arguments are those of ``run``."""
+        from ..execution.run import RunArgs, iterate
+        args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
+                             n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
+                             profile=profile, extra=kwargs)
+        return iterate(self, args, reset)
+
+    def next_batch(self, batch_size: int | None = None, shuffle: bool | int | None = None,
+                   n_epochs: int | None = None, n_iters: int | None = None, drop_last: bool | None = None,
+                   prefetch: int | None = None, seed: int | None = None, reset: Any = None,
+                   **kwargs: Any) -> Any:
+        """Process and return the next batch, continuing one iterator across calls.
+
+        The iterator is infinite unless ``n_epochs`` or ``n_iters`` is given (then ``StopIteration`` ends it);
+        calling with different arguments starts a new one, and so does ``reset='iter'``.
+        """
+        from ..execution.run import RunArgs, next_batch
+        args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
+                             n_iters=n_iters, drop_last=drop_last, prefetch=prefetch, seed=seed, extra=kwargs)
+        return next_batch(self, args, reset)
+
+    @property
+    def profile_info(self) -> Any:
+        """Per-action timing rows of the last run made with ``profile=True`` (``None`` before one)."""
+        profiler = self._state.profiler
+        return None if profiler is None else profiler.info
+
+    def profile_summary(self) -> str:
+        """A printable table of time per action for the last profiled run."""
+        profiler = self._state.profiler
+        if profiler is None:
+            raise ValueError("Expected a run with profile=True first. Received: no profiled run yet. "
+                             "Call pipeline.run(..., profile=True).")
+        return profiler.summary()
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__}(dataset={_short(self._dataset)}, config={_short(dict(self._config))})"]
+        for title, records in (('before', self._before), ('actions', self._actions), ('after', self._after)):
+            if records or title == 'actions':
+                lines.append(f"  {title}:")
+                lines.extend(f"    {record!r}" for record in records)
+        if self._run_args is not None:
+            lines.append(f"  lazy run: {self._run_args!r}")
+        return '\n'.join(lines)
+
+
+class SectionBuilder:
+    """``pipeline.before`` / ``pipeline.after``: its chained call adds a built-in to that section."""
+    __slots__ = ('_pipeline', '_section')
+
+    def __init__(self, pipeline: Pipeline, section: str):
+        self._pipeline = pipeline
+        self._section = section
+
+    @property
+    def actions(self) -> tuple:
+        """The records of this section."""
+        return getattr(self._pipeline, '_' + self._section)
+
+    def __getattr__(self, name: str) -> Callable[..., Pipeline]:
+        if name.startswith('_'):
+            raise AttributeError(f"'SectionBuilder' object has no attribute {name!r}")
+        if get_builtin(name) is None or name in ('join', 'merge', 'rebatch'):
+            batch_class = self._pipeline._batch_class()
+            if get_builtin(name) is None and name not in batch_action_names(batch_class or object):
+                error = unknown_action(name, batch_class)
+                if 'Did you mean' in str(error):
+                    raise error
+            raise ValueError(f"Expected a built-in action in the {self._section!r} section (it runs without a "
+                             f"batch). Received: {name!r}. Put batch actions in the main chain.")
+        return _adder(self._pipeline, name, self._section)
+
+    def __repr__(self) -> str:
+        return f"<{self._section} section: {list(self.actions)!r}>"
+
+
+def _adder(pipeline: Pipeline, name: str, section: str) -> Callable[..., Pipeline]:
+    """The method ``pipeline.<name>``: records the call and returns the new pipeline."""
+    def add(*args: Any, **kwargs: Any) -> Pipeline:
+        return pipeline._with_record(section, make_record(name, args, kwargs))
+    add.__name__ = add.__qualname__ = name
+    return add
+
+
+def make_record(name: str, args: tuple, kwargs: dict) -> ActionRecord:
+    """The frozen record of ``name(*args, **kwargs)``, with ``use_lock`` taken out and built-ins validated."""
+    kwargs = dict(kwargs)
+    use_lock = kwargs.pop('use_lock', None)
+    if use_lock is not None and not isinstance(use_lock, bool):
+        raise TypeError(f"Expected use_lock to be True or False. Received: use_lock={use_lock!r}")
+    spec = get_builtin(name)
+    if spec is not None and spec.on_declare is not None:
+        args, kwargs = spec.on_declare(tuple(args), kwargs)
+    return ActionRecord(name, tuple(args), kwargs, use_lock)
+
+
+def _flat(records: tuple) -> Iterator[ActionRecord]:
+    for record in records:
+        if isinstance(record, MaybeRecord):
+            yield from _flat(record.actions)
+        else:
+            yield record
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return 'None'
+    text = repr(value) if isinstance(value, dict) else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + '...'
+

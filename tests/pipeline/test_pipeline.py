@@ -1,0 +1,215 @@
+"""Pipeline definition: immutability, name resolution, composition, state and repr."""
+import pickle
+
+import pytest
+
+from flowpipe.config import Config
+from flowpipe.errors import ExpressionError, UnknownActionError
+from flowpipe.expr import B, C, V
+from flowpipe.pipeline import ActionRecord, MaybeRecord, Pipeline
+
+from .helpers import make_dataset
+
+
+def test_chained_call_returns_new_pipeline_and_keeps_operand():
+    base = Pipeline().init_variable('x', 0)
+    longer = base.call(print, 1)
+    assert longer is not base
+    assert [record.name for record in base.actions] == ['init_variable']
+    assert [record.name for record in longer.actions] == ['init_variable', 'call']
+
+
+def test_records_are_frozen():
+    record = Pipeline().call(print, 1, end='').actions[0]
+    assert isinstance(record, ActionRecord)
+    with pytest.raises(AttributeError):
+        record.name = 'other'
+    with pytest.raises(TypeError):
+        record.kwargs['end'] = '!'
+
+
+def test_pipeline_attributes_cannot_be_set():
+    with pytest.raises(AttributeError, match='immutable'):
+        Pipeline().dataset = make_dataset()
+
+
+def test_use_lock_is_taken_out_of_the_arguments():
+    record = Pipeline(make_dataset()).add(2, use_lock=True).actions[0]
+    assert record.use_lock is True and record.args == (2,) and dict(record.kwargs) == {}
+    with pytest.raises(TypeError, match='use_lock'):
+        Pipeline(make_dataset()).add(use_lock='yes')
+
+
+def test_typo_with_bound_dataset_fails_at_declaration_with_close_matches():
+    with pytest.raises(UnknownActionError, match="'scale'"):
+        Pipeline(make_dataset()).scael(2)
+
+
+def test_typo_in_builtin_lists_builtins():
+    with pytest.raises(UnknownActionError, match="'init_variable'"):
+        Pipeline(make_dataset()).init_variabel('x')
+
+
+def test_unbound_pipeline_accepts_unknown_names_until_bound():
+    template = Pipeline().scael(2)
+    with pytest.raises(UnknownActionError, match="'scale'"):
+        template << make_dataset()
+
+
+def test_private_names_are_plain_attribute_errors():
+    with pytest.raises(AttributeError):
+        Pipeline()._missing  # noqa: B018
+    assert not hasattr(Pipeline(), '__array__')
+
+
+def test_lshift_dataset_gives_new_pipeline_and_template_stays_unbound():
+    template = Pipeline().add(1)
+    dataset = make_dataset()
+    bound = template << dataset
+    assert bound.dataset is dataset and template.dataset is None
+    assert bound.actions == template.actions
+
+
+def test_lshift_config_merges_without_touching_operands():
+    template = Pipeline(config={'model': {'lr': 0.1}, 'device': 'cpu'})
+    merged = template << {'model/lr': 0.5} << Config({'microbatch': 4})
+    assert merged.config['model/lr'] == 0.5 and merged.config['device'] == 'cpu'
+    assert merged.config['microbatch'] == 4
+    assert template.config['model/lr'] == 0.1 and 'microbatch' not in template.config
+
+
+def test_lshift_rejects_other_things():
+    with pytest.raises(TypeError, match='dataset or a config'):
+        Pipeline() << Pipeline()
+    with pytest.raises(TypeError, match='create_batch'):
+        Pipeline() << 42
+
+
+def test_constructor_checks_its_arguments():
+    with pytest.raises(TypeError, match='config'):
+        Pipeline(config=[1])
+    with pytest.raises(TypeError, match='dataset'):
+        Pipeline(dataset='data')
+
+
+def test_add_concatenates_and_keeps_operands():
+    first = Pipeline(config={'a': 1}).add(1).before.init_variable('v', 0)
+    second = Pipeline(make_dataset(), config={'b': 2}).scale(2).after.call(print)
+    both = first + second
+    assert [record.name for record in both.actions] == ['add', 'scale']
+    assert [record.name for record in both.before.actions] == ['init_variable']
+    assert [record.name for record in both.after.actions] == ['call']
+    assert both.dataset is second.dataset and dict(both.config) == {'a': 1, 'b': 2}
+    assert [record.name for record in first.actions] == ['add'] and second.before.actions == ()
+
+
+def test_mul_repeats_actions():
+    template = Pipeline().add(1).scale(2)
+    tripled = template * 3
+    assert [record.name for record in tripled.actions] == ['add', 'scale'] * 3
+    assert (3 * template).actions == tripled.actions
+    assert len(template.actions) == 2
+    with pytest.raises(ValueError, match='positive'):
+        template * 0
+    with pytest.raises(TypeError):
+        template * 1.5
+
+
+def test_matmul_wraps_actions_with_probability():
+    maybe = Pipeline().add(1) @ 0.25
+    assert len(maybe.actions) == 1 and isinstance(maybe.actions[0], MaybeRecord)
+    assert maybe.actions[0].prob == 0.25
+    with pytest.raises(ValueError, match=r'\[0, 1\]'):
+        Pipeline().add(1) @ 1.5
+    with pytest.raises(TypeError):
+        Pipeline().add(1) @ 'often'
+
+
+def test_sections_add_builtins_only():
+    pipeline = Pipeline().before.init_variable('x', 1).after.call(print).add(1)
+    assert isinstance(pipeline, Pipeline)
+    assert [r.name for r in pipeline.before.actions] == ['init_variable']
+    assert [r.name for r in pipeline.after.actions] == ['call']
+    assert [r.name for r in pipeline.actions] == ['add']
+    with pytest.raises(ValueError, match='built-in'):
+        Pipeline().before.add(1)
+    with pytest.raises(ValueError, match='built-in'):
+        Pipeline().after.rebatch(2)
+    with pytest.raises(UnknownActionError, match="'call'"):
+        Pipeline().after.cal(print)
+
+
+def test_builtin_arguments_are_checked_at_declaration():
+    with pytest.raises(TypeError, match='variable name'):
+        Pipeline().init_variable(3)
+    with pytest.raises(TypeError, match='assignable'):
+        Pipeline().update('x', 1)
+    with pytest.raises(ValueError, match='mode'):
+        Pipeline().update(V('x'), 1, mode='z')
+    with pytest.raises(TypeError, match='func'):
+        Pipeline().call()
+    with pytest.raises(ValueError, match='batch_size'):
+        Pipeline().rebatch(0)
+    with pytest.raises(TypeError, match='pipelines'):
+        Pipeline().join('other')
+
+
+def test_variables_are_declared_on_first_access_with_fresh_defaults():
+    template = Pipeline().init_variable('history', []).init_variable('n', C('start'))
+    first = template << {'start': 5}
+    second = template << {'start': 7}
+    first.v('history').append(1)
+    assert first.v('history') == [1] and second.v('history') == []
+    assert first.v('n') == 5 and second.v('n') == 7
+    assert template.actions[0].kwargs['default'] == []
+
+
+def test_set_and_get_variable():
+    pipeline = Pipeline()
+    pipeline.set_variable('x', 3)
+    assert pipeline.v('x') == 3 and pipeline.get_variable('x') == 3
+    with pytest.raises(ExpressionError, match="'y'.*init_variable"):
+        pipeline.v('y')
+
+
+def test_reset_variables_restores_defaults():
+    pipeline = Pipeline().init_variable('x', 1)
+    pipeline.set_variable('x', 5)
+    pipeline.reset('variables')
+    assert pipeline.v('x') == 1
+    with pytest.raises(ValueError, match='iter'):
+        pipeline.reset('everything')
+
+
+def test_missing_model_names_the_fix():
+    with pytest.raises(ExpressionError, match='init_model'):
+        Pipeline().m('net')
+
+
+def test_new_pipelines_get_fresh_state():
+    pipeline = Pipeline().init_variable('x', 0)
+    pipeline.set_variable('x', 9)
+    assert pipeline.call(print).v('x') == 0
+    assert (pipeline << {'a': 1}).v('x') == 0
+
+
+def test_dataset_p_gives_a_new_pipeline_each_time():
+    dataset = make_dataset()
+    first, second = dataset.p, dataset.p
+    assert isinstance(first, Pipeline) and first is not second
+    assert first.dataset is dataset and first.state is not second.state
+
+
+def test_repr_lists_sections_and_actions():
+    text = repr(Pipeline().before.init_variable('x', 0).add(1).scale(B('x')).after.call(print))
+    assert 'before:' in text and 'after:' in text
+    assert "init_variable(name='x', default=0)" in text
+    assert 'add(1)' in text and "scale(B('x'))" in text
+
+
+def test_pickle_keeps_definition_and_drops_state():
+    pipeline = Pipeline(config={'a': 1}).init_variable('x', 0).add(2)
+    pipeline.set_variable('x', 5)
+    restored = pickle.loads(pickle.dumps(pipeline))
+    assert restored.actions == pipeline.actions and restored.config['a'] == 1
+    assert restored.v('x') == 0
