@@ -66,7 +66,7 @@ class Expression:
         return UnaryExpr(self, 'str')
 
     def format(self, *args: Any, **kwargs: Any) -> Expression:
-        """An expression for ``value.format(*args, **kwargs)`` with the arguments evaluated: the value is the template."""
+        """An expression for ``value.format(*args, **kwargs)``: the value is the template, args are evaluated."""
         return CallExpr(AttrExpr(self, 'format'), args, kwargs)
 
     # Python protocols an expression cannot honour before it is evaluated

@@ -34,7 +34,7 @@ def check_mode(mode: str) -> str:
 
 
 def combine(current: Any, value: Any, mode: str, target: Any) -> Any:
-    """The new value of ``target`` after writing ``value`` into ``current`` with ``mode`` (containers change in place)."""
+    """``target``'s new value after writing ``value`` into ``current`` with ``mode`` (containers change in place)."""
     if mode == 'w':
         return value
     if current is MISSING or current is None:
@@ -116,6 +116,11 @@ class BatchExpr(NamedExpr):
         batch = ctx.batch
         if self._name is None:
             return batch
+        if batch is None:
+            if self._default is not MISSING:
+                return self._default
+            raise ExpressionError(f"{self!r}: there is no batch here (before/after sections and init actions "
+                                  "run without one). Use V, C or D there, or give B(name, default=...).")
         try:
             return getattr(batch, self._name)
         except AttributeError:
@@ -176,7 +181,8 @@ class ConfigExpr(NamedExpr):
             value = Config(config).get(self._name, MISSING)
         if value is MISSING:
             keys = Config(config).flatten() if config else {}
-            return self._missing('config key', keys, "Pass it with pipeline << {key: value} or give C(key, default=...).")
+            return self._missing('config key', keys,
+                                 "Pass it with pipeline << {key: value} or give C(key, default=...).")
         return value
 
     def set(self, value: Any, ctx: Any, mode: str | None = None) -> None:
@@ -216,7 +222,8 @@ class DatasetExpr(NamedExpr):
             return getattr(dataset, self._name)
         except AttributeError:
             return self._missing('dataset attribute', _public_names(dataset),
-                                 f"The dataset is a {type(dataset).__name__}; pass attributes as Dataset(..., name=value).")
+                                 f"The dataset is a {type(dataset).__name__}; "
+                                 "pass attributes as Dataset(..., name=value).")
 
 
 class ModelExpr(NamedExpr):

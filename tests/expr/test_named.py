@@ -179,3 +179,10 @@ def test_names_are_required_for_v_and_m():
         V(None)
     with pytest.raises(TypeError, match='M\\(name\\)'):
         M(None)
+
+
+def test_batch_component_without_a_batch(ctx):
+    ctx.batch = None
+    with pytest.raises(ExpressionError, match=r"B\('images'\): there is no batch here"):
+        B.images.get(ctx)
+    assert B('images', default=0).get(ctx) == 0
