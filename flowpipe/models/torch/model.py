@@ -22,7 +22,7 @@ from .config import ModelSpec, nest, parse_config
 from .losses import make_loss
 from .optimizers import make_decay, make_optimizer
 
-__all__ = ['FETCHES', 'TorchModel']
+__all__ = ['FETCHES', 'TorchModel', 'check_fetches']
 
 FETCHES = ('loss', 'predictions', 'proba', 'labels')
 _DTYPES = {'float16': torch.float16, 'bfloat16': torch.bfloat16, 'float32': torch.float32,
@@ -122,7 +122,7 @@ class TorchModel:
         Returns:
             The fetched values (numpy arrays, the loss as a float), in the order asked; ``None`` without fetches.
         """
-        names = _check_fetches(fetches)
+        names = check_fetches(fetches)
         net_inputs, net_targets = self._collect(args, inputs, targets, named_inputs, need_targets=True)
         wants_outputs = any(name != 'loss' for name in names)
         result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
@@ -139,7 +139,7 @@ class TorchModel:
 
         Targets are needed only to fetch ``'loss'``.
         """
-        names = _check_fetches(fetches)
+        names = check_fetches(fetches)
         net_inputs, net_targets = self._collect(args, inputs, targets, named_inputs, need_targets='loss' in names)
         outputs = self.engine.predict(net_inputs)
 
@@ -172,8 +172,11 @@ class TorchModel:
             if absent:
                 raise ValueError(f"Expected the targets {list(known_targets)!r} for training or a loss. "
                                  f"Received: {sorted(values)!r}. Pass them by name or as targets=.")
-        return ([_to_tensor(values[name], name) for name in network_names],
-                [_to_tensor(values[name], name) for name in known_targets if name in values])
+        targets = [_to_tensor(values[name], name) for name in known_targets if name in values]
+        # Class losses index with int64; labels stored as int32/uint8 stay integer but are widened.
+        targets = [t.long() if name in self.spec.classes and not t.is_floating_point() and t.dtype != torch.int64
+                   else t for name, t in zip([n for n in known_targets if n in values], targets)]
+        return [_to_tensor(values[name], name) for name in network_names], targets
 
     def _fetch(self, fetches: Any, names: list[str], loss: Callable[[], float], outputs: Any) -> Any:
         if fetches is None:
@@ -232,7 +235,8 @@ def _as_dtype(dtype: Any) -> torch.dtype:
     raise ValueError(f"Expected 'dtype' as a torch dtype or one of {sorted(_DTYPES)}. Received: dtype={dtype!r}.")
 
 
-def _check_fetches(fetches: Any) -> list[str]:
+def check_fetches(fetches: Any) -> list[str]:
+    """The fetch names as a list; a ``ValueError`` naming close matches for an unknown one."""
     if fetches is None:
         return []
     names = [fetches] if isinstance(fetches, str) else list(fetches)

@@ -1,0 +1,140 @@
+"""TorchModel: inputs by name or position, fetches, dtypes, devices, errors."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from flowpipe.models.torch import MLP, SimpleCNN, TorchModel
+
+CONFIG = {'inputs/x/shape': (4,), 'inputs/y/classes': 3, 'initial_block/inputs': 'x', 'body/units': (16,)}
+
+
+def _data(n=24, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype('float32')
+    return x, (x[:, 0] > 0).astype('int64') + (x[:, 1] > 1)
+
+
+def _model(cls=MLP, **overrides):
+    torch.manual_seed(0)
+    return cls({**CONFIG, **overrides})
+
+
+def test_training_lowers_the_loss():
+    model, (x, y) = _model(optimizer={'name': 'Adam', 'lr': 0.05}), _data()
+    losses = [model.train(x=x, y=y, fetches='loss') for _ in range(30)]
+    assert losses[-1] < 0.5 * losses[0]
+    assert model.iteration == 30
+
+
+def test_named_positional_and_inputs_targets_forms_agree():
+    x, y = _data()
+    results = [_model().train(x=x, y=y, fetches='loss'), _model().train(x, y, fetches='loss'),
+               _model().train(inputs=x, targets=y, fetches='loss'),
+               _model().train(inputs=torch.from_numpy(x), targets=[torch.from_numpy(y)], fetches='loss')]
+    assert len(set(results)) == 1
+
+
+def test_fetches_come_back_in_order_as_numpy_and_floats():
+    model, (x, y) = _model(), _data()
+    loss, predictions, proba, labels = model.train(x=x, y=y, fetches=['loss', 'predictions', 'proba', 'labels'])
+    assert isinstance(loss, float) and predictions.shape == (24, 3) and isinstance(predictions, np.ndarray)
+    np.testing.assert_allclose(proba.sum(axis=1), 1, rtol=1e-5)
+    np.testing.assert_array_equal(labels, predictions.argmax(axis=1))
+    assert isinstance(model.predict(x=x, fetches=('labels',)), tuple)
+    assert model.train(x=x, y=y) is None
+
+
+def test_predict_does_not_train_and_can_fetch_the_loss():
+    model, (x, y) = _model(), _data()
+    before = [p.clone() for p in model.model.parameters()]
+    first = model.predict(x=x)
+    loss = model.predict(x=x, y=y, fetches='loss')
+    np.testing.assert_array_equal(first, model.predict(x))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.model.parameters()))
+    expected = nn.functional.cross_entropy(torch.from_numpy(first), torch.from_numpy(y))
+    assert loss == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_float64_model_trains_in_float64_and_integer_labels_stay_integer():
+    model, (x, y) = _model(dtype='float64'), _data()
+    predictions = model.train(x=x, y=y.astype('int32'), fetches='predictions')
+    assert predictions.dtype == np.float64
+    assert next(model.model.parameters()).dtype == torch.float64
+
+
+def test_ready_module_under_model_key_is_the_primary_module():
+    network = nn.Sequential(nn.Linear(4, 3))
+    model = TorchModel({'model': network, 'loss': 'ce', 'optimizer': {'name': 'SGD', 'lr': 0.1}})
+    x, y = _data()
+    assert model.model is network
+    assert isinstance(model.train(x, y, fetches='loss'), float)
+
+
+def test_regression_with_mse_and_float_targets():
+    torch.manual_seed(0)
+    model = MLP({'inputs/x/shape': (4,), 'inputs/t/shape': (1,), 'initial_block/inputs': 'x', 'loss': 'mse'})
+    x, _ = _data()
+    assert model.train(x=x, t=x[:, :1].astype('float64'), fetches='predictions').shape == (24, 1)
+
+
+def test_replicas_and_microbatches_match_one_device_in_float64():
+    x, y = _data(25)
+    single, multi = _model(dtype='float64'), _model(dtype='float64', device=['CPU:0', 'CPU:1'], microbatch=7)
+    for _ in range(3):
+        assert single.train(x=x, y=y, fetches='loss') == pytest.approx(multi.train(x=x, y=y, fetches='loss'),
+                                                                       rel=1e-10)
+    for a, b in zip(single.model.parameters(), multi.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_repr_shows_network_inputs_and_device_plan():
+    model, (x, y) = _model(device=['CPU:0', 'CPU:1'], microbatch=8), _data()
+    model.train(x=x, y=y)
+    text = repr(model)
+    assert 'MLP' in text and "x (4,)" in text and '3 classes' in text
+    assert 'replicas' in text and 'batch 24' in text
+    assert all(line.strip() in text for line in model.device_plan(24).splitlines())
+
+
+def test_decay_changes_the_learning_rate_per_batch():
+    model, (x, y) = _model(optimizer={'name': 'SGD', 'lr': 1.0}, decay={'name': 'exp', 'gamma': 0.5}), _data()
+    model.train(x=x, y=y)
+    model.train(x=x, y=y)
+    assert model.optimizer.param_groups[0]['lr'] == 0.25
+
+
+def test_wrong_input_name_suggests_declared_names():
+    x, y = _data()
+    with pytest.raises(ValueError, match=r"'xx'.*Did you mean \['x'\]"):
+        _model().train(xx=x, y=y)
+
+
+def test_missing_inputs_and_targets_are_named():
+    x, y = _data()
+    with pytest.raises(ValueError, match=r"network inputs \['x'\]"):
+        _model().train(y=y)
+    with pytest.raises(ValueError, match=r"targets \['y'\]"):
+        _model().train(x=x)
+    with pytest.raises(ValueError, match='at most 2 positional'):
+        _model().train(x, y, y)
+
+
+def test_unknown_fetch_and_bad_input_type():
+    x, y = _data()
+    with pytest.raises(ValueError, match="Did you mean 'proba'"):
+        _model().train(x=x, y=y, fetches='probs')
+    with pytest.raises(TypeError, match="'x'.*object array"):
+        _model().train(x=np.array([np.zeros(4), np.zeros(3)], dtype=object), y=y[:2])
+
+
+def test_missing_shape_unknown_loss_and_no_network_errors():
+    with pytest.raises(ValueError, match='inputs/images/shape'):
+        SimpleCNN({'inputs/labels/classes': 10, 'inputs/images/classes': None, 'initial_block/inputs': 'images',
+                   'inputs/images/dtype': 'float32'})
+    with pytest.raises(ValueError, match="Did you mean"):
+        _model(loss='crossentropyy')
+    with pytest.raises(ValueError, match="'model'"):
+        TorchModel(CONFIG)
+    with pytest.raises(ValueError, match='dtype'):
+        _model(dtype='float99')
