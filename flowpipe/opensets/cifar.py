@@ -92,7 +92,7 @@ class _ArraysOnly(pickle.Unpickler):
     _ALLOWED = {('numpy.core.multiarray', '_reconstruct'), ('numpy._core.multiarray', '_reconstruct'),
                 ('numpy', 'ndarray'), ('numpy', 'dtype'), ('numpy.core.multiarray', 'scalar'),
                 ('numpy._core.multiarray', 'scalar'), ('copy_reg', '_reconstructor'),
-                ('copyreg', '_reconstructor'), ('builtins', 'object')}
+                ('copyreg', '_reconstructor'), ('builtins', 'object'), ('_codecs', 'encode')}
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self._ALLOWED:
