@@ -44,8 +44,8 @@ def _label_of(source: Any) -> str:
 
 
 def make_monitors(spec: Any) -> list[Monitor]:
-    """Monitors from ``None``, a name, an expression, a ``(label, source)`` pair, a dict label -> source, or a
-    list of any of these."""
+    """Monitors from ``None``, a name, an expression, a ``(label, source)`` tuple, a dict label -> source, or a
+    list of any of these (a list of names is several monitors, a 2-tuple is one labelled monitor)."""
     if spec is None:
         return []
     if isinstance(spec, Monitor):
@@ -53,7 +53,7 @@ def make_monitors(spec: Any) -> list[Monitor]:
     if isinstance(spec, Mapping):
         return [Monitor(source, str(label)) for label, source in spec.items()]
     if isinstance(spec, (list, tuple)):
-        if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str) and not isinstance(spec[1], str):
+        if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str):
             return [Monitor(spec[1], spec[0])]
         return [monitor for item in spec for monitor in make_monitors(item)]
     return [Monitor(spec)]
