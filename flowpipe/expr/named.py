@@ -18,8 +18,7 @@ from .base import MISSING, Expression
 __all__ = ['BatchExpr', 'ConfigExpr', 'DatasetExpr', 'ModelExpr', 'NamedExpr', 'VariableExpr', 'check_mode']
 
 _MODES = {'w': 'w', 'write': 'w', 'a': 'a', 'append': 'a', 'e': 'e', 'extend': 'e', 'u': 'u', 'update': 'u'}
-_MODE_VERBS = {'a': ('append', 'append', 'a list'), 'e': ('extend', 'extend', 'a list'),
-               'u': ('update', 'update', 'a dict or a set')}
+_MODE_METHODS = {'a': ('append', 'a list'), 'e': ('extend', 'a list'), 'u': ('update', 'a dict or a set')}
 # Config writes are rare (a few per run): one lock for all of them keeps Config free of locking code.
 _CONFIG_LOCK = threading.RLock()
 
@@ -43,13 +42,12 @@ def combine(current: Any, value: Any, mode: str, target: Any) -> Any:
         if mode == 'e':
             return list(value)
         return set(value) if isinstance(value, (set, frozenset)) else dict(value)
-    method, verb, expected = _MODE_VERBS[mode]
-    try:
-        getattr(current, method)(value)
-    except AttributeError:
-        raise TypeError(f"Expected {target!r} to hold {expected} to {verb} with mode={mode!r}. Received: "
-                        f"{type(current).__name__} {current!r}. Initialise it with a container or use mode='w'.") \
-            from None
+    name, expected = _MODE_METHODS[mode]
+    method = getattr(current, name, None)
+    if method is None:
+        raise TypeError(f"Expected {target!r} to hold {expected} to {name} with mode={mode!r}. Received: "
+                        f"{type(current).__name__} {current!r}. Initialise it with a container or use mode='w'.")
+    method(value)
     return current
 
 
@@ -66,9 +64,12 @@ def missing_error(expr: Any, what: str, name: Any, available: Iterable, hint: st
 
 
 def _public_names(obj: Any) -> list[str]:
+    """Components, instance attributes and properties of ``obj``, read without running any property."""
     names = set(getattr(obj, 'components', None) or ())
-    names.update(name for name in getattr(obj, '__dict__', {}) if not name.startswith('_'))
-    return sorted(str(name) for name in names)
+    names.update(getattr(obj, '__dict__', {}))
+    for klass in type(obj).__mro__:
+        names.update(name for name, member in vars(klass).items() if isinstance(member, property))
+    return sorted(str(name) for name in names if not str(name).startswith('_'))
 
 
 class NamedExpr(Expression):

@@ -186,3 +186,16 @@ def test_batch_component_without_a_batch(ctx):
     with pytest.raises(ExpressionError, match=r"B\('images'\): there is no batch here"):
         B.images.get(ctx)
     assert B('images', default=0).get(ctx) == 0
+
+
+def test_missing_names_include_batch_properties(ctx):
+    class PropertyBatch:
+        components = ('images',)
+
+        @property
+        def image_shape(self):
+            return (3, 3)
+
+    ctx.batch = PropertyBatch()
+    with pytest.raises(ExpressionError, match="Did you mean 'image_shape'"):
+        B.image_shap.get(ctx)
