@@ -72,7 +72,8 @@ Record = ActionRecord | MaybeRecord
 def format_call(name: str, args: tuple, kwargs: Mapping[str, Any], limit: int = 60) -> str:
     """``name(arg, key=value)`` with each argument's repr shortened to ``limit`` characters."""
     def short(value: Any) -> str:
-        text = repr(value)
+        lines = repr(value).split('\n')
+        text = lines[0] if len(lines) == 1 else lines[0] + ' ...'
         return text if len(text) <= limit else text[:limit - 3] + '...'
     parts = [short(arg) for arg in args] + [f"{key}={short(value)}" for key, value in kwargs.items()]
     return f"{name}({', '.join(parts)})"

@@ -23,6 +23,11 @@ class NumBatch(Batch):
     def fail(self, message='boom'):
         raise RuntimeError(message)
 
+    @action
+    def absorb(self, other):
+        self.x = self.x + other.x
+        return self
+
     @action(use_lock=True)
     def record(self, store):
         store.append(self.indices.tolist())

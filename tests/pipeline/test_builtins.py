@@ -1,0 +1,107 @@
+"""Built-in actions, sections and the repeat/probability compositions, run on real batches."""
+import pytest
+
+from flowpipe.errors import StopPipeline
+from flowpipe.expr import B, C, R, V
+from flowpipe.pipeline import Pipeline
+
+from .helpers import make_dataset
+
+
+def test_init_variable_runs_before_the_first_batch_and_only_once():
+    pipeline = make_dataset(6).p.init_variable('n', 10).update(V('n'), V('n') + 1)
+    assert pipeline.v('n') == 10
+    pipeline.run(2)
+    assert pipeline.v('n') == 13
+    pipeline.run(3)
+    assert pipeline.v('n') == 15
+
+
+def test_update_modes_and_save_to_alias():
+    pipeline = (make_dataset(4).p.init_variable('a', []).init_variable('e', []).init_variable('d', {})
+                .update(V('a'), B().size, mode='a').save_to(V('e', mode='e'), B().indices.tolist())
+                .update(V('d'), {'last': B().size}, mode='u'))
+    pipeline.run(2)
+    assert pipeline.v('a') == [2, 2] and pipeline.v('e') == [0, 1, 2, 3] and pipeline.v('d') == {'last': 2}
+
+
+def test_update_writes_a_batch_component():
+    batch = make_dataset(4).p.update(B('x'), B('x') * 3).next_batch(2)
+    assert batch.x.tolist() == [0, 3]
+
+
+def test_call_keeps_save_to_unevaluated_and_evaluates_everything_else():
+    seen = []
+    pipeline = make_dataset(4).p.init_variable('out', None).call(
+        lambda size, step, key=None: seen.append((size, step, key)) or size * step,
+        B().size, C('step'), key=V('out'), save_to=V('out')) << {'step': 3}
+    pipeline.run(2)
+    assert seen == [(2, 3, None), (2, 3, 6)]
+    assert pipeline.v('out') == 6
+
+
+def test_print_evaluates_its_arguments(capsys):
+    make_dataset(4).p.print('size', B().size, sep='=').run(4)
+    assert capsys.readouterr().out == 'size=4\n'
+
+
+def test_before_and_after_run_once_per_run():
+    events = []
+    pipeline = (make_dataset(4).p.before.call(events.append, 'start').after.call(events.append, 'end')
+                .call(lambda batch: events.append(batch.size), B()))
+    pipeline.run(2)
+    pipeline.run(4)
+    assert events == ['start', 2, 2, 'end', 'start', 4, 'end']
+
+
+def test_before_sees_variables_and_config():
+    pipeline = (make_dataset(4).p.init_variable('x', 0).before.update(V('x'), C('start'))
+                .update(V('x'), V('x') + 1)) << {'start': 100}
+    pipeline.run(2)
+    assert pipeline.v('x') == 102
+
+
+def test_stop_pipeline_in_before_skips_the_run():
+    def stop():
+        raise StopPipeline
+    seen = []
+    pipeline = make_dataset(4).p.before.call(stop).call(seen.append, 1)
+    pipeline.run(2)
+    assert seen == []
+
+
+def test_repeat_applies_actions_n_times():
+    batch = (make_dataset(4).p.add(1).scale(2) * 3).next_batch(2)
+    assert batch.x.tolist() == [14, 22]
+
+
+def test_probability_is_drawn_from_the_batch_generator_and_reproducible():
+    pipeline = make_dataset(200).p.init_variable('hits', []) + \
+        (Pipeline().update(V('hits', mode='a'), B().indices[0]) @ 0.5)
+    pipeline.run(1, seed=11)
+    hits = pipeline.v('hits')
+    assert 60 < len(hits) < 140
+    pipeline.run(1, seed=11, reset='variables')
+    assert pipeline.v('hits') == hits
+    pipeline.run(1, seed=12, reset='variables', prefetch=4)
+    assert pipeline.v('hits') != hits
+
+
+def test_probability_zero_and_one():
+    assert (make_dataset(4).p.add(5) @ 0).next_batch(2).x.tolist() == [0, 1]
+    assert (make_dataset(4).p.add(5) @ 1).next_batch(2).x.tolist() == [5, 6]
+
+
+def test_random_expression_follows_the_run_seed():
+    def draws(seed, prefetch):
+        pipeline = make_dataset(8).p.init_variable('r', []).update(V('r', mode='a'), R('uniform'))
+        return pipeline.run(2, seed=seed, prefetch=prefetch).v('r')
+    assert draws(5, 0) == draws(5, 3)
+    assert draws(5, 0) != draws(6, 0)
+
+
+@pytest.mark.parametrize('name', ['join', 'merge', 'rebatch'])
+def test_structural_builtins_cannot_be_called_directly(name):
+    from flowpipe.pipeline import get_builtin
+    with pytest.raises(RuntimeError, match='execution'):
+        get_builtin(name).func(None)
