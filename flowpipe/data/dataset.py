@@ -42,10 +42,12 @@ class Dataset:
         self.batch_class = batch_class
         self.preloaded = _normalize_preloaded(preloaded, batch_class, len(self.index))
         self._data_index = self.index
+        # Batches of ids drawn from this root index need no membership check (see create_batch).
+        self._data_root = self.index if self.index._origin is self.index else None
         self._attributes = tuple(attributes)
         self.train = self.test = self.validation = None
         for name, value in attributes.items():
-            if hasattr(self, name):
+            if hasattr(type(self), name) or name in self.__dict__:
                 raise ValueError(f"Expected dataset attribute names that differ from Dataset's own. "
                                  f"Received: {name}={value!r:.60}; rename it")
             setattr(self, name, value)
@@ -95,7 +97,8 @@ class Dataset:
             index = self.index.create_subset(index)
         data = None
         if self.preloaded is not None:
-            positions = self._data_index.get_pos(index.indices)
+            trusted = self._data_root is not None and index._origin is self._data_root
+            positions = self._data_index.get_pos(index.indices, check=not trusted)
             data = {name: values[positions] for name, values in self.preloaded.items()}
         return self.batch_class(index, data=data, dataset=self, check=False)
 

@@ -38,11 +38,14 @@ class DatasetIndex:
         sub = cls.__new__(cls)
         sub._setup(ids)
         if parent is not None:
+            sub._origin = parent._origin
             sub._share_from(parent)
         return sub
 
     def _setup(self, ids: np.ndarray) -> None:
         self._indices = ids
+        # The validated index every id here comes from: ids of indices with one origin need no check.
+        self._origin = self
         self._is_range = None
         self._sorter = None
         self._iter = None
@@ -80,8 +83,12 @@ class DatasetIndex:
         state['_iter'] = state['_iter_key'] = None
         return state
 
-    def get_pos(self, ids: Any) -> np.ndarray:
+    def get_pos(self, ids: Any, check: bool = True) -> np.ndarray:
         """Positions of item ``ids`` in this index (identity for the common ``0..n-1`` index).
+
+        Args:
+            ids: item ids.
+            check: verify that every id is in the index; turn off only for ids known to come from it.
 
         Raises:
             ValueError: some ids are not in the index.
@@ -90,7 +97,7 @@ class DatasetIndex:
         if self._is_range is None:
             self._is_range = _is_range(self._indices)
         if self._is_range and ids.dtype.kind in 'iu':
-            if len(ids) and (ids.min() < 0 or ids.max() >= len(self._indices)):
+            if check and len(ids) and (ids.min() < 0 or ids.max() >= len(self._indices)):
                 raise ValueError(f"Expected item ids in 0..{len(self._indices) - 1}. Received ids out of range: "
                                  f"{ids[(ids < 0) | (ids >= len(self._indices))][:5]!r}")
             return ids
@@ -99,6 +106,8 @@ class DatasetIndex:
         places = np.searchsorted(self._indices, ids, sorter=self._sorter)
         places = np.minimum(places, len(self._indices) - 1)
         positions = self._sorter[places]
+        if not check:
+            return positions
         missing = self._indices[positions] != ids
         if np.any(missing):
             raise ValueError(f"Expected ids of this index. Received unknown ids: {np.atleast_1d(ids)[missing][:5]!r}")

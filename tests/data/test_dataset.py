@@ -107,9 +107,10 @@ def test_bad_preloaded_type():
         Dataset(3, preloaded=np.zeros(3))
 
 
-def test_attribute_clash():
-    with pytest.raises(ValueError, match='split'):
-        Dataset(3, split=1)
+@pytest.mark.parametrize('name', ['split', 'p', 'indices', 'train'])
+def test_attribute_clash(name):
+    with pytest.raises(ValueError, match=f'Received: {name}=1'):
+        Dataset(3, **{name: 1})
 
 
 def test_component_name_clash():
@@ -125,6 +126,19 @@ def test_empty_dataset():
 def test_unknown_ids_in_batch():
     with pytest.raises(ValueError, match='unknown ids'):
         Dataset(['a', 'b']).create_batch(['c'])
+    with pytest.raises(ValueError, match='unknown ids'):
+        Dataset(['a', 'b'], preloaded={'x': [1, 2]}).create_batch(DatasetIndex(['b', 'c']))
+    with pytest.raises(ValueError, match='out of range'):
+        Dataset(3, preloaded={'x': [1, 2, 3]}).create_batch(DatasetIndex([1, 5]))
+
+
+def test_split_dataset_index_is_checked_against_its_own_data():
+    parent = DatasetIndex([10, 20, 30, 40])
+    parent.split(0.5)
+    dataset = Dataset(parent.train, preloaded={'x': np.array([1, 2])})
+    assert list(dataset.create_batch(parent.train.subset([1])).x) == [2]
+    with pytest.raises(ValueError, match='unknown ids'):
+        dataset.create_batch(parent.test)
 
 
 def test_pipeline_is_new_each_time(monkeypatch):
