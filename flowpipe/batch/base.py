@@ -7,7 +7,8 @@ attribute does; ``components`` lists their names. A class declares its usual com
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -229,8 +230,8 @@ class Batch:
         return self
 
     @action
-    def apply_parallel(self, func: Callable, src: str | Sequence[str] = 'images', dst: str | Sequence[str] | None = None,
-                       p: float | None = None, *args: Any, workers: int | None = None, **kwargs: Any) -> Batch:
+    def apply_parallel(self, func: Callable, src: str | Sequence[str] = 'images',
+                       dst: str | Sequence[str] | None = None, p: float | None = None, *args: Any, workers: int | None = None, **kwargs: Any) -> Batch:
         """Map ``func(item, *args, **kwargs)`` over the items of ``src`` and write the results to ``dst``.
 
         Args:

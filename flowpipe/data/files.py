@@ -27,7 +27,8 @@ class FilesIndex(DatasetIndex):
 
     def __init__(self, path: str | Sequence[str], dirs: bool = False, no_ext: bool = False, sort: bool = True):
         patterns = [path] if isinstance(path, (str, os.PathLike)) else path
-        if not isinstance(patterns, (list, tuple)) or not patterns or not all(isinstance(pattern, (str, os.PathLike)) for pattern in patterns):
+        if not isinstance(patterns, (list, tuple)) or not patterns or not all(
+                isinstance(pattern, (str, os.PathLike)) for pattern in patterns):
             raise TypeError(f"Expected path to be a glob pattern or a list of them. Received: path={path!r}")
         full_paths = [found for pattern in patterns for found in glob.glob(os.fspath(pattern))
                       if os.path.isdir(found) == dirs]
