@@ -75,7 +75,7 @@ class ImagesBatch(Batch):
         """Store channels-last ``images`` to ``dst`` in the layout ``src`` had."""
         first = src in self._channels_first
         if first:
-            images = np.moveaxis(images, -1, 1) if not _is_ragged(images) else kernels.pack(
+            images = np.ascontiguousarray(np.moveaxis(images, -1, 1)) if not _is_ragged(images) else kernels.pack(
                 [np.moveaxis(image, -1, 0) for image in images])
         return self._store(src if dst is None else dst, images, first)
 
@@ -204,19 +204,15 @@ class ImagesBatch(Batch):
         raise ValueError(f"Expected angle in degrees, or (low, high) with low <= high. Received: angle={angle!r}.")
 
     def _arithmetic(self, func: Any, src: str, dst: str | None, clip: Sequence[float] | None) -> ImagesBatch:
+        """Apply elementwise ``func`` to channels-last float images (one call per array, per item if ragged)."""
         if clip is not None and (not isinstance(clip, Sequence) or len(clip) != 2):
             raise ValueError(f"Expected clip=(low, high) or None. Received: clip={clip!r}.")
-        images = getattr(self, src, None) if src in self.components else None
-        if images is None:
-            self._hwc(src)  # raises the missing-component error
-        items = list(images) if _is_ragged(images) else [images]
+        images = self._hwc(src)
         results = []
-        for item in items:
-            item = np.asarray(item)
+        for item in (list(images) if _is_ragged(images) else [images]):
             out = func(item if np.issubdtype(item.dtype, np.floating) else item.astype(np.float32))
             results.append(out if clip is None else np.clip(out, *clip))
-        result = results[0] if not _is_ragged(images) else kernels.pack(results)
-        return self._store(src if dst is None else dst, result, src in self._channels_first)
+        return self._keep(src, dst, kernels.pack(results) if _is_ragged(images) else results[0])
 
     @action
     def multiply(self, factor: float = 1.0, clip: Sequence[float] | None = None, src: str = 'images',
@@ -235,18 +231,18 @@ class ImagesBatch(Batch):
                   src: str = 'images', dst: str | None = None) -> ImagesBatch:
         """``(x - mean) / std`` with a scalar or one value per channel; integer images become float32."""
         std_array = np.asarray(std, dtype=np.float64)
-        if np.any(std_array == 0) or std_array.ndim > 1 or np.asarray(mean).ndim > 1:
+        if np.any(std_array == 0) or std_array.ndim > 1 or np.ndim(mean) > 1:
             raise ValueError(f"Expected non-zero std and scalars or one value per channel. Received: mean={mean!r}, "
                              f"std={std!r}.")
-        first = src in self._channels_first
+        mean_array = np.asarray(mean, dtype=np.float64)
 
         def apply(x: np.ndarray) -> np.ndarray:
-            shape = [1] * x.ndim
-            axis = (x.ndim - 3) if first else (x.ndim - 1)  # the channel axis of an item or of a stack
-            shape[axis] = -1
-            m = np.asarray(mean, dtype=x.dtype).reshape(shape if np.ndim(mean) else [])
-            s = std_array.astype(x.dtype).reshape(shape if np.ndim(std) else [])
-            return (x - m) / s
+            # Channels are the last axis here, so per-channel values broadcast as they are.
+            for name, values in (('mean', mean_array), ('std', std_array)):
+                if values.size not in (1, x.shape[-1]):
+                    raise ValueError(f"Expected {name} to be a scalar or {x.shape[-1]} values, one per channel. "
+                                     f"Received: {name}={values.tolist()!r}.")
+            return (x - mean_array.astype(x.dtype)) / std_array.astype(x.dtype)
         return self._arithmetic(apply, src, dst, None)
 
     @action

@@ -321,9 +321,17 @@ def test_normalize_ragged_images():
     assert batch.images[1].dtype == np.float32 and batch.images[1].max() < 1
 
 
-def test_normalize_rejects_zero_std():
+def test_normalize_rejects_zero_std_and_wrong_channel_counts():
     with pytest.raises(ValueError, match='std'):
         make_batch(random_images()).normalize(std=0)
+    with pytest.raises(ValueError, match='mean.*3 values'):
+        make_batch(random_images()).normalize(mean=(1, 2))
+
+
+def test_arithmetic_on_channels_first_keeps_layout_and_contiguity():
+    batch = make_batch(random_images()).to_array().multiply(2.0).normalize(mean=(1, 2, 3))
+    assert batch.images.shape == (4, 3, 10, 14) and batch.images.flags['C_CONTIGUOUS']
+    assert batch.image_shape == (3, 10, 14)
 
 
 # --- batches made from image files, subsets -------------------------------------------------------------------
