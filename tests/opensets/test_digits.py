@@ -69,3 +69,24 @@ def test_corrupt_file_is_named(tmp_path):
 def test_repr_and_bar(digits):
     assert 'train=1437' in repr(digits)
     assert len(Digits(bar=True).train) == 1437
+
+
+def test_pipeline_resize_to_array_and_reproducible_augmentation(digits):
+    from flowpipe.expr import B, V
+    from flowpipe.pipeline import Pipeline
+
+    def make():
+        return (Pipeline().init_variable('shapes', []).init_variable('images', [])
+                .crop('random', (6, 6)).flip(p=0.5).rotate((-15, 15), p=0.5)
+                .resize((32, 32)).to_array()
+                .update(V('shapes', mode='a'), B.image_shape)
+                .update(V('images', mode='a'), B.images, use_lock=True)) << digits.train
+    plain, prefetched = make(), make()
+    plain.run(100, n_iters=4, shuffle=3)
+    prefetched.run(100, n_iters=4, shuffle=3, prefetch=2)
+    assert plain.v('shapes') == [(1, 32, 32)] * 4
+    assert all(np.array_equal(a, b) for a, b in zip(plain.v('images'), prefetched.v('images')))
+    seeded = [make(), make()]
+    for pipeline, seed in zip(seeded, (1, 2)):  # same items, different augmentation draws
+        pipeline.run(100, n_iters=1, shuffle=False, seed=seed)
+    assert not np.array_equal(seeded[0].v('images')[0], seeded[1].v('images')[0])
