@@ -1,0 +1,193 @@
+"""Model actions: ``init_model``, ``import_model``, ``train_model``, ``predict_model``, ``save_model``,
+``load_model``.
+
+Models live in the pipeline's ``ctx.models`` store. A *dynamic* model is built from the first batch that reaches
+a model action (``train_model``, ``predict_model``...), with its config evaluated against that batch, so
+``B.image_shape`` sees the images after the actions before it (``resize``, ``to_array``). A *static* model is
+built once, when ``init_model`` is declared; every pipeline derived from that chain (``<< dataset``,
+``<< config``, ``+``) shares that one model object. ``flowpipe.models`` is imported on first use only, so
+importing pipelines does not import torch.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ExpressionError
+from ..expr import assign, contains_expressions, evaluate
+from ..expr.context import Context
+from .registry import builtin
+
+__all__ = ['PendingModel', 'import_model', 'init_model', 'load_model', 'predict_model', 'save_model',
+           'train_model']
+
+MODES = ('dynamic', 'static')
+
+
+class PendingModel:
+    """A dynamic model declared by ``init_model`` and not built yet (it is built by the first model action)."""
+
+    def __init__(self, name: str, model_class: Any, config: Any):
+        self.name, self.model_class, self.config = name, model_class, config
+
+    def build(self, ctx: Context) -> Any:
+        """The model, with its config evaluated against ``ctx`` (the current batch, dataset and config)."""
+        config = evaluate(self.config, ctx) if contains_expressions(self.config) else self.config
+        return self.model_class(config)
+
+    def __repr__(self) -> str:
+        return (f"PendingModel({self.name!r}, {getattr(self.model_class, '__name__', self.model_class)}: "
+                "built by the first batch that reaches a model action)")
+
+
+class StaticModel:
+    """Holds a model built at declaration; a short repr keeps action labels readable."""
+
+    def __init__(self, model: Any):
+        self.model = model
+
+    def __repr__(self) -> str:
+        return f'<static {type(self.model).__name__}>'
+
+
+def _default_class() -> type:
+    from ..models.torch import TorchModel
+    return TorchModel
+
+
+def _init_arguments(*args: Any, **kwargs: Any) -> dict:
+    """Both orders: ``(mode, model_class, name, config=)`` and ``(name, model_class=None, mode=, config=)``."""
+    if args and isinstance(args[0], str) and args[0] in MODES and len(args) >= 2 and not isinstance(args[1], str):
+        def mode_first(mode, model_class, name, config=None):
+            return {'name': name, 'model_class': model_class, 'mode': mode, 'config': config}
+        return mode_first(*args, **kwargs)
+
+    def name_first(name, model_class=None, mode='dynamic', config=None):
+        return {'name': name, 'model_class': model_class, 'mode': mode, 'config': config}
+    return name_first(*args, **kwargs)
+
+
+def _declare_init(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    try:
+        found = _init_arguments(*args, **kwargs)
+    except TypeError as error:
+        raise TypeError("Expected init_model(mode, model_class, name, config=...) or init_model(name, "
+                        f"model_class=None, mode='dynamic', config=None). Received: args={args!r}, "
+                        f"kwargs={kwargs!r} ({error}).") from None
+    name, mode, config = found['name'], found['mode'], found['config']
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"Expected a model name (a non-empty str) in init_model. Received: name={name!r}.")
+    if mode not in MODES:
+        raise ValueError(f"Expected init_model mode in {MODES}. Received: mode={mode!r}.")
+    model_class = found['model_class'] or _default_class()
+    if not callable(model_class):
+        raise TypeError(f"Expected a model class such as ResNet18 in init_model. Received: {model_class!r}.")
+    if config is not None and not isinstance(config, Mapping) and not contains_expressions(config):
+        raise TypeError(f"Expected the model config as a dict or Config. Received: config={config!r}.")
+    static = None
+    if mode == 'static':
+        if contains_expressions(config):
+            raise ValueError(f"Expected a static model config without named expressions: a static model is built "
+                             f"when the pipeline is declared. Received: config={config!r}. Use mode='dynamic'.")
+        static = StaticModel(model_class(config))
+    return (), {'name': name, 'model_class': model_class, 'mode': mode, 'config': config, 'static': static}
+
+
+@builtin(evaluate=False, on_declare=_declare_init)
+def init_model(ctx: Context, name: str, model_class: Any, mode: str, config: Any, static: Any) -> None:
+    """Register the model ``name`` in the pipeline: the static one, or a pending dynamic one."""
+    if name in ctx.models:
+        return
+    with ctx.models.lock:
+        if name not in ctx.models:
+            ctx.models[name] = static.model if static is not None else PendingModel(name, model_class, config)
+
+
+def get_model(ctx: Context, name: str) -> Any:
+    """The model ``name``; a pending dynamic model is built here, once, under the models' lock."""
+    model = ctx.models.get(name)
+    if model is None:
+        raise ExpressionError(f"Expected a model declared by init_model, import_model or load_model. Received: "
+                              f"{name!r}; the pipeline has {sorted(ctx.models)!r}. Add .init_model({name!r}, ...) "
+                              "before this action.")
+    if isinstance(model, PendingModel):
+        with ctx.models.lock:
+            model = ctx.models[name]
+            if isinstance(model, PendingModel):
+                model = model.build(ctx)
+                ctx.models[name] = model
+    return model
+
+
+@builtin()
+def import_model(ctx: Context, name: str, source: Any) -> None:
+    """Put a model into this pipeline: a model object, or the model ``name`` of another pipeline."""
+    model = source.m(name) if callable(getattr(source, 'm', None)) else source
+    if isinstance(model, PendingModel):
+        raise ValueError(f"Expected a built model to import as {name!r}. Received: {model!r}. Run the source "
+                         "pipeline on a batch first, or use a static model.")
+    if ctx.models.get(name) is not model:
+        with ctx.models.lock:
+            ctx.models[name] = model
+
+
+def _declare_step(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    if not args and 'name' not in kwargs:
+        raise TypeError("Expected the model name as the first argument. Received: no name. "
+                        "Use e.g. train_model('net', images=B.images, labels=B.labels).")
+    if 'fetches' in kwargs and 'outputs' in kwargs:
+        raise ValueError(f"Expected fetches= or outputs= (the same option), not both. Received: "
+                         f"fetches={kwargs['fetches']!r}, outputs={kwargs['outputs']!r}.")
+    if 'outputs' in kwargs:
+        kwargs = dict(kwargs)
+        kwargs['fetches'] = kwargs.pop('outputs')
+    fetches = kwargs.get('fetches')
+    if fetches is not None and not contains_expressions(fetches):
+        from ..models.torch.model import check_fetches
+        check_fetches(fetches)
+    return args, kwargs
+
+
+def _step(ctx: Context, method: str, name: str, args: tuple, kwargs: dict, save_to: Any) -> None:
+    model = get_model(ctx, name)
+    result = getattr(model, method)(*args, **kwargs)
+    if save_to is not None:
+        assign(save_to, result, ctx)
+
+
+@builtin(keep=('save_to',), on_declare=_declare_step)
+def train_model(ctx: Context, name: str, *args: Any, save_to: Any = None, **kwargs: Any) -> None:
+    """Train the model ``name`` on one batch; fetched values go to ``save_to`` (``V('loss', mode='a')``)."""
+    _step(ctx, 'train', name, args, kwargs, save_to)
+
+
+@builtin(keep=('save_to',), on_declare=_declare_step)
+def predict_model(ctx: Context, name: str, *args: Any, save_to: Any = None, **kwargs: Any) -> None:
+    """Predict with the model ``name`` on one batch (``fetches='predictions'`` by default)."""
+    _step(ctx, 'predict', name, args, kwargs, save_to)
+
+
+@builtin()
+def save_model(ctx: Context, name: str, path: Any) -> None:
+    """Save the model ``name`` to ``path`` (atomically)."""
+    get_model(ctx, name).save(path)
+
+
+@builtin()
+def load_model(ctx: Context, name: str, *args: Any, config: Mapping | None = None) -> None:
+    """Load the model ``name``: ``(name, path)`` or ``(name, model_class, path)``.
+
+    With a path only, an existing built model loads the weights in place (keeping its devices); otherwise a new
+    model is made from the file, its class and config, with ``config`` items (``device``...) overriding them.
+    """
+    if len(args) not in (1, 2):
+        raise TypeError(f"Expected load_model(name, path) or load_model(name, model_class, path). "
+                        f"Received: {len(args) + 1} positional arguments.")
+    model_class, path = (None, args[0]) if len(args) == 1 else args
+    with ctx.models.lock:
+        current = ctx.models.get(name)
+        if model_class is None and current is not None and not isinstance(current, PendingModel):
+            current.load(path)
+            return
+        from ..models.torch import io
+        ctx.models[name] = io.load(path, model_class=model_class, **dict(config or {}))

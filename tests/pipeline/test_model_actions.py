@@ -1,0 +1,146 @@
+"""Model actions in pipelines: dynamic and static models, training, prediction, import, save and load."""
+import numpy as np
+import pytest
+import torch
+
+import flowpipe.pipeline.model_actions  # noqa: F401  (registers the model actions)
+from flowpipe.errors import ExpressionError
+from flowpipe.expr import B, D, M, V
+from flowpipe.models.torch import MLP, SimpleCNN, TorchModel
+from flowpipe.opensets import Digits
+from flowpipe.pipeline import Pipeline
+from flowpipe.pipeline.model_actions import PendingModel
+
+CONFIG = {'inputs/images/shape': B.image_shape, 'inputs/labels/classes': D.num_classes,
+          'initial_block/inputs': 'images', 'body/filters': (4, 8)}
+
+
+@pytest.fixture(scope='module')
+def digits():
+    return Digits()
+
+
+def _train(name='net', **kwargs):
+    return Pipeline().init_variable('loss', []).resize((12, 12)).to_array().train_model(
+        name, fetches='loss', images=B.images, labels=B.labels, save_to=V('loss', mode='a'), use_lock=True, **kwargs)
+
+
+def _template(*init_args, **init_kwargs):
+    return Pipeline().init_variable('loss', []).init_model(*init_args, **init_kwargs) + _train()
+
+
+def test_dynamic_model_is_built_from_the_batch_that_reaches_train_model(digits):
+    pipeline = _template('dynamic', SimpleCNN, 'net', config=CONFIG) << digits.train
+    pipeline.run(16, n_iters=3, seed=0)
+    model = pipeline.m('net')
+    assert isinstance(model, SimpleCNN) and model.spec.input_shape == (1, 12, 12)
+    assert model.spec.num_outputs == 10 and model.iteration == 3
+    assert len(pipeline.v('loss')) == 3 and all(isinstance(loss, float) for loss in pipeline.v('loss'))
+
+
+@pytest.mark.parametrize('args, kwargs', [
+    (('net', SimpleCNN), {'config': CONFIG}),
+    (('net', SimpleCNN, 'dynamic', CONFIG), {}),
+    ((), {'name': 'net', 'model_class': SimpleCNN, 'config': CONFIG}),
+    (('dynamic', SimpleCNN, 'net', CONFIG), {}),
+])
+def test_both_argument_orders(digits, args, kwargs):
+    pipeline = _template(*args, **kwargs) << digits.train
+    pipeline.next_batch(8, seed=0)
+    assert isinstance(pipeline.m('net'), SimpleCNN)
+
+
+def test_same_model_and_losses_with_and_without_prefetch(digits):
+    results = []
+    for prefetch in (0, 2):
+        torch.manual_seed(0)  # the network's initial weights come from torch's global generator
+        pipeline = _template('dynamic', SimpleCNN, 'net', config=CONFIG) << digits.train
+        pipeline.run(16, n_iters=4, shuffle=5, prefetch=prefetch)
+        results.append((pipeline.v('loss'), pipeline.m('net').predict(images=np.ones((2, 1, 12, 12), 'float32'))))
+    assert results[0][0] == results[1][0]
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def test_static_model_is_built_at_declaration_and_shared_by_derived_pipelines(digits):
+    config = {'inputs/images/shape': (1, 12, 12), 'inputs/labels/classes': 10, 'body/filters': (4,)}
+    template = _template('static', SimpleCNN, 'net', config=config)
+    first, second = template << digits.train, template << digits.test
+    first.next_batch(8, seed=0)
+    second.next_batch(8, seed=0)
+    assert first.m('net') is second.m('net')
+    assert first.m('net').iteration == 2
+
+
+def test_static_model_config_must_be_batch_free():
+    with pytest.raises(ValueError, match="mode='dynamic'"):
+        Pipeline().init_model('static', SimpleCNN, 'net', config=CONFIG)
+
+
+def test_bad_init_model_arguments_fail_at_declaration():
+    with pytest.raises(ValueError, match='mode'):
+        Pipeline().init_model('net', SimpleCNN, 'eager')
+    with pytest.raises(TypeError, match='model name'):
+        Pipeline().init_model(3, SimpleCNN)
+    with pytest.raises(TypeError, match='init_model'):
+        Pipeline().init_model()
+
+
+def test_predict_model_and_fetch_lists(digits):
+    trained = _template('dynamic', SimpleCNN, 'net', config=CONFIG) << digits.train
+    trained.run(32, n_iters=2, seed=0)
+    predict = (Pipeline().init_variable('labels', []).init_variable('proba', []).import_model('net', trained)
+               .resize((12, 12)).to_array()
+               .predict_model('net', images=B.images, outputs=['labels', 'proba'],
+                              save_to=[V('labels', mode='e'), V('proba', mode='a')])) << digits.test
+    predict.run(100, n_epochs=1)
+    assert len(predict.v('labels')) == len(digits.test)
+    assert [len(batch) for batch in predict.v('proba')] == [100, 100, 100, 60]
+    assert predict.m('net') is trained.m('net')
+
+
+def test_m_expression_and_import_of_a_model_object(digits):
+    model = MLP({'inputs/images/shape': (1, 12, 12), 'inputs/labels/classes': 10})
+    pipeline = (Pipeline().init_variable('seen', None).import_model('mlp', model)
+                .update(V('seen'), M('mlp')) + _train('mlp')) << digits.train
+    pipeline.next_batch(8, seed=0)
+    assert pipeline.v('seen') is model and pipeline.m('mlp') is model and model.iteration == 1
+
+
+def test_importing_a_model_that_is_not_built_yet_fails_clearly(digits):
+    source = _template('dynamic', SimpleCNN, 'net', config=CONFIG) << digits.train
+    source.state.models['net'] = PendingModel('net', SimpleCNN, CONFIG)
+    pipeline = Pipeline().import_model('net', source) << digits.test
+    with pytest.raises(ValueError, match='Run the source pipeline'):
+        pipeline.next_batch(4)
+
+
+def test_save_and_load_actions(digits, tmp_path):
+    path = str(tmp_path / 'net.pkl')
+    trained = (_template('dynamic', SimpleCNN, 'net', config=CONFIG) << digits.train).save_model('net', path)
+    trained.run(16, n_iters=2, seed=0)
+    expected = trained.m('net').predict(images=np.ones((3, 1, 12, 12), 'float32'))
+    for args in [(path,), (SimpleCNN, path)]:
+        loaded = Pipeline().load_model('net', *args, config={'device': 'cpu'}) << digits.test
+        loaded.next_batch(4)
+        np.testing.assert_array_equal(loaded.m('net').predict(images=np.ones((3, 1, 12, 12), 'float32')), expected)
+    in_place = (_template('dynamic', SimpleCNN, 'net', config=CONFIG) + Pipeline().load_model('net', path)
+                ) << digits.train
+    in_place.next_batch(16, seed=1)
+    assert in_place.m('net').iteration == 2
+
+
+def test_model_action_errors(digits):
+    with pytest.raises(ValueError, match="Did you mean 'loss'"):
+        Pipeline().train_model('net', fetches='los')
+    with pytest.raises(ValueError, match='not both'):
+        Pipeline().train_model('net', fetches='loss', outputs='loss')
+    pipeline = Pipeline().to_array().train_model('ghost', images=B.images) << digits.train
+    with pytest.raises(ExpressionError, match='init_model'):
+        pipeline.next_batch(4)
+
+
+def test_default_model_class_needs_a_network(digits):
+    pipeline = Pipeline().init_model('net', config={'loss': 'ce'}) + _train() << digits.train
+    with pytest.raises(ValueError, match="'model'"):
+        pipeline.next_batch(4)
+    assert TorchModel  # the default class of init_model
