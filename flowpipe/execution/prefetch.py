@@ -19,6 +19,7 @@ from __future__ import annotations
 import multiprocessing
 import itertools
 import queue
+import re
 import threading
 import traceback
 import weakref
@@ -43,6 +44,12 @@ def add_note(exc: BaseException, note: str) -> None:
         exc.add_note(note)
     else:
         exc.__notes__ = [*getattr(exc, '__notes__', []), note]
+
+
+def _note_batch(exc: BaseException, seq: int) -> None:
+    # The action runner may have named the batch already, together with the action.
+    if not any(re.search(rf'\bbatch {seq}\b', note) for note in getattr(exc, '__notes__', ())):
+        add_note(exc, f"(raised while processing batch {seq})")
 
 
 class _Pool:
@@ -181,7 +188,7 @@ class Prefetcher:
                 except StopPipeline:
                     return
                 except BaseException as error:
-                    add_note(error, f"(raised while processing batch {seq})")
+                    _note_batch(error, seq)
                     raise
                 yield result
         finally:
@@ -205,7 +212,7 @@ class Prefetcher:
                 elif isinstance(error, StopPipeline):
                     return
                 elif not isinstance(error, SkipBatch):
-                    add_note(error, f"(raised while processing batch {seq})")
+                    _note_batch(error, seq)
                     raise error
         finally:
             self.close()

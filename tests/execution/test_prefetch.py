@@ -272,8 +272,10 @@ def _square_or_fail(seq, item):
 
 @pytest.mark.timeout(120)
 def test_process_target_keeps_order_and_errors():
-    assert list(Prefetcher(range(3), _square_or_fail, 2, target='processes')) == [0, 4]
+    delivered = []
     with pytest.raises(ValueError, match='cannot square 3') as info:
-        list(Prefetcher(range(6), _square_or_fail, 2, target='processes'))
+        for result in Prefetcher(range(6), _square_or_fail, 2, target='processes', workers=1):
+            delivered.append(result)
+    assert delivered == [0, 4]
     notes = '\n'.join(info.value.__notes__)
     assert '_square_or_fail' in notes and 'batch 3' in notes
