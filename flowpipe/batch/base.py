@@ -6,8 +6,8 @@ attribute does; ``components`` lists their names. A class declares its usual com
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np

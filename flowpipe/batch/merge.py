@@ -1,6 +1,7 @@
 """Concatenating batches and cutting them to a size: the pipeline's ``rebatch`` is built on this."""
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -12,7 +13,11 @@ __all__ = ['concat_values', 'merge_batches']
 
 
 def concat_values(parts: Sequence[Any]) -> Any:
-    """Concatenate per-item arrays; parts whose items differ in shape give a 1-D object array."""
+    """Concatenate per-item arrays (or torch tensors); parts whose items differ in shape give an object array."""
+    torch = sys.modules.get('torch')
+    if torch is not None and all(isinstance(part, torch.Tensor) for part in parts):
+        if len({tuple(part.shape[1:]) for part in parts}) == 1:
+            return torch.cat(list(parts))
     if all(isinstance(part, np.ndarray) for part in parts):
         if len({part.shape[1:] for part in parts}) == 1 and (
                 all(part.dtype != object for part in parts) or all(part.ndim == 1 for part in parts)):

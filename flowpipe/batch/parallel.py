@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
@@ -39,12 +40,16 @@ def _accepts_rng(func: Callable) -> bool:
     return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
 
 
-def collect(values: Sequence[Any]) -> np.ndarray:
-    """Stack ``values`` into one array when they are arrays of one shape or numbers, else a 1-D object array."""
+def collect(values: Sequence[Any]) -> Any:
+    """Stack ``values`` when they are arrays (or tensors) of one shape or numbers, else make a 1-D object array."""
     if not values:
         return np.empty(0, dtype=object)
     first = values[0]
-    if isinstance(first, np.ndarray):
+    torch = sys.modules.get('torch')  # tensors stack as tensors; batch code never imports torch itself
+    if torch is not None and isinstance(first, torch.Tensor):
+        if all(isinstance(value, torch.Tensor) and value.shape == first.shape for value in values):
+            return torch.stack(list(values))
+    elif isinstance(first, np.ndarray):
         if all(isinstance(value, np.ndarray) and value.shape == first.shape for value in values):
             return np.stack(values)
     elif isinstance(first, _NUMBERS) and all(isinstance(value, _NUMBERS) for value in values):

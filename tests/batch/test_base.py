@@ -205,3 +205,12 @@ class TestSubsetAndMerge:
             Batch.merge([make_batch()], batch_size=0)
         with pytest.raises(ValueError, match="'labels' to hold data in every batch or in none"):
             Batch.merge([make_batch(), PairBatch(2, data={'images': np.zeros(2)})])
+
+
+def test_tensor_components_subset_and_merge():
+    import torch
+    first = Batch(2, data={'x': torch.arange(2)})
+    second = Batch([5, 6, 7], data={'x': torch.arange(3) + 10})
+    merged, rest = Batch.merge([first, second], batch_size=4)
+    assert torch.equal(merged.x, torch.tensor([0, 1, 10, 11])) and torch.equal(rest.x, torch.tensor([12]))
+    assert torch.equal(second.subset([2, 0]).x, torch.tensor([12, 10]))

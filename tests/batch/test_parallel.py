@@ -152,3 +152,9 @@ def test_collect():
 
 def test_run_items_order():
     assert run_items(lambda i: i * i, range(5), workers=3) == [0, 1, 4, 9, 16]
+
+
+def test_tensor_results_stack_as_tensors():
+    import torch
+    batch = make_batch(3).apply_parallel(lambda item: torch.as_tensor(item), dst='tensors')
+    assert isinstance(batch.tensors, torch.Tensor) and batch.tensors.shape == (3, 2)
