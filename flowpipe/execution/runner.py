@@ -9,10 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
-
 from ..errors import SkipBatch, StopPipeline
 from ..expr.context import Context
+from .seeds import batch_seed
 
 __all__ = ['BatchRunner', 'NOTE_PREFIX', 'run_steps']
 
@@ -80,7 +79,7 @@ class BatchRunner:
 
     def apply(self, seq: int, batch: Any) -> Any:
         """Run the steps on ``batch`` as batch number ``seq`` of the stage; returns the processed batch."""
-        seed = np.random.SeedSequence(self.root, spawn_key=(1 + self.stage, seq))
+        seed = batch_seed(self.root, self.stage, seq)
         batch.seed = seed
         ctx = Context(batch, self.dataset, self.config, self.variables, self.models, seq, self.total, seed,
                       self.pipeline)
