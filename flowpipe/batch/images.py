@@ -101,7 +101,8 @@ class ImagesBatch(Batch):
 
         Args:
             size: ``(width, height)``, positional or keyword.
-            mode: ``'bilinear'`` (antialiased when shrinking, as in PIL), ``'bicubic'`` or ``'nearest'``.
+            mode: ``'bilinear'`` (antialiased when shrinking, within 1 grey level of Pillow), ``'bicubic'``
+                (torch's sharper cubic kernel, a=-0.75) or ``'nearest'``.
         """
         if size is None:
             raise TypeError("Expected resize(size) with size=(width, height). Received: no size. "

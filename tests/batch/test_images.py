@@ -377,3 +377,14 @@ def test_subset_keeps_the_layout():
 def test_actions_are_registered():
     names = set(ImagesBatch.action_names())
     assert {'resize', 'to_array', 'crop', 'flip', 'rotate', 'multiply', 'add', 'normalize', 'load'} <= names
+
+
+def test_resize_bicubic_is_close_to_pillow_and_stays_uint8():
+    image_module = pytest.importorskip('PIL.Image')
+    images = random_images(n=2, height=12, width=10)
+    resized = make_batch(images).resize((20, 24), mode='bicubic').images
+    expected = np.stack([np.asarray(image_module.fromarray(image).resize((20, 24), image_module.BICUBIC))
+                         for image in images]).astype(int)
+    assert resized.dtype == np.uint8
+    # torch's cubic kernel (a=-0.75) is sharper than Pillow's (a=-0.5): close on average, not pixel-exact.
+    assert np.abs(resized.astype(int) - expected)[:, 3:-3, 3:-3].mean() < 2
