@@ -60,11 +60,16 @@ class Imagenette320(Openset):
     def _read_split(self, folder: Path) -> tuple[np.ndarray, np.ndarray]:
         files, labels = list_images(folder)
         images = np.empty(len(files), dtype=object)
+        # Pillow releases the GIL while decoding, so threads decode JPEGs in parallel.
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             decoded = pool.map(read_image, files)
-            for i, image in enumerate(tqdm(decoded, total=len(files), desc=f'Imagenette {folder.name}',
-                                           disable=not self.bar)):
-                images[i] = image
+            try:
+                for i, image in enumerate(tqdm(decoded, total=len(files), desc=f'Imagenette {folder.name}',
+                                               disable=not self.bar)):
+                    images[i] = image
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # a bad file or Ctrl-C: do not decode the rest first
+                raise
         return images, labels
 
 
