@@ -252,7 +252,8 @@ class Batch:
     def subset(self, positions: Any) -> Batch:
         """A new batch of the items at ``positions`` (same class, dataset and components)."""
         positions = np.asarray(positions, dtype=np.intp) if not isinstance(positions, slice) else positions
-        data = {name: None if values is None else values[positions]
+        # as_item_array: a component assigned as a plain list still slices by an array of positions.
+        data = {name: None if values is None else as_item_array(values, name)[positions]
                 for name, values in ((name, getattr(self, name)) for name in self.components)}
         index = DatasetIndex._from_ids(self.index.indices[positions], parent=self.index)
         batch = type(self)(index, data=data, dataset=self.dataset, check=False)

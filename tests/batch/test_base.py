@@ -173,6 +173,13 @@ class TestSubsetAndMerge:
         assert list(sub.indices) == [3, 0] and list(sub.images) == [30, 0]
         assert type(sub) is PairBatch
 
+    def test_subset_of_list_component(self):
+        batch = make_batch()
+        batch.add_components('names', init=['a', 'b', 'c', 'd'])
+        batch.labels = [5, 6, 7, 8]
+        sub = batch.subset([1, 2])
+        assert list(sub.names) == ['b', 'c'] and list(sub.labels) == [6, 7]
+
     def test_merge(self):
         first, second = make_batch(), PairBatch([7, 8], data=(np.array([70, 80]), np.array([1, 1])))
         merged, rest = Batch.merge([first, second])

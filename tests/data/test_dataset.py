@@ -153,3 +153,14 @@ def test_pipeline_is_new_each_time(monkeypatch):
     first, second = dataset.p, dataset.pipeline({'a': 1})
     assert first is not second and first is not dataset.p
     assert first.dataset is dataset and second.config == {'a': 1}
+
+
+def test_files_dataset_batches_know_paths(tmp_path):
+    from flowpipe.data import FilesIndex
+    for name in ('a.txt', 'b.txt', 'c.txt'):
+        (tmp_path / name).write_text(name)
+    dataset = Dataset(FilesIndex(path=str(tmp_path / '*.txt'), no_ext=True), source='disk')
+    dataset.split(0.5)
+    batch = next(dataset.train.gen_batch(2, n_epochs=1))
+    assert list(batch.indices) == ['a', 'b'] and batch.dataset.source == 'disk'
+    assert batch.index.get_fullpath('b') == str(tmp_path / 'b.txt')
