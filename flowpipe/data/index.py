@@ -227,7 +227,8 @@ def _normalize_shares(shares: float | Sequence[float]) -> list[float]:
         raise TypeError("Expected shares to be a number or a list of 1 to 3 numbers [train, test, validation]. "
                         f"Received: shares={shares!r}")
     if any(share < 0 or share > 1 for share in values) or sum(values) > 1 + 1e-9:
-        raise ValueError(f"Expected shares in [0, 1] summing to at most 1. Received: shares={shares!r}")
+        raise ValueError(f"Expected shares in [0, 1] summing to at most 1. Received: shares={shares!r}; "
+                         "e.g. shares=0.8 or shares=[0.7, 0.2, 0.1]")
     return values + [0.0] * (3 - len(values))
 
 
@@ -236,7 +237,8 @@ def _as_ids(index: Any, allow_count: bool = True) -> np.ndarray:
         return index.indices
     if allow_count and isinstance(index, (int, np.integer)) and not isinstance(index, bool):
         if index < 1:
-            raise ValueError(f"Expected a positive number of items. Received: index={index!r}")
+            raise ValueError(f"Expected a positive number of items. Received: index={index!r}; an empty dataset "
+                             "has nothing to draw batches from")
         return np.arange(index)
     ids = np.asarray(index)
     if ids.ndim != 1:

@@ -53,7 +53,7 @@ def check_batch_args(size: int, batch_size: Any, n_iters: Any, n_epochs: Any, dr
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"Expected {name} to be an int. Received: {name}={value!r}")
         if value < 1:
-            raise ValueError(f"Expected {name} >= 1. Received: {name}={value!r}")
+            raise ValueError(f"Expected {name} >= 1. Received: {name}={value!r}; pass a positive number")
     if n_iters is not None and n_epochs is not None:
         raise ValueError("Expected at most one of n_iters and n_epochs. "
                          f"Received: n_iters={n_iters!r}, n_epochs={n_epochs!r}; pass only one of them")
