@@ -119,8 +119,14 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     if n_epochs is None and n_iters is None and not infinite:
         n_epochs = 1
     root = _root_seed(args)
-    indices = dataset.index.gen_batch(args.batch_size, args.shuffle, n_iters, n_epochs, args.drop_last, root,
-                                      **args.extra)
+    try:
+        indices = dataset.index.gen_batch(args.batch_size, args.shuffle, n_iters, n_epochs, args.drop_last, root,
+                                          **args.extra)
+    except TypeError as error:
+        if not args.extra:
+            raise
+        raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
+                        f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
     return _batches(pipeline, args, indices, total, root)
 

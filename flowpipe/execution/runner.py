@@ -26,7 +26,7 @@ def run_steps(steps: tuple, ctx: Any) -> None:
         except (SkipBatch, StopPipeline):
             raise
         except Exception as exc:
-            _note(exc, position, step, ctx.iteration)
+            _note(exc, position, step, ctx)
             raise
 
 
@@ -40,16 +40,17 @@ def run_steps_profiled(steps: tuple, ctx: Any, profiler: Any) -> None:
         except (SkipBatch, StopPipeline):
             raise
         except Exception as exc:
-            _note(exc, position, step, ctx.iteration)
+            _note(exc, position, step, ctx)
             raise
         finally:
             profiler.record(f"{position}: {step.name}", ctx.iteration, clock() - start)
 
 
-def _note(exc: BaseException, position: int, step: Any, seq: int) -> None:
+def _note(exc: BaseException, position: int, step: Any, ctx: Any) -> None:
     notes = getattr(exc, '__notes__', ())
     if not any(note.startswith(NOTE_PREFIX) for note in notes):
-        exc.add_note(f"{NOTE_PREFIX} #{position} {step.label} of batch {seq}")
+        where = f"batch {ctx.iteration}" if ctx.batch is not None else "a before/after section"
+        exc.add_note(f"{NOTE_PREFIX} #{position} {step.label} of {where}")
 
 
 class BatchRunner:

@@ -15,7 +15,7 @@ from ..config import Config
 from ..errors import ExpressionError
 from .names import batch_action_names, check_action, check_dataset, unknown_action
 from .records import ActionRecord, MaybeRecord
-from .registry import get_builtin
+from .registry import builtin_names, get_builtin
 from .state import PipelineState
 
 __all__ = ['Pipeline']
@@ -74,6 +74,11 @@ class Pipeline:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         check_action(name, self._batch_class())
         return _adder(self, name, 'actions')
+
+    def __dir__(self) -> list[str]:
+        batch_class = self._batch_class()
+        actions = batch_action_names(batch_class) if batch_class is not None else ()
+        return sorted({*object.__dir__(self), *builtin_names(), *actions})
 
     def _batch_class(self) -> type | None:
         return getattr(self._dataset, 'batch_class', None)

@@ -168,3 +168,49 @@ def test_shuffle_is_reproducible_with_a_seed():
     assert first == _indices(pipeline, batch_size=5, shuffle=True, seed=3)
     assert first == _indices(pipeline, batch_size=5, shuffle=3)
     assert sorted(np.concatenate(first).tolist()) == list(range(20))
+
+
+def test_unknown_run_keyword_names_the_argument():
+    with pytest.raises(TypeError, match='shufle'):
+        make_dataset().p.run(2, shufle=True)
+
+
+def test_interrupt_leaves_variables_at_the_last_completed_batch_and_pipeline_usable():
+    def interrupt(batch):
+        if batch.indices[0] == 4:
+            raise KeyboardInterrupt
+    pipeline = make_dataset(8).p.init_variable('done', []).call(interrupt, B()).update(
+        V('done', mode='e'), B().indices.tolist())
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(2)
+    assert pipeline.v('done') == [0, 1, 2, 3]
+    assert pipeline.run(2, n_iters=1).v('done') == [0, 1, 2, 3, 0, 1]
+
+
+def test_error_in_a_section_names_the_section():
+    pipeline = make_dataset(4).p.after.call(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError) as info:
+        pipeline.run(2)
+    assert any('before/after section' in note for note in info.value.__notes__)
+
+
+def test_reset_models_and_all():
+    pipeline = make_dataset(4).p.init_variable('x', 1)
+    pipeline.models['net'] = object()
+    pipeline.set_variable('x', 2)
+    pipeline.reset('models')
+    assert 'net' not in pipeline.models and pipeline.v('x') == 2
+    pipeline.models['net'] = object()
+    pipeline.next_batch(2)
+    pipeline.reset('all')
+    assert not pipeline.models and pipeline.v('x') == 1 and pipeline.state.iterator is None
+
+
+def test_dir_lists_actions():
+    names = dir(make_dataset().p)
+    assert {'add', 'scale', 'init_variable', 'call', 'run'} <= set(names)
+
+
+def test_total_is_known_for_n_iters():
+    pipeline = make_dataset(10).p.init_variable('m', []).update(V('m', mode='a'), I('m'))
+    assert pipeline.run(4, n_iters=3).v('m') == [3, 3, 3]
