@@ -7,7 +7,6 @@ Sizes follow PIL's convention: ``(width, height)``.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
