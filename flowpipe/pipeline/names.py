@@ -16,21 +16,21 @@ def batch_action_names(batch_class: type) -> tuple[str, ...]:
     return tuple(names()) if callable(names) else ()
 
 
-def check_action(name: str, batch_class: type | None) -> None:
+def check_action(name: str, batch_class: type | None, also: tuple[str, ...] = ()) -> None:
     """Raise ``UnknownActionError`` unless ``name`` is a built-in or an action of ``batch_class``.
 
     With ``batch_class=None`` (no dataset bound yet) only built-ins can be checked; other names are accepted
-    here and checked on the first batch.
+    here and checked on the first batch. ``also`` are more names to suggest (the pipeline's own methods).
     """
     if get_builtin(name) is not None or batch_class is None:
         return
     if name not in batch_action_names(batch_class):
-        raise unknown_action(name, batch_class)
+        raise unknown_action(name, batch_class, also)
 
 
-def unknown_action(name: str, batch_class: type | None) -> UnknownActionError:
+def unknown_action(name: str, batch_class: type | None, also: tuple[str, ...] = ()) -> UnknownActionError:
     """The error for an action ``name`` that neither the built-ins nor ``batch_class`` define."""
-    known = builtin_names() + (batch_action_names(batch_class) if batch_class is not None else ())
+    known = builtin_names() + (batch_action_names(batch_class) if batch_class is not None else ()) + also
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     owner = f"an action of {batch_class.__name__}" if batch_class is not None else "a batch action"
     hint = f"Did you mean {' or '.join(map(repr, close))}? " if close else ''

@@ -72,7 +72,7 @@ class Pipeline:
     def __getattr__(self, name: str) -> Callable[..., Pipeline]:
         if name.startswith('_'):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        check_action(name, self._batch_class())
+        check_action(name, self._batch_class(), _PUBLIC_METHODS)
         return _adder(self, name, 'actions')
 
     def __dir__(self) -> list[str]:
@@ -283,6 +283,9 @@ class Pipeline:
         if self._run_args is not None:
             lines.append(f"  lazy run: {self._run_args!r}")
         return '\n'.join(lines)
+
+
+_PUBLIC_METHODS = tuple(name for name in dir(Pipeline) if not name.startswith('_'))
 
 
 class SectionBuilder:

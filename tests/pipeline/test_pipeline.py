@@ -213,3 +213,8 @@ def test_pickle_keeps_definition_and_drops_state():
     restored = pickle.loads(pickle.dumps(pipeline))
     assert restored.actions == pipeline.actions and restored.config['a'] == 1
     assert restored.v('x') == 0
+
+
+def test_typo_of_a_pipeline_method_suggests_it():
+    with pytest.raises(UnknownActionError, match="'next_batch'"):
+        Pipeline(make_dataset()).next_bach(2)
