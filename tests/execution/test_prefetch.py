@@ -1,4 +1,5 @@
 """Prefetcher: order, control flow, errors, shutdown in every way a run can end."""
+import _thread
 import gc
 import itertools
 import random
@@ -225,6 +226,31 @@ def test_keyboard_interrupt_in_the_caller_stops_workers():
         for item in Prefetcher(itertools.count(), _jitter, 3):
             if item == 40:
                 raise KeyboardInterrupt
+    _assert_no_prefetch_threads()
+
+
+@pytest.mark.timeout(20)
+def test_ctrl_c_while_the_caller_waits_stops_workers():
+    release = threading.Event()
+
+    def slow(seq, item):
+        release.wait(WAIT)
+        return item
+
+    def ctrl_c():
+        _thread.interrupt_main()           # what Ctrl-C does to the main thread
+        time.sleep(0.3)
+        release.set()                       # the batches in flight finish, so close() can join the workers
+
+    interrupter = threading.Timer(0.2, ctrl_c)
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for _ in Prefetcher(itertools.count(), slow, 3):
+                pass
+    finally:
+        release.set()
+        interrupter.join(WAIT)
     _assert_no_prefetch_threads()
 
 
