@@ -157,7 +157,8 @@ def make_progress(bar: Any, total: int | None, variables: Mapping[str, Any] | No
 
 
 def _is_tqdm_like(bar: Any) -> bool:
-    return not isinstance(bar, type) and callable(getattr(bar, 'update', None)) and callable(getattr(bar, 'close', None))
+    methods = (getattr(bar, 'update', None), getattr(bar, 'close', None))
+    return not isinstance(bar, type) and all(callable(method) for method in methods)
 
 
 def _bad_bar(bar: Any) -> Exception:
