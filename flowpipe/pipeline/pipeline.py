@@ -21,7 +21,6 @@ from .state import PipelineState
 __all__ = ['Pipeline']
 
 _DEFINITION = ('_actions', '_before', '_after', '_dataset', '_config', '_run_args')
-_SECTIONS = ('before', 'after')
 
 
 class Pipeline:
@@ -108,8 +107,8 @@ class Pipeline:
 
     @property
     def config(self) -> Config:
-        """The pipeline's config (read by ``C``)."""
-        return self._config
+        """A copy of the pipeline's config (read by ``C``); change it with ``pipeline << {...}``."""
+        return self._config.copy()
 
     @property
     def run_args(self) -> Any:

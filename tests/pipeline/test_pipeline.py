@@ -218,3 +218,9 @@ def test_pickle_keeps_definition_and_drops_state():
 def test_typo_of_a_pipeline_method_suggests_it():
     with pytest.raises(UnknownActionError, match="'next_batch'"):
         Pipeline(make_dataset()).next_bach(2)
+
+
+def test_config_property_cannot_change_the_definition():
+    pipeline = Pipeline(config={'a': {'b': 1}})
+    pipeline.config['a']['b'] = 2
+    assert pipeline.config['a/b'] == 1
