@@ -11,6 +11,7 @@ Targets on 2 cores: preprocessing alone >= 1.6x faster with prefetch than withou
 """
 import statistics
 import sys
+import threading
 import time
 
 import numpy as np
@@ -105,8 +106,30 @@ def measure(variants: dict, rounds: int, n_batches: int) -> dict:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def thread_ceiling(dataset: Dataset, n_batches: int, rounds: int) -> float:
+    """How much faster 2 bare threads run the preprocessing than 1: the most prefetch can gain on this machine."""
+    images = dataset.preloaded['images'][:BATCH_SIZE]
+
+    def work(count: int) -> None:
+        for _ in range(count):
+            preprocess(images)
+
+    def two_threads() -> None:
+        threads = [threading.Thread(target=work, args=(n_batches // 2,)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    results = measure({'one': lambda: work(n_batches), 'two': two_threads}, rounds, n_batches)
+    return results['one'] / results['two']
+
+
 def main(n_batches: int = 40, rounds: int = 5) -> None:
     dataset = make_dataset(BATCH_SIZE * 8)
+    print(f"torch threads per kernel: {torch.get_num_threads()}; "
+          f"2 bare threads vs 1 on the preprocessing: {thread_ceiling(dataset, n_batches, rounds):.2f}x "
+          "(the ceiling for prefetch on this machine now)")
     for train in (False, True):
         variants = {'hand-written loop': lambda: hand_loop(dataset, n_batches, train)}
         for prefetch in (0, 2, 4):
