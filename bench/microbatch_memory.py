@@ -1,0 +1,207 @@
+"""Peak activation memory and time of one ResNet18 training step on CPU with microbatch None, 16 and 8.
+
+Setting: batch 64 of 64x64 RGB images, 10 classes, float32, the model's default optimizer (Adam).
+
+Method. Each memory setting runs in a fresh Python process (``subprocess``), so allocator caches from one
+setting cannot hide the next one's peak. In that process:
+
+1. build the model, optimizer and data;
+2. run one warm-up step on 2 items, which creates the gradients and the optimizer state (memory that does not
+   depend on the batch) while touching almost no activation memory;
+3. reset the kernel's resident-set high-water mark (``echo 5 > /proc/self/clear_refs``) and note the current
+   RSS;
+4. run one step on the full batch; its peak memory is ``VmHWM - RSS`` from step 3 (Linux; elsewhere the
+   script falls back to ``ru_maxrss``, which then includes the build peak).
+
+That RSS peak also holds memory that does not shrink with the micro-batch: oneDNN weight reorders, the
+per-layer temporaries of gradient accumulation, allocator fragmentation. So the same step also counts the
+activations themselves: the live bytes autograd saves for backward (``saved_tensors_hooks``; parameters
+excluded, a storage shared by several saved tensors counted once), peak over the step.
+
+Time: one more process builds a model with microbatch None and one with 16 and runs their steps in turns
+(``ROUNDS`` rounds, median), so load from other processes hits both alike. Targets: microbatch 8 peaks at
+<= 30% of None; microbatch 16 takes <= 1.15x the time of None.
+
+Run: ``python bench/microbatch_memory.py``.
+"""
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import weakref
+
+BATCH, SIZE, CLASSES = 64, 64, 10
+SETTINGS = (None, 16, 8)
+ROUNDS = 5
+
+
+def _status_kib(field):
+    with open('/proc/self/status') as status:
+        for line in status:
+            if line.startswith(field + ':'):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _reset_peak():
+    """Reset VmHWM and return the current RSS in KiB (``None`` where the kernel does not allow it)."""
+    try:
+        with open('/proc/self/clear_refs', 'w') as refs:
+            refs.write('5')
+        return _status_kib('VmRSS')
+    except OSError:
+        return None
+
+
+def _peak_since(baseline):
+    if baseline is None:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return _status_kib('VmHWM') - baseline
+
+
+def _make_step(microbatch):
+    """A ``step(images, labels)`` callable for ResNet18 with the given micro-batch size."""
+    import torch
+    try:
+        from flowpipe.models.torch import ResNet18
+    except ImportError:
+        ResNet18 = None
+    if ResNet18 is not None:
+        model = ResNet18({'inputs/images/shape': (3, SIZE, SIZE), 'inputs/labels/classes': CLASSES,
+                          'initial_block/inputs': 'images', 'microbatch': microbatch})
+        return lambda images, labels: model.train(images=images, labels=labels, fetches='loss')
+    from flowpipe.parallel import build_engine, make_plan
+    engine = build_engine(_fallback_resnet18(), make_plan(microbatch=microbatch))
+    optimizer = torch.optim.Adam(engine.parameters(), lr=1e-3)
+    loss_fn = torch.nn.functional.cross_entropy
+    return lambda images, labels: engine.train_step([images], [labels], loss_fn, optimizer).loss
+
+
+def _fallback_resnet18():
+    """A plain ResNet18 (basic blocks 2-2-2-2), used only when flowpipe.models.torch is not available."""
+    from torch import nn
+
+    def block(cin, cout, stride):
+        body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                             nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
+        skip = (nn.Identity() if stride == 1 and cin == cout else
+                nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)))
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body, self.skip = body, skip
+
+            def forward(self, x):
+                return (self.body(x) + self.skip(x)).relu()
+        return Block()
+
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [block(cin, cout, stride), block(cout, cout, 1)]
+        cin = cout
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, CLASSES))
+
+
+class SavedActivations:
+    """Counts the bytes autograd keeps for backward (parameters excluded, shared storages once), live peak."""
+
+    def __init__(self):
+        self.live, self.peak, self.storages = 0, 0, {}
+
+    def pack(self, tensor):
+        import torch
+        if isinstance(tensor, torch.nn.Parameter):
+            return tensor
+        key = tensor.untyped_storage().data_ptr()
+        size, count = self.storages.get(key, (tensor.untyped_storage().nbytes(), 0))
+        if count == 0:
+            self.live += size
+            self.peak = max(self.peak, self.live)
+        self.storages[key] = (size, count + 1)
+        return _Holder(tensor, key, self)
+
+    def release(self, key):
+        size, count = self.storages[key]
+        self.storages[key] = (size, count - 1)
+        if count == 1:
+            self.live -= size
+
+    @staticmethod
+    def unpack(saved):
+        return saved.tensor if isinstance(saved, _Holder) else saved
+
+
+class _Holder:
+    """Wraps one saved tensor; when autograd frees the graph, the holder goes and its bytes are released."""
+
+    def __init__(self, tensor, key, counter):
+        self.tensor = tensor
+        weakref.finalize(self, counter.release, key)
+
+
+def _images(batch):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    return rng.random((batch, 3, SIZE, SIZE), dtype=np.float32), rng.integers(0, CLASSES, batch)
+
+
+def child_memory(microbatch):
+    """Measure one setting's memory in this (fresh) process and print a JSON line."""
+    import torch
+    images, labels = _images(BATCH)
+    step = _make_step(microbatch)
+    step(images[:2], labels[:2])
+    baseline = _reset_peak()
+    saved = SavedActivations()
+    with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
+        step(images, labels)
+    print(json.dumps({'peak_mib': _peak_since(baseline) / 1024, 'saved_mib': saved.peak / 2 ** 20}))
+
+
+def child_time():
+    """Time microbatch None and 16 in turns (so load changes hit both alike) and print a JSON line."""
+    images, labels = _images(BATCH)
+    steps = {key: _make_step(microbatch) for key, microbatch in (('none', None), ('16', 16))}
+    times = {key: [] for key in steps}
+    for key, step in steps.items():
+        step(images, labels)
+    for _ in range(ROUNDS):
+        for key, step in steps.items():
+            start = time.perf_counter()
+            step(images, labels)
+            times[key].append(time.perf_counter() - start)
+    print(json.dumps({key: statistics.median(values) for key, values in times.items()}))
+
+
+def _run_child(*args):
+    output = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True,
+                            env={**os.environ, 'PYTHONPATH': os.getcwd()})
+    return json.loads(output.stdout.strip().splitlines()[-1])
+
+
+def main():
+    memory = {microbatch: _run_child('--memory', json.dumps(microbatch)) for microbatch in SETTINGS}
+    timing = _run_child('--time')
+    none = memory[None]
+    print(f'ResNet18, batch {BATCH}, {SIZE}x{SIZE} RGB, {CLASSES} classes, CPU ({os.cpu_count()} cores), one step')
+    print(f'{"microbatch":>10} {"peak RSS MiB":>13} {"vs None":>8} {"saved activations MiB":>22} {"vs None":>8}')
+    for microbatch, row in memory.items():
+        print(f'{str(microbatch):>10} {row["peak_mib"]:13.1f} {row["peak_mib"] / none["peak_mib"]:8.2f} '
+              f'{row["saved_mib"]:22.1f} {row["saved_mib"] / none["saved_mib"]:8.2f}')
+    print(f'peak RSS ratio microbatch 8 / None: {memory[8]["peak_mib"] / none["peak_mib"]:.2f} (target <= 0.30)')
+    print(f'step time: None {timing["none"]:.2f} s, microbatch 16 {timing["16"]:.2f} s, '
+          f'ratio {timing["16"] / timing["none"]:.2f} (target <= 1.15; median of {ROUNDS} alternating rounds)')
+
+
+if __name__ == '__main__':
+    if len(sys.argv) == 3 and sys.argv[1] == '--memory':
+        child_memory(json.loads(sys.argv[2]))
+    elif sys.argv[1:] == ['--time']:
+        child_time()
+    else:
+        main()
