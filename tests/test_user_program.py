@@ -1,0 +1,84 @@
+"""The SPEC §1 user program, as written, on the shipped Digits data set (and the demo built on it)."""
+import numpy as np
+import pytest
+import torch
+
+import flowpipe.pipeline.model_actions  # noqa: F401  (registers the model actions until flowpipe.pipeline does)
+from flowpipe import B, C, D, Pipeline, V
+from flowpipe.__main__ import main
+from flowpipe.models.torch import ResNet18
+from flowpipe.opensets import Digits
+
+
+def _user_program(config, n_epochs=None, n_iters=None):
+    dataset = Digits(bar=True)                             # .train / .test subsets, D.num_classes
+
+    model_config = {'inputs/images/shape': B.image_shape,
+                    'inputs/labels/classes': D.num_classes,
+                    'initial_block/inputs': 'images',
+                    'device': C('device'),
+                    'microbatch': C('microbatch')}
+
+    template = (Pipeline()
+                .init_variable('loss_history', [])
+                .init_model('dynamic', ResNet18, 'conv_nn', config=model_config)
+                .resize((32, 32))
+                .to_array()
+                .train_model('conv_nn', fetches='loss',
+                             images=B.images, labels=B.labels,
+                             save_to=V('loss_history', mode='a'), use_lock=True))
+
+    pipeline = template << dataset.train << config
+    pipeline.next_batch(64)
+    pipeline.run(64, shuffle=True, n_epochs=n_epochs, n_iters=n_iters, bar=True, drop_last=True, prefetch=10)
+    return dataset, pipeline
+
+
+def _accuracy(dataset, pipeline):
+    test = (Pipeline()
+            .import_model('conv_nn', pipeline)
+            .init_variable('true', [])
+            .init_variable('predicted', [])
+            .update(V('true', mode='e'), B.labels)
+            .resize((32, 32))
+            .to_array()
+            .predict_model('conv_nn', images=B.images, fetches='labels', save_to=V('predicted', mode='e'))
+            ) << dataset.test
+    test.run(128, n_epochs=1)
+    return np.mean(np.asarray(test.v('predicted')) == np.asarray(test.v('true')))
+
+
+def test_program_builds_the_model_from_the_data_and_places_it():
+    torch.manual_seed(0)
+    dataset, pipeline = _user_program({'device': ['CPU:0', 'CPU:1'], 'microbatch': 16}, n_iters=2)
+    model = pipeline.m('conv_nn')
+    assert isinstance(model, ResNet18) and model.spec.input_shape == (1, 32, 32) and model.spec.num_outputs == 10
+    assert model.plan.num_replicas == 2 and model.plan.microbatch == 16
+    assert len(pipeline.v('loss_history')) == 3 and model.iteration == 3
+    assert 'chunk sizes [16, 16, 16, 16]' in repr(model)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('config', [{'device': 'cpu', 'microbatch': None},
+                                    {'device': ['CPU:0', 'CPU:1'], 'microbatch': 16}])
+def test_program_reaches_high_accuracy(config):
+    torch.manual_seed(0)
+    dataset, pipeline = _user_program(config, n_epochs=3)
+    assert _accuracy(dataset, pipeline) > 0.9
+    history = pipeline.v('loss_history')
+    assert np.mean(history[-5:]) < 0.5 * np.mean(history[:5])
+
+
+def test_demo_prints_the_held_out_accuracy(capsys):
+    assert main(['demo', '--model', 'MLP', '--epochs', '1', '--no-bar', '--device', 'CPU:0,CPU:1']) == 0
+    accuracy = float(capsys.readouterr().out.split('held-out accuracy:')[1].split()[0])
+    assert 0.5 < accuracy <= 1.0
+
+
+@pytest.mark.parametrize('argv, message', [(['demo', '--epochs', '0'], 'positive --epochs'),
+                                           (['demo', '--model', 'ResNet50'], 'invalid choice'),
+                                           (['demo', '--device', ','], 'Expected a device')])
+def test_demo_rejects_bad_options(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
