@@ -1,5 +1,6 @@
 """Engines: one step with any device list and micro-batch size equals a hand-written full-batch step."""
 import copy
+import gc
 import threading
 
 import pytest
@@ -204,3 +205,61 @@ def test_amp_on_cpu_is_ignored_with_a_warning():
     with pytest.warns(RuntimeWarning, match='amp=True is ignored on CPU'):
         actual, _, _ = engine_step(model, make_plan(amp=True, num_gpus=0), inputs, targets, lr=0.5)
     assert_same_parameters(actual, expected)
+
+
+def test_dropping_an_engine_without_close_stops_its_threads():
+    engine = build_engine(mlp(), make_plan(['CPU:0', 'CPU:1'], num_gpus=0))
+    workers = [t for t in threading.enumerate() if t.name.startswith('flowpipe-replica') and t.is_alive()]
+    del engine
+    gc.collect()
+    for thread in workers:
+        thread.join(timeout=5)
+    assert not any(t.is_alive() for t in workers)
+
+
+class TwoOutputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(5, 2), nn.Linear(5, 1)
+
+    def forward(self, x):
+        return self.a(x), {'score': self.b(x)}
+
+
+def test_structured_outputs_are_concatenated_piece_by_piece():
+    torch.manual_seed(0)
+    model = TwoOutputs().double()
+    inputs = torch.randn(9, 5)
+    first, second = model(inputs.double())
+    with build_engine(model, make_plan(['CPU:0', 'CPU:1'], 4, num_gpus=0)) as engine:
+        predicted_first, predicted_second = engine.predict([inputs])
+    torch.testing.assert_close(predicted_first, first.detach())
+    torch.testing.assert_close(predicted_second['score'], second['score'].detach())
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize('microbatch', [None, 3])
+def test_replicas_on_one_gpu_match_the_full_batch_step(microbatch):
+    model, (inputs, targets) = mlp(), data(10)
+    expected, expected_loss = reference_step(model, inputs, targets, lr=0.5)
+    actual, loss, _ = engine_step(model, make_plan('GPU:0x2', microbatch), inputs.cuda(), targets.cuda(), lr=0.5)
+    assert loss == pytest.approx(expected_loss, rel=1e-10)
+    assert_same_parameters(actual.cpu(), expected)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_amp_on_gpu_trains_with_one_scaler_step_per_batch():
+    model, (inputs, targets) = mlp(), data(16)
+    model = model.float()
+    with build_engine(model, make_plan('GPU:0x2', 4, amp=True)) as engine:
+        optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+        before = [p.detach().clone() for p in engine.parameters()]
+        for _ in range(20):                 # the scaler may skip the first steps while it finds its scale
+            result = engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+        assert engine.scaler is not None and result.loss > 0
+        assert any(not torch.equal(a, b) for a, b in zip(before, engine.parameters()))

@@ -65,7 +65,8 @@ def move(tensor: torch.Tensor, device: torch.device, dtype: torch.dtype | None, 
     """Slice a piece out of a batch tensor and move it; floating tensors take ``dtype``, others keep theirs."""
     part = tensor if piece is None else tensor[piece.start:piece.stop]
     cast = dtype if dtype is not None and part.is_floating_point() else None
-    return part.to(device=device, dtype=cast, non_blocking=True)
+    # non-blocking only towards a GPU: a non-blocking copy to the CPU may be read before it lands
+    return part.to(device=device, dtype=cast, non_blocking=device.type == 'cuda')
 
 
 def device_of(outputs: Any, default: torch.device) -> torch.device:
@@ -123,6 +124,9 @@ class Engine:
             warnings.warn('amp=True is ignored on CPU: mixed precision needs a CUDA device. '
                           'Training runs in the parameters\' dtype.', RuntimeWarning, stacklevel=3)
         self.scaler = torch.amp.GradScaler('cuda') if self.amp else None
+        if self.scaler is not None:
+            # create the scale on the primary now, not lazily inside whichever replica thread comes first
+            self.scaler.scale(torch.zeros((), device=plan.primary.device))
 
     @property
     def module(self) -> nn.Module:
@@ -169,10 +173,9 @@ class Engine:
             outputs = module(*[move(t, device, dtype, piece) for t in inputs])
             out_device = device_of(outputs, device)
             loss = loss_fn(outputs, *[move(t, out_device, dtype, piece) for t in targets])
-        weighted = loss.float() * piece.weight if self.amp else loss * piece.weight
+        weighted = (loss.float() if self.amp else loss) * piece.weight
         (self.scaler.scale(weighted) if self.scaler else weighted).backward()
-        return weighted.detach(), (outputs.detach() if isinstance(outputs, torch.Tensor) else
-                                   to_device(outputs, out_device)) if keep_outputs else None
+        return weighted.detach(), to_device(outputs, out_device) if keep_outputs else None
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         """The one optimizer step of a batch (through the scaler under mixed precision)."""
