@@ -2,10 +2,12 @@
 
 Each test then checks a few facts the notebook establishes, so a change that breaks a tutorial fails here.
 ``tutorials/make_notebooks.py`` writes the notebooks from their cell lists; a test keeps the two in sync.
+The ``python`` code blocks of ``docs/pipelines.md`` run the same way (their asserts are the checks).
 """
 import importlib.util
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -87,3 +89,27 @@ def test_03_devices():
     assert 'shards [8, 8]' in ns['model'].device_plan(50)
     assert ns['no_bn_difference'] < 1e-10
     assert ns['bn_difference'] > 1e-6
+
+
+def doc_blocks(path):
+    """The ```python blocks of a markdown file, in order."""
+    return re.findall(r'^```python\n(.*?)^```', path.read_text(encoding='utf-8'), flags=re.S | re.M)
+
+
+@pytest.mark.timeout(120)
+def test_pipelines_guide_examples_run():
+    path = ROOT / 'docs' / 'pipelines.md'
+    blocks = doc_blocks(path)
+    assert len(blocks) > 20
+    namespace = {'__name__': '__main__'}
+    for number, source in enumerate(blocks):
+        exec(compile(source, f'{path.name}[block {number}]', 'exec'), namespace)
+    assert namespace['flow'].v('kept') == [0, 2]
+
+
+def test_doc_images_exist_and_are_small():
+    for page in (ROOT / 'docs' / 'pipelines.md', *sorted(TUTORIALS.glob('nb0*.py'))):
+        for target in re.findall(r'\]\((\.\./img/[^)]+)\)', page.read_text(encoding='utf-8')):
+            image = (page.parent / target).resolve()
+            assert image.is_file(), f"{page.name} shows {target}, which does not exist"
+            assert image.stat().st_size < 200_000
