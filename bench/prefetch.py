@@ -3,12 +3,15 @@
 Preprocessing is torch kernels that release the GIL (resize by interpolation, a depthwise blur convolution,
 normalisation) on a batch of images; training is a small CNN step taken with ``use_lock=True``. The hand-written
 loop does the same work, batch after batch, in one thread. All variants are measured alternately in one run
-(round robin), so that a change in machine load hits them alike; the median per variant is reported.
+(round robin, shuffled), so that a change in machine load hits them alike; the median per variant is reported,
+with the cores the process kept busy (CPU time / wall time): on a machine shared with other work that number,
+and the 2-thread ceiling printed first, say how much parallelism was there to be had.
 Run: ``.venv/bin/python bench/prefetch.py [n_batches] [rounds]``.
 
 Targets on 2 cores: preprocessing alone >= 1.6x faster with prefetch than without; preprocessing + training
 >= 1.3x faster than the hand-written sequential loop.
 """
+import random
 import statistics
 import sys
 import threading
@@ -96,14 +99,20 @@ def pipeline_run(dataset: Dataset, n_batches: int, train: bool, prefetch: int) -
 
 
 def measure(variants: dict, rounds: int, n_batches: int) -> dict:
-    """Median ms per batch of each variant, measured round robin."""
+    """Median (ms per batch, cores used) of each variant, measured round robin in a shuffled order."""
     times: dict = {name: [] for name in variants}
+    cores: dict = {name: [] for name in variants}
+    order = list(variants)
+    rng = random.Random(0)
     for _ in range(rounds):
-        for name, func in variants.items():
-            start = time.perf_counter()
-            func()
-            times[name].append((time.perf_counter() - start) / n_batches * 1e3)
-    return {name: statistics.median(values) for name, values in times.items()}
+        rng.shuffle(order)
+        for name in order:
+            start, cpu = time.perf_counter(), time.process_time()
+            variants[name]()
+            wall = time.perf_counter() - start
+            times[name].append(wall / n_batches * 1e3)
+            cores[name].append((time.process_time() - cpu) / wall)
+    return {name: (statistics.median(times[name]), statistics.median(cores[name])) for name in variants}
 
 
 def thread_ceiling(dataset: Dataset, n_batches: int, rounds: int) -> float:
@@ -122,7 +131,7 @@ def thread_ceiling(dataset: Dataset, n_batches: int, rounds: int) -> float:
             thread.join()
 
     results = measure({'one': lambda: work(n_batches), 'two': two_threads}, rounds, n_batches)
-    return results['one'] / results['two']
+    return results['one'][0] / results['two'][0]
 
 
 def main(n_batches: int = 40, rounds: int = 5) -> None:
@@ -136,11 +145,12 @@ def main(n_batches: int = 40, rounds: int = 5) -> None:
             variants[f'prefetch={prefetch}'] = lambda p=prefetch: pipeline_run(dataset, n_batches, train, p)
         measure(variants, 1, 4)                         # warm-up: first calls allocate and load kernels
         results = measure(variants, rounds, n_batches)
-        base, hand = results['prefetch=0'], results['hand-written loop']
+        base, hand = results['prefetch=0'][0], results['hand-written loop'][0]
         print(f"\n{'preprocessing + training' if train else 'preprocessing only'} "
               f"({n_batches} batches of {BATCH_SIZE}, median of {rounds} rounds)")
-        for name, ms in results.items():
-            print(f"  {name:18s} {ms:7.2f} ms/batch   {base / ms:5.2f}x vs prefetch=0   {hand / ms:5.2f}x vs hand loop")
+        for name, (ms, used) in results.items():
+            print(f"  {name:18s} {ms:7.2f} ms/batch   {base / ms:5.2f}x vs prefetch=0   {hand / ms:5.2f}x vs hand loop"
+                  f"   {used:4.2f} cores busy")
     print("\ntargets on 2 cores: preprocessing only >= 1.6x vs prefetch=0; "
           "preprocessing + training >= 1.3x vs the hand-written loop")
 
