@@ -11,13 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-import flowpipe.pipeline.model_actions  # noqa: F401  (registers train_model & co.)
-from flowpipe.batch import ImagesBatch, action
-from flowpipe.data import Dataset
-from flowpipe.errors import StopPipeline
-from flowpipe.expr import B, I, R, V
+from flowpipe import B, F, I, R, V, Dataset, ImagesBatch, Pipeline, StopPipeline, action
 from flowpipe.models.torch import MLP
-from flowpipe.pipeline import Pipeline
+
+# A hang fails the test instead of the suite.
+pytestmark = pytest.mark.timeout(60)
 
 N_ITEMS, BATCH = 48, 8
 
@@ -45,17 +43,13 @@ def _augment(pipeline):
             .flip(p=0.5)
             .jitter(0.02)
             .update(B.images, B.images + noise)
-            .update(B.images, F_sleep(B.images)))
+            .update(B.images, F(_sleepy)(B.images, R('uniform', 0.0, 0.01))))
 
 
-def F_sleep(images):
-    """Random per-batch delays so that prefetched batches finish out of order."""
-    from flowpipe.expr import F
-
-    def sleepy(values, delay):
-        time.sleep(delay)
-        return values
-    return F(sleepy)(images, R('uniform', 0.0, 0.01))
+def _sleepy(values, delay):
+    """A random per-batch delay, so that prefetched batches finish out of order."""
+    time.sleep(delay)
+    return values
 
 
 def _model_pipeline():

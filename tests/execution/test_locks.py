@@ -8,6 +8,9 @@ import pytest
 from flowpipe.errors import SkipBatch, StopPipeline
 from flowpipe.execution.locks import LockCancelled, OrderedLocks
 
+# A hang fails the test instead of the suite.
+pytestmark = pytest.mark.timeout(20)
+
 WAIT = 10.0
 
 

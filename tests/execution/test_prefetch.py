@@ -13,6 +13,9 @@ from flowpipe.errors import SkipBatch, StopPipeline
 from flowpipe.execution.locks import OrderedLocks
 from flowpipe.execution.prefetch import Prefetcher
 
+# A hang fails the test instead of the suite.
+pytestmark = pytest.mark.timeout(20)
+
 WAIT = 10.0
 
 

@@ -5,6 +5,9 @@ import pytest
 
 from flowpipe.execution.profile import Profiler
 
+# A hang fails the test instead of the suite.
+pytestmark = pytest.mark.timeout(20)
+
 
 def test_info_aggregates_per_action_in_first_seen_order():
     profiler = Profiler()
