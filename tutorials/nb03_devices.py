@@ -106,8 +106,9 @@ sees its own shard, and with micro-batches each chunk is normalized on its own, 
 `DistributedDataParallel` without `SyncBatchNorm`. The update then depends on the layout: smaller pieces mean noisier
 statistics. The running statistics used in evaluation are averaged over the replicas after each step.
 
-Use equal, not too small shards (a batch per device of 16 or more) when a network has BatchNorm, or a network
-without it (`'batch_norm': False` for the ready networks) when results must not depend on the layout.
+Training still works (`docs/parallel.md` measures the accuracy), but keep shards and micro-batches of a few
+dozen items for a network with BatchNorm, or use one without it (`'batch_norm': False` for the ready networks)
+when results must not depend on the layout.
 
 ![Per-shard BatchNorm](../img/batchnorm_shards.png)"""),
     ('code', """
