@@ -15,7 +15,8 @@ This tutorial walks through the pieces a flowpipe program is made of:
 4. a lazy **pipeline** of image actions on `Digits`, the small data set shipped inside flowpipe
    (1,797 handwritten digits, 8x8 pixels, no download).
 
-It runs in a few seconds on a CPU. The reference for everything here is `docs/pipelines.md`."""),
+It runs in a few seconds on a CPU. The reference for everything here is `docs/pipelines.md`. To run the
+notebooks, install flowpipe first (`pip install -e .` in the repository root)."""),
     ('code', """
 import numpy as np
 
