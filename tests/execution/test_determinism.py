@@ -52,18 +52,19 @@ def _sleepy(values, delay):
     return values
 
 
-def _model_pipeline():
-    config = {'inputs/images/shape': B.image_shape, 'inputs/labels/classes': 3, 'initial_block/inputs': 'images'}
+def _model_pipeline(**placement):
+    config = {'inputs/images/shape': B.image_shape, 'inputs/labels/classes': 3, 'initial_block/inputs': 'images',
+              **placement}
     template = _augment(Pipeline().init_variable('loss_history', [])
                         .init_model('dynamic', MLP, 'mlp', config=config))
     return template.train_model('mlp', fetches='loss', images=B.images, labels=B.labels,
                                 save_to=V('loss_history', mode='a'), use_lock=True)
 
 
-def _run_model(prefetch):
+def _run_model(prefetch, n_epochs=2, **placement):
     torch.manual_seed(0)                   # the model's initial weights
-    pipeline = _model_pipeline() << _dataset()
-    pipeline.run(BATCH, shuffle=7, n_epochs=3, drop_last=True, prefetch=prefetch)
+    pipeline = _model_pipeline(**placement) << _dataset()
+    pipeline.run(BATCH, shuffle=7, n_epochs=n_epochs, drop_last=True, prefetch=prefetch)
     params = [p.detach().clone() for p in pipeline.m('mlp').model.parameters()]
     return pipeline.v('loss_history'), params
 
@@ -72,9 +73,18 @@ def _run_model(prefetch):
 def test_train_model_bit_identical_with_prefetch():
     losses0, params0 = _run_model(0)
     losses4, params4 = _run_model(4)
-    assert len(losses0) == 3 * N_ITEMS // BATCH
+    assert len(losses0) == 2 * N_ITEMS // BATCH
     assert losses4 == losses0
     assert all(torch.equal(a, b) for a, b in zip(params0, params4))
+
+
+def test_replicas_and_microbatches_bit_identical_with_prefetch():
+    placement = {'device': ['CPU:0', 'CPU:1'], 'microbatch': 3}
+    losses0, params0 = _run_model(0, n_epochs=1, **placement)
+    losses3, params3 = _run_model(3, n_epochs=1, **placement)
+    assert len(losses0) == N_ITEMS // BATCH
+    assert losses3 == losses0
+    assert all(torch.equal(a, b) for a, b in zip(params0, params3))
 
 
 class _Tiny:
