@@ -57,8 +57,8 @@ def write_all() -> list[Path]:
     written = []
     for filename, module_name in NOTEBOOKS.items():
         cells = importlib.import_module(module_name).CELLS
-        for number, (_, text) in enumerate(cells):
-            if '%' in text.split('\n', 1)[0][:1]:
+        for number, (kind, text) in enumerate(cells):
+            if kind == 'code' and any(line.lstrip().startswith('%') for line in text.splitlines()):
                 raise ValueError(f"{module_name} cell {number}: cell magics do not run as plain Python")
         path = HERE / filename
         path.write_text(json.dumps(make_notebook(cells), indent=1, ensure_ascii=False) + '\n', encoding='utf-8')
