@@ -16,8 +16,8 @@ the returned results do.
 """
 from __future__ import annotations
 
-import multiprocessing
 import itertools
+import multiprocessing
 import queue
 import re
 import threading
@@ -34,11 +34,12 @@ from ..errors import SkipBatch, StopPipeline
 __all__ = ['Prefetcher']
 
 TARGETS = ('threads', 'processes')
+_THREAD_PREFIX = 'flowpipe-prefetch'
 # A consumer waiting for a result checks for cancellation this often.
 _POLL_SECONDS = 0.1
 
 
-def add_note(exc: BaseException, note: str) -> None:
+def _add_note(exc: BaseException, note: str) -> None:
     """Attach ``note`` to ``exc`` (shown under the traceback on Python 3.11+)."""
     if hasattr(exc, 'add_note'):
         exc.add_note(note)
@@ -49,7 +50,7 @@ def add_note(exc: BaseException, note: str) -> None:
 def _note_batch(exc: BaseException, seq: int) -> None:
     # The action runner may have named the batch already, together with the action.
     if not any(re.search(rf'\bbatch {seq}\b', note) for note in getattr(exc, '__notes__', ())):
-        add_note(exc, f"(raised while processing batch {seq})")
+        _add_note(exc, f"(raised while processing batch {seq})")
 
 
 class _Pool:
@@ -85,8 +86,6 @@ class _Pool:
         in_worker = threading.current_thread().name.startswith(_THREAD_PREFIX)
         self.executor.shutdown(wait=not in_worker, cancel_futures=True)
 
-
-_THREAD_PREFIX = 'flowpipe-prefetch'
 
 
 class Prefetcher:
@@ -288,7 +287,7 @@ def _unwrap_process_future(future: Future) -> Future:
             unwrapped.set_result(dill.loads(payload))
             return
         error, text = dill.loads(payload)
-        add_note(error, f"Traceback in the worker process:\n{text}")
+        _add_note(error, f"Traceback in the worker process:\n{text}")
         unwrapped.set_exception(error)
 
     future.add_done_callback(_copy)
