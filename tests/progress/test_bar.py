@@ -1,5 +1,8 @@
 """make_progress: every bar form, monitors, the ready counter, bad inputs."""
+import importlib.util
 import io
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -167,3 +170,25 @@ def test_torch_values_are_formatted():
     progress.update()
     progress.close()
     assert 'loss=0.25' in stream.getvalue()
+
+
+def _fake_kernel(monkeypatch, widgets: bool):
+    shell = types.SimpleNamespace(config={'IPKernelApp': {}})
+    monkeypatch.setitem(sys.modules, 'IPython', types.SimpleNamespace(get_ipython=lambda: shell))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec',
+                        lambda name, *args: (object() if widgets else None) if name == 'ipywidgets'
+                        else real_find_spec(name, *args))
+
+
+def test_kernel_without_ipywidgets_falls_back_to_text(monkeypatch):
+    _fake_kernel(monkeypatch, widgets=False)
+    assert not in_notebook()
+    progress = make_progress({'bar': 'n', 'file': io.StringIO()}, 3)
+    assert type(progress.bar) is bar_module._TextBar
+    progress.close()
+
+
+def test_kernel_with_ipywidgets_is_a_notebook(monkeypatch):
+    _fake_kernel(monkeypatch, widgets=True)
+    assert in_notebook()
