@@ -59,6 +59,7 @@ def test_program_builds_the_model_from_the_data_and_places_it():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # three ResNet18 epochs: about 2 minutes alone, far more on a loaded machine
 @pytest.mark.parametrize('config', [{'device': 'cpu', 'microbatch': None},
                                     {'device': ['CPU:0', 'CPU:1'], 'microbatch': 16}])
 def test_program_reaches_high_accuracy(config):
