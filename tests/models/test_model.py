@@ -112,9 +112,9 @@ def test_wrong_input_name_suggests_declared_names():
 
 def test_missing_inputs_and_targets_are_named():
     x, y = _data()
-    with pytest.raises(ValueError, match=r"network inputs \['x'\]"):
+    with pytest.raises(ValueError, match=r"the network inputs \['x'\]"):
         _model().train(y=y)
-    with pytest.raises(ValueError, match=r"targets \['y'\]"):
+    with pytest.raises(ValueError, match=r"targets for training or a loss \['y'\]"):
         _model().train(x=x)
     with pytest.raises(ValueError, match='at most 2 positional'):
         _model().train(x, y, y)

@@ -9,6 +9,7 @@ make their ``nn.Module``.
 from __future__ import annotations
 
 import difflib
+import threading
 from collections.abc import Mapping
 from typing import Any, Callable, ClassVar
 
@@ -64,6 +65,8 @@ class TorchModel:
         self.decay = make_decay(self.spec.get('decay'), self.optimizer)
         self.iteration = 0
         self._last_batch_size: int | None = None
+        # Steps from concurrent threads (a prefetching run without use_lock) must not interleave gradients.
+        self._step_lock = threading.Lock()
 
     # building
 
@@ -125,12 +128,13 @@ class TorchModel:
         names = check_fetches(fetches)
         net_inputs, net_targets = self._collect(args, inputs, targets, named_inputs, need_targets=True)
         wants_outputs = any(name != 'loss' for name in names)
-        result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
-                                        return_outputs=wants_outputs)
-        self.iteration += 1
-        self._last_batch_size = int(net_inputs[0].shape[0])
-        if self.decay is not None:
-            self.decay.after_batch(self.iteration)
+        with self._step_lock:
+            result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
+                                            return_outputs=wants_outputs)
+            self.iteration += 1
+            self._last_batch_size = int(net_inputs[0].shape[0])
+            if self.decay is not None:
+                self.decay.after_batch(self.iteration)
         return self._fetch(fetches, names, lambda: result.loss, result.outputs)
 
     def predict(self, *args: Any, fetches: Any = 'predictions', inputs: Any = None, targets: Any = None,
@@ -141,7 +145,8 @@ class TorchModel:
         """
         names = check_fetches(fetches)
         net_inputs, net_targets = self._collect(args, inputs, targets, named_inputs, need_targets='loss' in names)
-        outputs = self.engine.predict(net_inputs)
+        with self._step_lock:
+            outputs = self.engine.predict(net_inputs)
 
         def loss() -> float:
             moved = [target.to(outputs.device) for target in net_targets]
@@ -154,29 +159,28 @@ class TorchModel:
 
     def _collect(self, args: tuple, inputs: Any, targets: Any, named: dict,
                  need_targets: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        input_names, target_names = self.spec.input_names, self.spec.target_names
-        values = _by_name(args, named, input_names, target_names)
+        """Network input tensors and target tensors, from any of the accepted forms."""
+        values = _by_name(args, named, self.spec.input_names, self.spec.target_names)
+        input_names = self.spec.input_names or ('inputs',)
         if inputs is not None:
-            values.update(zip(input_names or ('inputs',), _as_list(inputs)))
+            values.update(zip(input_names, _as_list(inputs)))
+        target_names = self.spec.target_names
         if targets is not None:
-            values.update(zip(target_names or [f'target{i}' for i in range(len(_as_list(targets)))],
-                              _as_list(targets)))
-        network_names = input_names or tuple(name for name in values if not name.startswith('target'))[:1]
-        missing = [name for name in network_names if name not in values]
-        if missing or not network_names:
-            raise ValueError(f"Expected the network inputs {list(network_names) or ['inputs']!r}. Received: "
-                             f"{sorted(values)!r}. Pass them by name, positionally or as inputs=.")
-        known_targets = target_names or tuple(name for name in values if name not in network_names)
+            target_names = target_names or tuple(f'target{i}' for i in range(len(_as_list(targets))))
+            values.update(zip(target_names, _as_list(targets)))
+        elif not target_names:
+            target_names = tuple(name for name in values if name not in input_names)
+        _require(input_names, values, 'the network inputs', 'inputs=')
         if need_targets:
-            absent = [name for name in known_targets if name not in values]
-            if absent:
-                raise ValueError(f"Expected the targets {list(known_targets)!r} for training or a loss. "
-                                 f"Received: {sorted(values)!r}. Pass them by name or as targets=.")
-        targets = [_to_tensor(values[name], name) for name in known_targets if name in values]
-        # Class losses index with int64; labels stored as int32/uint8 stay integer but are widened.
-        targets = [t.long() if name in self.spec.classes and not t.is_floating_point() and t.dtype != torch.int64
-                   else t for name, t in zip([n for n in known_targets if n in values], targets)]
-        return [_to_tensor(values[name], name) for name in network_names], targets
+            _require(target_names, values, 'the targets for training or a loss', 'targets=')
+        return ([_to_tensor(values[name], name) for name in input_names],
+                [self._target(values[name], name) for name in target_names if name in values])
+
+    def _target(self, value: Any, name: str) -> torch.Tensor:
+        tensor = _to_tensor(value, name)
+        if name in self.spec.classes and not tensor.is_floating_point() and tensor.dtype != torch.int64:
+            tensor = tensor.long()  # class losses index with int64; int32/uint8 labels stay integer, widened
+        return tensor
 
     def _fetch(self, fetches: Any, names: list[str], loss: Callable[[], float], outputs: Any) -> Any:
         if fetches is None:
@@ -265,6 +269,12 @@ def _by_name(args: tuple, named: dict, input_names: tuple, target_names: tuple) 
                              f"inputs. Received: {name!r}=... . Add 'inputs/{name}/...' to the config.")
         values[name] = value
     return values
+
+
+def _require(names: tuple, values: dict, what: str, keyword: str) -> None:
+    if any(name not in values for name in names):
+        raise ValueError(f"Expected {what} {list(names)!r}. Received: {sorted(values)!r}. "
+                         f"Pass them by name, positionally or as {keyword}.")
 
 
 def _as_list(value: Any) -> list:
