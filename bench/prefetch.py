@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from flowpipe.batch import Batch, action
 from flowpipe.data import Dataset
+from flowpipe.execution import Prefetcher
 from flowpipe.expr import B
 from flowpipe.pipeline import Pipeline
 
@@ -134,6 +135,17 @@ def thread_ceiling(dataset: Dataset, n_batches: int, rounds: int) -> float:
     return results['one'][0] / results['two'][0]
 
 
+def handoff_cost(n_items: int = 3000) -> None:
+    """Microseconds the prefetcher adds per item when the work itself is nothing."""
+    costs = []
+    for size in (0, 1, 2, 4):
+        start = time.perf_counter()
+        for _ in Prefetcher(range(n_items), lambda seq, item: item, size):
+            pass
+        costs.append(f"size={size}: {(time.perf_counter() - start) / n_items * 1e6:.1f} us")
+    print("prefetcher hand-off cost per item (no-op work): " + ', '.join(costs))
+
+
 def main(n_batches: int = 40, rounds: int = 5) -> None:
     dataset = make_dataset(BATCH_SIZE * 8)
     print(f"torch threads per kernel: {torch.get_num_threads()}; "
@@ -151,7 +163,9 @@ def main(n_batches: int = 40, rounds: int = 5) -> None:
         for name, (ms, used) in results.items():
             print(f"  {name:18s} {ms:7.2f} ms/batch   {base / ms:5.2f}x vs prefetch=0   {hand / ms:5.2f}x vs hand loop"
                   f"   {used:4.2f} cores busy")
-    print("\ntargets on 2 cores: preprocessing only >= 1.6x vs prefetch=0; "
+    print()
+    handoff_cost()
+    print("targets on 2 cores: preprocessing only >= 1.6x vs prefetch=0; "
           "preprocessing + training >= 1.3x vs the hand-written loop")
 
 
