@@ -19,7 +19,9 @@ activations themselves: the live bytes autograd saves for backward (``saved_tens
 excluded, a storage shared by several saved tensors counted once), peak over the step.
 
 Time: one more process builds a model with microbatch None and one with 16 and runs their steps in turns
-(``ROUNDS`` rounds, median), so load from other processes hits both alike. Targets: microbatch 8 peaks at
+(``ROUNDS`` rounds, median), so load from other processes hits both alike; once with torch's default thread
+count and once with one thread (smaller chunks mean more, shorter kernels, and each one synchronizes the
+intra-op threads, which costs most on a busy machine). Targets: microbatch 8 peaks at
 <= 30% of None; microbatch 16 takes <= 1.15x the time of None.
 
 Run: ``python bench/microbatch_memory.py``.
@@ -118,8 +120,10 @@ class SavedActivations:
         if isinstance(tensor, torch.nn.Parameter):
             return tensor
         key = tensor.untyped_storage().data_ptr()
-        size, count = self.storages.get(key, (tensor.untyped_storage().nbytes(), 0))
+        size, count = self.storages.get(key, (0, 0))
         if count == 0:
+            # a freed storage's address may come back for a new one: take the new size
+            size = tensor.untyped_storage().nbytes()
             self.live += size
             self.peak = max(self.peak, self.live)
         self.storages[key] = (size, count + 1)
@@ -163,8 +167,11 @@ def child_memory(microbatch):
     print(json.dumps({'peak_mib': _peak_since(baseline) / 1024, 'saved_mib': saved.peak / 2 ** 20}))
 
 
-def child_time():
+def child_time(threads):
     """Time microbatch None and 16 in turns (so load changes hit both alike) and print a JSON line."""
+    import torch
+    if threads:
+        torch.set_num_threads(threads)
     images, labels = _images(BATCH)
     steps = {key: _make_step(microbatch) for key, microbatch in (('none', None), ('16', 16))}
     times = {key: [] for key in steps}
@@ -186,7 +193,7 @@ def _run_child(*args):
 
 def main():
     memory = {microbatch: _run_child('--memory', json.dumps(microbatch)) for microbatch in SETTINGS}
-    timing = _run_child('--time')
+    timings = {threads: _run_child('--time', str(threads)) for threads in (0, 1)}
     none = memory[None]
     print(f'ResNet18, batch {BATCH}, {SIZE}x{SIZE} RGB, {CLASSES} classes, CPU ({os.cpu_count()} cores), one step')
     print(f'{"microbatch":>10} {"peak RSS MiB":>13} {"vs None":>8} {"saved activations MiB":>22} {"vs None":>8}')
@@ -194,14 +201,16 @@ def main():
         print(f'{str(microbatch):>10} {row["peak_mib"]:13.1f} {row["peak_mib"] / none["peak_mib"]:8.2f} '
               f'{row["saved_mib"]:22.1f} {row["saved_mib"] / none["saved_mib"]:8.2f}')
     print(f'peak RSS ratio microbatch 8 / None: {memory[8]["peak_mib"] / none["peak_mib"]:.2f} (target <= 0.30)')
-    print(f'step time: None {timing["none"]:.2f} s, microbatch 16 {timing["16"]:.2f} s, '
-          f'ratio {timing["16"] / timing["none"]:.2f} (target <= 1.15; median of {ROUNDS} alternating rounds)')
+    for threads, timing in timings.items():
+        label = 'default torch threads' if threads == 0 else f'{threads} torch thread'
+        print(f'step time ({label}): None {timing["none"]:.2f} s, microbatch 16 {timing["16"]:.2f} s, '
+              f'ratio {timing["16"] / timing["none"]:.2f} (target <= 1.15; median of {ROUNDS} alternating rounds)')
 
 
 if __name__ == '__main__':
     if len(sys.argv) == 3 and sys.argv[1] == '--memory':
         child_memory(json.loads(sys.argv[2]))
-    elif sys.argv[1:] == ['--time']:
-        child_time()
+    elif len(sys.argv) == 3 and sys.argv[1] == '--time':
+        child_time(int(sys.argv[2]))
     else:
         main()
