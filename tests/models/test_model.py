@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from flowpipe.models.torch import MLP, SimpleCNN, TorchModel
+from flowpipe.models.torch import MLP, VGG7, ResNet34, SimpleCNN, TorchModel
 
 CONFIG = {'inputs/x/shape': (4,), 'inputs/y/classes': 3, 'initial_block/inputs': 'x', 'body/units': (16,)}
 
@@ -138,3 +138,27 @@ def test_missing_shape_unknown_loss_and_no_network_errors():
         TorchModel(CONFIG)
     with pytest.raises(ValueError, match='dtype'):
         _model(dtype='float99')
+
+
+@pytest.mark.parametrize('cls, options, check', [
+    (MLP, {'body/units': (7,)}, lambda net: net.head.in_features == 7),
+    (SimpleCNN, {'body/filters': (3, 5), 'batch_norm': False},
+     lambda net: net.head[-1].in_features == 5 and not any(isinstance(m, nn.BatchNorm2d) for m in net.modules())),
+    (VGG7, {'body/filters': (4, 6), 'body/repeats': (1, 1)}, lambda net: len(net.body) == 3),
+    (ResNet34, {'body/filters': (4, 8, 8, 8), 'initial_block/filters': 4, 'head/dropout': 0.5},
+     lambda net: net.initial_block[0].out_channels == 4 and isinstance(net.head[2], nn.Dropout)),
+])
+def test_ready_networks_read_their_options_from_the_config(cls, options, check):
+    model = cls({'inputs/images/shape': (1, 8, 8), 'inputs/labels/classes': 3, **options})
+    assert check(model.model)
+    assert model.train(images=np.zeros((4, 1, 8, 8), 'float32'), labels=[0, 1, 2, 0], fetches='loss') > 0
+
+
+def test_model_parallel_device_map_addresses_named_parts():
+    torch.manual_seed(0)
+    config = {'inputs/images/shape': (1, 8, 8), 'inputs/labels/classes': 3, 'body/filters': (4, 8)}
+    parts = SimpleCNN({**config, 'device_map': {'initial_block': 'CPU:0', 'body': 'CPU:1', 'head': 'CPU:1'}})
+    assert 'model parallel' in repr(parts)
+    images, labels = np.random.default_rng(0).normal(size=(6, 1, 8, 8)).astype('float32'), [0, 1, 2, 0, 1, 2]
+    assert parts.predict(images=images).shape == (6, 3)
+    assert isinstance(parts.train(images=images, labels=labels, fetches='loss'), float)
