@@ -61,7 +61,8 @@ def floating_dtype(module: nn.Module) -> torch.dtype | None:
     return None
 
 
-def move(tensor: torch.Tensor, device: torch.device, dtype: torch.dtype | None, piece: Piece | None = None):
+def move(tensor: torch.Tensor, device: torch.device, dtype: torch.dtype | None,
+         piece: Piece | None = None) -> torch.Tensor:
     """Slice a piece out of a batch tensor and move it; floating tensors take ``dtype``, others keep theirs."""
     part = tensor if piece is None else tensor[piece.start:piece.stop]
     cast = dtype if dtype is not None and part.is_floating_point() else None
