@@ -61,6 +61,7 @@ def demo(model: str = 'ResNet18', device: str | list[str] | None = None, microba
     test.run(256, n_epochs=1)
     if bar:
         print(train.m('net'))
+    train.m('net').close()
     return float(np.mean(np.asarray(test.v('predicted')) == np.asarray(test.v('true'))))
 
 

@@ -56,6 +56,7 @@ def test_program_builds_the_model_from_the_data_and_places_it():
     assert model.plan.num_replicas == 2 and model.plan.microbatch == 16
     assert len(pipeline.v('loss_history')) == 3 and model.iteration == 3
     assert 'chunk sizes [16, 16, 16, 16]' in repr(model)
+    model.close()
 
 
 @pytest.mark.slow
@@ -68,6 +69,7 @@ def test_program_reaches_high_accuracy(config):
     assert _accuracy(dataset, pipeline) > 0.9
     history = pipeline.v('loss_history')
     assert np.mean(history[-5:]) < 0.5 * np.mean(history[:5])
+    pipeline.m('conv_nn').close()
 
 
 def test_demo_prints_the_held_out_accuracy(capsys):

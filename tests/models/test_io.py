@@ -58,6 +58,8 @@ def test_replicas_to_one_device_and_back(tmp_path):
     assert again.plan.num_replicas == 2
     assert again.train(**_batch(6), fetches='loss') == pytest.approx(single.train(**_batch(6), fetches='loss'),
                                                                       rel=1e-5)
+    model.close()
+    again.close()
 
 
 def test_a_ready_module_is_stored_with_the_file(tmp_path):

@@ -86,12 +86,14 @@ def test_replicas_and_microbatches_match_one_device_in_float64():
                                                                        rel=1e-10)
     for a, b in zip(single.model.parameters(), multi.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    multi.close()
 
 
 def test_repr_shows_network_inputs_and_device_plan():
-    model, (x, y) = _model(device=['CPU:0', 'CPU:1'], microbatch=8), _data()
-    model.train(x=x, y=y)
-    text = repr(model)
+    with _model(device=['CPU:0', 'CPU:1'], microbatch=8) as model:
+        x, y = _data()
+        model.train(x=x, y=y)
+        text = repr(model)
     assert 'MLP' in text and "x (4,)" in text and '3 classes' in text
     assert 'replicas' in text and 'batch 24' in text
     assert all(line.strip() in text for line in model.device_plan(24).splitlines())
@@ -162,3 +164,10 @@ def test_model_parallel_device_map_addresses_named_parts():
     images, labels = np.random.default_rng(0).normal(size=(6, 1, 8, 8)).astype('float32'), [0, 1, 2, 0, 1, 2]
     assert parts.predict(images=images).shape == (6, 3)
     assert isinstance(parts.train(images=images, labels=labels, fetches='loss'), float)
+
+
+def test_close_stops_replica_workers():
+    model = _model(device=['CPU:0', 'CPU:1'])
+    model.close()
+    with pytest.raises(RuntimeError, match='after close'):
+        model.predict(x=_data()[0])

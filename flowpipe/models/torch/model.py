@@ -190,6 +190,16 @@ class TorchModel:
             return values[0]
         return type(fetches)(values) if isinstance(fetches, (list, tuple)) else values
 
+    def close(self) -> None:
+        """Stop the engine's replica worker threads; the model cannot train or predict afterwards."""
+        self.engine.close()
+
+    def __enter__(self) -> 'TorchModel':
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
     # save / load
 
     def save(self, path: str) -> None:
