@@ -28,3 +28,17 @@ def no_leaked_process_group():
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
         pytest.fail("test left a torch.distributed process group initialized")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow tests run in CI (``CI`` set) or with ``FLOWPIPE_SLOW=1``; GPU tests only where CUDA is present."""
+    import os
+
+    import torch
+    run_slow = os.environ.get('FLOWPIPE_SLOW') == '1' or bool(os.environ.get('CI'))
+    has_cuda = torch.cuda.is_available()
+    for item in items:
+        if 'slow' in item.keywords and not run_slow:
+            item.add_marker(pytest.mark.skip(reason='slow: set FLOWPIPE_SLOW=1 to run'))
+        if 'gpu' in item.keywords and not has_cuda:
+            item.add_marker(pytest.mark.skip(reason='needs a CUDA device'))
