@@ -1,4 +1,6 @@
 """The SPEC §1 user program, as written, on the shipped Digits data set (and the demo built on it)."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -60,15 +62,16 @@ def test_program_builds_the_model_from_the_data_and_places_it():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get('FLOWPIPE_SLOW') != '1', reason='slow: set FLOWPIPE_SLOW=1 to run')
 @pytest.mark.timeout(900)  # three ResNet18 epochs: about 2 minutes alone, far more on a loaded machine
 @pytest.mark.parametrize('config', [{'device': 'cpu', 'microbatch': None},
                                     {'device': ['CPU:0', 'CPU:1'], 'microbatch': 16}])
 def test_program_reaches_high_accuracy(config):
     torch.manual_seed(0)
-    dataset, pipeline = _user_program(config, n_epochs=3)
-    assert _accuracy(dataset, pipeline) > 0.9
-    history = pipeline.v('loss_history')
-    assert np.mean(history[-5:]) < 0.5 * np.mean(history[:5])
+    dataset, pipeline = _user_program(config, n_epochs=4)
+    accuracy, history = _accuracy(dataset, pipeline), pipeline.v('loss_history')
+    assert accuracy > 0.9, f'held-out accuracy {accuracy:.3f}, losses {history[::10]}'
+    assert np.mean(history[-5:]) < 0.5 * np.mean(history[:5]), f'losses {history[::10]}'
     pipeline.m('conv_nn').close()
 
 
