@@ -75,8 +75,9 @@ def test_program_reaches_high_accuracy(config):
     pipeline.m('conv_nn').close()
 
 
-def test_demo_prints_the_held_out_accuracy(capsys):
-    assert main(['demo', '--model', 'MLP', '--epochs', '1', '--no-bar', '--device', 'CPU:0,CPU:1']) == 0
+@pytest.mark.parametrize('command', [['demo'], []])  # python -m flowpipe demo ..., flowpipe-demo ...
+def test_demo_prints_the_held_out_accuracy(command, capsys):
+    assert main([*command, '--model', 'MLP', '--epochs', '1', '--no-bar', '--device', 'CPU:0,CPU:1']) == 0
     accuracy = float(capsys.readouterr().out.split('held-out accuracy:')[1].split()[0])
     assert 0.5 < accuracy <= 1.0
 
