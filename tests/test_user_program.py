@@ -63,14 +63,18 @@ def test_program_builds_the_model_from_the_data_and_places_it():
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get('FLOWPIPE_SLOW') != '1', reason='slow: set FLOWPIPE_SLOW=1 to run')
-@pytest.mark.timeout(900)  # three ResNet18 epochs: about 2 minutes alone, far more on a loaded machine
+@pytest.mark.timeout(900)  # up to four ResNet18 epochs: 10-45 s each alone, far more on a loaded machine
 @pytest.mark.parametrize('config', [{'device': 'cpu', 'microbatch': None},
                                     {'device': ['CPU:0', 'CPU:1'], 'microbatch': 16}])
 def test_program_reaches_high_accuracy(config):
     torch.manual_seed(0)
-    dataset, pipeline = _user_program(config, n_epochs=4)
-    accuracy, history = _accuracy(dataset, pipeline), pipeline.v('loss_history')
-    assert accuracy > 0.9, f'held-out accuracy {accuracy:.3f}, losses {history[::10]}'
+    dataset, pipeline = _user_program(config, n_epochs=1)
+    accuracies = [_accuracy(dataset, pipeline)]
+    while accuracies[-1] <= 0.9 and len(accuracies) < 4:  # one more epoch, as a user would run it
+        pipeline.run(64, shuffle=True, n_epochs=1, bar=True, drop_last=True, prefetch=10)
+        accuracies.append(_accuracy(dataset, pipeline))
+    history = pipeline.v('loss_history')
+    assert accuracies[-1] > 0.9, f'held-out accuracy per epoch {accuracies}, losses {history[::10]}'
     assert np.mean(history[-5:]) < 0.5 * np.mean(history[:5]), f'losses {history[::10]}'
     pipeline.m('conv_nn').close()
 
