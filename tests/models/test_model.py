@@ -99,6 +99,15 @@ def test_repr_shows_network_inputs_and_device_plan():
     assert all(line.strip() in text for line in model.device_plan(24).splitlines())
 
 
+def test_repr_counts_batches_in_singular_and_plural():
+    model, (x, y) = _model(), _data()
+    assert 'trained on 0 batches' in repr(model)
+    model.train(x=x, y=y)
+    assert 'trained on 1 batch' in repr(model) and '1 batches' not in repr(model)
+    model.train(x=x, y=y)
+    assert 'trained on 2 batches' in repr(model)
+
+
 def test_decay_changes_the_learning_rate_per_batch():
     model, (x, y) = _model(optimizer={'name': 'SGD', 'lr': 1.0}, decay={'name': 'exp', 'gamma': 0.5}), _data()
     model.train(x=x, y=y)

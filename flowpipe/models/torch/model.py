@@ -225,7 +225,7 @@ class TorchModel:
                  f'inputs: {inputs or "?"} -> targets: {targets or "?"})',
                  f'  loss={_short(self.loss_fn)}, optimizer={type(self.optimizer).__name__}'
                  f'(lr={self.optimizer.param_groups[0].get("lr")}), decay={self.decay}, '
-                 f'trained on {self.iteration} batches',
+                 f'trained on {self.iteration} batch{"" if self.iteration == 1 else "es"}',
                  *('  ' + line for line in self.device_plan(self._last_batch_size).splitlines())]
         return '\n'.join(lines)
 
