@@ -157,17 +157,20 @@ def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None,
     state.declare_variables(pipeline.all_records(), sections)
     if not _run_section(pipeline.before.actions, sections):
         return
-    progress = _progress(args.bar, total, state.variables)
     prefetcher = Prefetcher(indices, runners[0].process, args.prefetch,
                             on_close=None if locks is None else locks.close)
     stream: Iterator[Any] = iter(prefetcher)
-    for runner, options in zip(runners[1:], plan.rebatches):
-        stream = rebatch_stage(stream, runner, **options)
+    progress = None
+    # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
+    prefetched = args.prefetch > 0
     try:
+        for runner, options in zip(runners[1:], plan.rebatches):
+            stream = rebatch_stage(stream, runner, **options)
+        progress = _progress(args.bar, total, state.variables)
         for batch in stream:
             state.batches += 1
             if progress is not None:
-                progress.update(1, ready=prefetcher.ready)
+                progress.update(1, ready=prefetcher.ready if prefetched else None)
             yield batch
     finally:
         stream.close()
