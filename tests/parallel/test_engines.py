@@ -212,16 +212,26 @@ def test_amp_on_cpu_is_ignored_with_a_warning():
     assert_same_parameters(actual, expected)
 
 
-def test_dropping_an_engine_without_close_stops_its_threads():
-    before = set(threading.enumerate())
-    engine = build_engine(mlp(), make_plan(['CPU:0', 'CPU:1'], num_gpus=0))
-    workers = new_threads(before)
-    assert len(workers) == 1
-    del engine
+def dropped_engine_threads(train: bool) -> list[threading.Thread]:
+    """Build a replica engine (optionally run a training step and a prediction), drop it, return its threads."""
+    engine = build_engine(mlp(), make_plan(['CPU:0', 'CPU:1', 'CPU:2'], 2, num_gpus=0))
+    workers = list(engine._workers.threads)
+    assert len(workers) == 2 and all(t.is_alive() for t in workers)
+    if train:
+        inputs, targets = data(6)
+        optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer, return_outputs=True)
+        engine.predict([inputs])
+    return workers
+
+
+@pytest.mark.parametrize('train', [False, True], ids=['fresh', 'after a train step'])
+def test_dropping_an_engine_without_close_stops_its_threads(train):
+    workers = dropped_engine_threads(train)
     gc.collect()
     for thread in workers:
         thread.join(timeout=5)
-    assert not any(t.is_alive() for t in workers)
+    assert not any(t.is_alive() for t in workers), 'the dropped engine was not collected: its threads live on'
 
 
 class TwoOutputs(nn.Module):

@@ -17,17 +17,23 @@ _STOP = object()
 
 
 def _serve(tasks: queue.SimpleQueue) -> None:
-    while True:
-        item = tasks.get()
-        if item is _STOP:
-            return
-        future, fn = item
-        if not future.set_running_or_notify_cancel():
-            continue
+    # each job runs in its own frame: nothing of the last job (its closure holds the engine) outlives it, so
+    # an engine dropped without close() can still be collected and its finalizer can stop this thread
+    while _run_job(tasks.get()):
+        pass
+
+
+def _run_job(item: Any) -> bool:
+    """Run one queued job; ``False`` on the stop signal."""
+    if item is _STOP:
+        return False
+    future, fn = item
+    if future.set_running_or_notify_cancel():
         try:
             future.set_result(fn())
         except BaseException as error:  # noqa: BLE001 - shipped to the caller, which re-raises it
             future.set_exception(error)
+    return True
 
 
 def _stop(queues: list[queue.SimpleQueue], threads: list[threading.Thread]) -> None:
@@ -48,6 +54,11 @@ class ReplicaWorkers:
         for thread in self._threads:
             thread.start()
         self._finalizer = weakref.finalize(self, _stop, self._queues, self._threads)
+
+    @property
+    def threads(self) -> tuple[threading.Thread, ...]:
+        """The worker threads, one per non-primary replica."""
+        return tuple(self._threads)
 
     def submit(self, index: int, fn: Callable[[], Any]) -> Future:
         """Queue ``fn`` on worker ``index``."""
