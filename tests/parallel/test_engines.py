@@ -154,15 +154,12 @@ def test_sync_copies_loaded_weights_to_the_replicas():
         torch.testing.assert_close(engine.predict(inputs), mlp(seed=5)(inputs.double()).detach())
 
 
-def new_threads(before):
-    return [t for t in threading.enumerate() if t not in before and t.is_alive()]
-
-
 def test_close_stops_the_worker_threads_and_later_steps_fail_clearly():
-    before = set(threading.enumerate())
+    # only this engine's threads: engines other tests left alive may have threads with the same names
     engine = build_engine(mlp(), make_plan(['CPU:0', 'CPU:1', 'CPU:2'], num_gpus=0))
-    workers = new_threads(before)
-    assert len(workers) == 2 and all(t.daemon and t.name.startswith('flowpipe-replica') for t in workers)
+    workers = engine._workers.threads
+    assert len(workers) == 2 and all(t.is_alive() and t.daemon for t in workers)
+    assert all(t.name.startswith('flowpipe-replica') for t in workers)
     engine.close()
     engine.close()
     assert not any(t.is_alive() for t in workers)
