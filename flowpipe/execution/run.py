@@ -7,6 +7,7 @@ section when it ends (all batches done, or ``StopPipeline``).
 """
 from __future__ import annotations
 
+import itertools
 import numbers
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
@@ -150,9 +151,10 @@ def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None,
     if profiler is not None:
         state.profiler = profiler
     plan = compile_plan(pipeline.actions, getattr(pipeline.dataset, 'batch_class', None), locks, args.batch_size)
+    firsts = itertools.accumulate((len(steps) for steps in plan.stages), initial=0)
     runners = [BatchRunner(pipeline, steps, root, stage, total if stage == 0 else None,
-                           locks if stage == 0 and plan.locked else None, profiler)
-               for stage, steps in enumerate(plan.stages)]
+                           locks if stage == 0 and plan.locked else None, profiler, first)
+               for stage, (steps, first) in enumerate(zip(plan.stages, firsts))]
     sections = runners[0].section_context()
     state.declare_variables(pipeline.all_records(), sections)
     if not _run_section(pipeline.before.actions, sections):

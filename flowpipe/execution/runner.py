@@ -30,8 +30,8 @@ def run_steps(steps: tuple, ctx: Any) -> None:
             raise
 
 
-def run_steps_profiled(steps: tuple, ctx: Any, profiler: Any) -> None:
-    """``run_steps`` that also records each step's time in ``profiler``."""
+def run_steps_profiled(steps: tuple, ctx: Any, profiler: Any, names: tuple[str, ...]) -> None:
+    """``run_steps`` that also records each step's time in ``profiler`` under its name in ``names``."""
     clock = time.perf_counter
     for position, step in enumerate(steps):
         start = clock()
@@ -43,7 +43,7 @@ def run_steps_profiled(steps: tuple, ctx: Any, profiler: Any) -> None:
             _note(exc, position, step, ctx)
             raise
         finally:
-            profiler.record(f"{position}: {step.name}", ctx.iteration, clock() - start)
+            profiler.record(names[position], ctx.iteration, clock() - start)
 
 
 def _note(exc: BaseException, position: int, step: Any, ctx: Any) -> None:
@@ -65,14 +65,17 @@ class BatchRunner:
         total: number of batches the stage will produce, or ``None``.
         locks: ``OrderedLocks`` when a step takes one, else ``None``.
         profiler: a ``Profiler`` for ``profile=True``, else ``None``.
+        first: the number of the stage's first step in the whole run, for the profiler's action names
+            (``'3: resize'``), so that steps of different stages never share a name.
     """
 
     def __init__(self, pipeline: Any, steps: tuple, root: int, stage: int = 0, total: int | None = None,
-                 locks: Any = None, profiler: Any = None):
+                 locks: Any = None, profiler: Any = None, first: int = 0):
         self.pipeline, self.steps, self.root, self.stage = pipeline, steps, root, stage
         self.dataset, self.config, state = pipeline.dataset, pipeline.config, pipeline.state
         self.variables, self.models = state.variables, state.models
         self.total, self.locks, self.profiler = total, locks, profiler
+        self.names = tuple(f"{first + position}: {step.name}" for position, step in enumerate(steps))
 
     def process(self, seq: int, index: Any) -> Any:
         """Create batch ``seq`` from ``index`` and run the steps on it; returns the processed batch."""
@@ -95,7 +98,7 @@ class BatchRunner:
         if self.profiler is None:
             run_steps(self.steps, ctx)
         else:
-            run_steps_profiled(self.steps, ctx, self.profiler)
+            run_steps_profiled(self.steps, ctx, self.profiler, self.names)
 
     def section_context(self) -> Context:
         """A context without a batch, for the ``before``/``after`` sections."""

@@ -260,10 +260,21 @@ class Pipeline:
         return next_batch(self, args, reset)
 
     @property
+    def profiler(self) -> Any:
+        """The ``Profiler`` of the last run made with ``profile=True`` (``None`` before one)."""
+        return self._state.profiler
+
+    @property
     def profile_info(self) -> Any:
-        """Per-action timing rows of the last run made with ``profile=True`` (``None`` before one)."""
+        """Per action of the last profiled run: ``count``, ``total``, ``mean``, ``max`` seconds (or ``None``)."""
         profiler = self._state.profiler
         return None if profiler is None else profiler.info
+
+    @property
+    def profile_rows(self) -> Any:
+        """One row per batch and action of the last profiled run: ``batch``, ``action``, ``seconds`` (or ``None``)."""
+        profiler = self._state.profiler
+        return None if profiler is None else profiler.rows
 
     def profile_summary(self) -> str:
         """A printable table of time per action for the last profiled run."""

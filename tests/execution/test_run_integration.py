@@ -49,3 +49,24 @@ def test_no_bar_is_opened_when_the_prefetcher_cannot_be_built(bars, monkeypatch)
     with pytest.raises(RuntimeError, match='no workers today'):
         make_dataset().p.run(3, bar=RecordingBar, prefetch=2)
     assert bars == []
+
+
+def test_profiled_run_exposes_stats_rows_profiler_and_a_table():
+    pipeline = make_dataset().p.add(1).rebatch(4).scale(2).add(3)
+    assert pipeline.profiler is None and pipeline.profile_rows is None and pipeline.profile_info is None
+    pipeline.run(3, profile=True)
+    # Steps are numbered through the whole run, so the two `add`s of different stages stay apart.
+    assert list(pipeline.profile_info) == ['0: add', '1: scale', '2: add']
+    assert [pipeline.profile_info[name]['count'] for name in pipeline.profile_info] == [4, 3, 3]
+    rows = pipeline.profile_rows
+    assert len(rows) == 10 and set(rows[0]) == {'batch', 'action', 'seconds'}
+    assert [row['batch'] for row in rows if row['action'] == '0: add'] == [0, 1, 2, 3]
+    assert pipeline.profiler.rows == rows
+    table = pipeline.profile_summary().splitlines()
+    assert table[0].split() == ['action', 'count', 'total,', 's', 'mean,', 'ms', 'max,', 'ms', 'share']
+    assert [line.split()[:3] for line in table[1:]] == [['0:', 'add', '4'], ['1:', 'scale', '3'], ['2:', 'add', '3']]
+
+
+def test_profile_summary_before_a_profiled_run_says_how_to_get_one():
+    with pytest.raises(ValueError, match='profile=True'):
+        make_dataset().p.add(1).profile_summary()
