@@ -10,12 +10,15 @@ importing pipelines does not import torch.
 """
 from __future__ import annotations
 
+import os
+import os
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ExpressionError
 from ..expr import assign, contains_expressions, evaluate
-from ..expr.context import Context
+from ..expr.context import Context, Store
 from .registry import builtin
 
 __all__ = ['PendingModel', 'import_model', 'init_model', 'load_model', 'predict_model', 'save_model',
@@ -101,6 +104,7 @@ def init_model(ctx: Context, name: str, model_class: Any, mode: str, config: Any
     with ctx.models.lock:
         if name not in ctx.models:
             ctx.models[name] = static.model if static is not None else PendingModel(name, model_class, config)
+            _forget_load(ctx.models, name)
 
 
 def get_model(ctx: Context, name: str) -> Any:
@@ -129,6 +133,7 @@ def import_model(ctx: Context, name: str, source: Any) -> None:
     if ctx.models.get(name) is not model:
         with ctx.models.lock:
             ctx.models[name] = model
+            _forget_load(ctx.models, name)
 
 
 def _declare_step(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -175,19 +180,49 @@ def save_model(ctx: Context, name: str, path: Any) -> None:
 
 @builtin()
 def load_model(ctx: Context, name: str, *args: Any, config: Mapping | None = None) -> None:
-    """Load the model ``name``: ``(name, path)`` or ``(name, model_class, path)``.
+    """Load the model ``name``: ``(name, path)`` or ``(name, model_class, path)``, once.
 
     With a path only, an existing built model loads the weights in place (keeping its devices); otherwise a new
     model is made from the file, its class and config, with ``config`` items (``device``...) overriding them.
+    Like ``init_model``, the action loads once per pipeline: later batches and runs train on the loaded model,
+    until ``reset('models')`` (or ``'all'``) forgets it or ``init_model``/``import_model`` register it anew.
     """
     if len(args) not in (1, 2):
         raise TypeError(f"Expected load_model(name, path) or load_model(name, model_class, path). "
                         f"Received: {len(args) + 1} positional arguments.")
     model_class, path = (None, args[0]) if len(args) == 1 else args
+    source = os.path.abspath(os.fspath(path))
+    if _is_loaded(ctx.models, name, source):
+        return
     with ctx.models.lock:
+        if _is_loaded(ctx.models, name, source):
+            return
         current = ctx.models.get(name)
         if model_class is None and current is not None and not isinstance(current, PendingModel):
             current.load(path)
-            return
-        from ..models.torch import io
-        ctx.models[name] = io.load(path, model_class=model_class, **dict(config or {}))
+        else:
+            from ..models.torch import io
+            current = ctx.models[name] = io.load(path, model_class=model_class, **dict(config or {}))
+        _loads(ctx.models)[name] = (weakref.ref(current), source)
+
+
+def _loads(models: Store) -> dict:
+    """``{name: (weak reference to the model, file)}`` of what ``load_model`` loaded into this store.
+
+    The record lives beside the store rather than in it (it is no model), and holds the model weakly so that
+    ``reset('models')`` still frees it; a name registered anew by ``init_model``/``import_model`` drops its record.
+    """
+    loads = getattr(models, 'model_loads', None)
+    if loads is None:
+        loads = models.model_loads = {}
+    return loads
+
+
+def _is_loaded(models: Store, name: str, source: str) -> bool:
+    record = _loads(models).get(name)
+    current = models.get(name)
+    return record is not None and current is not None and record[0]() is current and record[1] == source
+
+
+def _forget_load(models: Store, name: str) -> None:
+    _loads(models).pop(name, None)

@@ -129,6 +129,30 @@ def test_save_and_load_actions(digits, tmp_path):
     assert in_place.m('net').iteration == 2
 
 
+@pytest.mark.parametrize('loader', [
+    lambda path: Pipeline().load_model('net', MLP, path),
+    lambda path: Pipeline().init_model('dynamic', SimpleCNN, 'net', config=CONFIG).load_model('net', path),
+    lambda path: Pipeline().import_model('net', MLP({'inputs/images/shape': (1, 12, 12),
+                                                     'inputs/labels/classes': 10})).load_model('net', path),
+], ids=['new-model', 'pending-model', 'in-place'])
+def test_load_model_in_the_main_chain_loads_once(digits, tmp_path, loader):
+    path = str(tmp_path / 'net.pkl')
+    file_model = MLP({'inputs/images/shape': (1, 12, 12), 'inputs/labels/classes': 10})
+    file_model.iteration = 7
+    file_model.save(path)
+    saved = [p.detach().clone() for p in file_model.model.parameters()]
+    pipeline = (loader(path) + _train()) << digits.train
+    pipeline.run(16, n_iters=3, seed=1)
+    model = pipeline.m('net')
+    assert model.iteration == 7 + 3
+    assert not any(torch.equal(a, b) for a, b in zip(saved, model.model.parameters()))
+    pipeline.run(16, n_iters=1, seed=2)  # a second run trains on as well
+    assert pipeline.m('net') is model and model.iteration == 11
+    pipeline.reset('models')
+    pipeline.next_batch(16, seed=3)
+    assert pipeline.m('net').iteration == 7 + 1
+
+
 def test_model_action_errors(digits):
     with pytest.raises(ValueError, match="Did you mean 'loss'"):
         Pipeline().train_model('net', fetches='los')
