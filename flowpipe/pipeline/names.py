@@ -29,11 +29,21 @@ def check_action(name: str, batch_class: type | None, also: tuple[str, ...] = ()
 
 
 def unknown_action(name: str, batch_class: type | None, also: tuple[str, ...] = ()) -> UnknownActionError:
-    """The error for an action ``name`` that neither the built-ins nor ``batch_class`` define."""
-    known = builtin_names() + (batch_action_names(batch_class) if batch_class is not None else ()) + also
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    """The error for an action ``name`` that neither the built-ins nor ``batch_class`` define.
+
+    Close actions and built-ins are suggested first; close names among ``also`` (the pipeline's own methods)
+    only fill the remaining places, and are called pipeline methods, since they are not actions.
+    """
+    actions = builtin_names() + (batch_action_names(batch_class) if batch_class is not None else ())
+    close = difflib.get_close_matches(name, actions, n=3, cutoff=0.6)
+    methods = [method for method in difflib.get_close_matches(name, also, n=3, cutoff=0.6) if method not in close]
+    choices = [' or '.join(map(repr, close))] if close else []
+    if methods[:3 - len(close)]:
+        kept = methods[:3 - len(close)]
+        kind = 'the pipeline method' if len(kept) == 1 else 'the pipeline methods'
+        choices.append(f"{kind} {' or '.join(map(repr, kept))}")
     owner = f"an action of {batch_class.__name__}" if batch_class is not None else "a batch action"
-    hint = f"Did you mean {' or '.join(map(repr, close))}? " if close else ''
+    hint = f"Did you mean {' or '.join(choices)}? " if choices else ''
     return UnknownActionError(f"Unknown action {name!r}: neither a built-in nor {owner}. {hint}"
                               "Define it with @action on the batch class, or use .call(func).")
 

@@ -1,9 +1,12 @@
 """Pipeline definition: immutability, name resolution, composition, state and repr."""
 import pickle
 
+import numpy as np
 import pytest
 
+from flowpipe.batch import Batch, ImagesBatch
 from flowpipe.config import Config
+from flowpipe.data import Dataset
 from flowpipe.errors import ExpressionError, UnknownActionError
 from flowpipe.expr import B, C, V
 from flowpipe.pipeline import ActionRecord, MaybeRecord, Pipeline
@@ -224,3 +227,16 @@ def test_config_property_cannot_change_the_definition():
     pipeline = Pipeline(config={'a': {'b': 1}})
     pipeline.config['a']['b'] = 2
     assert pipeline.config['a/b'] == 1
+
+
+def _suggestion(pipeline, name):
+    with pytest.raises(UnknownActionError) as caught:
+        getattr(pipeline, name)
+    return str(caught.value).split('Did you mean ')[1].split('?')[0]
+
+
+def test_actions_are_suggested_before_pipeline_methods():
+    images = Dataset(4, batch_class=ImagesBatch, preloaded={'images': np.zeros((4, 2, 2, 3), dtype='uint8')})
+    assert _suggestion(images.p, 'resise') == "'resize' or the pipeline method 'reset'"
+    assert _suggestion(Dataset(4, batch_class=Batch).p, 'resise') == "the pipeline method 'reset'"
+    assert _suggestion(images.p, 'init_varaible').startswith("'init_variable' or the pipeline methods ")
