@@ -17,7 +17,8 @@ import numpy as np
 
 from ..errors import StopPipeline
 from .locks import OrderedLocks
-from .prefetch import Prefetcher
+from .prefetch import TARGETS, Prefetcher
+from .processes import InProcess, check_processes, reattached
 from .profile import Profiler
 from .rebatch import rebatch_stage
 from .runner import BatchRunner, run_steps
@@ -36,6 +37,7 @@ class RunArgs:
     drop_last: bool = False
     bar: Any = False
     prefetch: int = 0
+    target: str = 'threads'
     seed: int | None = None
     profile: bool = False
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
@@ -62,6 +64,8 @@ class RunArgs:
         for name in ('batch_size', 'n_epochs', 'n_iters'):
             _check_count(name, getattr(self, name), allow_none=True)
         _check_count('prefetch', self.prefetch, allow_none=False, minimum=0)
+        if self.target not in TARGETS:
+            raise ValueError(f"Expected target to be one of {TARGETS}. Received: target={self.target!r}")
         if self.seed is not None and not isinstance(self.seed, (numbers.Integral, np.random.SeedSequence)):
             raise TypeError(f"Expected seed to be an int or None. Received: seed={self.seed!r}")
 
@@ -116,6 +120,9 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     if args.batch_size is None:
         raise ValueError("Expected a batch size. Received: batch_size=None. Pass run(batch_size) or store one "
                          "with run(batch_size, lazy=True).")
+    in_processes = args.prefetch > 0 and args.target == 'processes'
+    if in_processes:
+        check_processes(pipeline, args.profile)
     n_epochs, n_iters = args.n_epochs, args.n_iters
     if n_epochs is None and n_iters is None and not infinite:
         n_epochs = 1
@@ -159,9 +166,19 @@ def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None,
     state.declare_variables(pipeline.all_records(), sections)
     if not _run_section(pipeline.before.actions, sections):
         return
-    prefetcher = Prefetcher(indices, runners[0].process, args.prefetch,
-                            on_close=None if locks is None else locks.close)
+    in_processes = args.prefetch > 0 and args.target == 'processes'
+    process = InProcess(runners[0]) if in_processes else runners[0].process
+    try:
+        prefetcher = Prefetcher(indices, process, args.prefetch, target=args.target,
+                                on_close=None if locks is None else locks.close)
+    except Exception as error:
+        if in_processes:
+            error.add_note("flowpipe: target='processes' sends the dataset, config, variables and models to "
+                           "every worker with dill; use target='threads' for state that cannot be pickled.")
+        raise
     stream: Iterator[Any] = iter(prefetcher)
+    if in_processes:
+        stream = reattached(stream, pipeline.dataset)
     progress = None
     # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
     prefetched = args.prefetch > 0

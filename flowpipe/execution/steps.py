@@ -16,7 +16,7 @@ from ..pipeline.names import batch_action_names, unknown_action
 from ..pipeline.records import ActionRecord, MaybeRecord
 from ..pipeline.registry import get_builtin
 
-__all__ = ['Plan', 'Step', 'compile_plan', 'pull_batch']
+__all__ = ['Plan', 'Step', 'compile_plan', 'default_use_lock', 'pull_batch']
 
 
 class Step:
@@ -257,14 +257,14 @@ def _action_step(record: ActionRecord, batch_class: type | None, locks: Any, key
     step: Step = BuiltinStep(record) if spec is not None else BatchStep(record)
     use_lock = record.use_lock
     if use_lock is None:
-        use_lock = spec is None and _default_use_lock(batch_class, record.name)
+        use_lock = spec is None and default_use_lock(batch_class, record.name)
     if use_lock and locks is not None:
         plan.locked = True
         return LockedStep(step, locks, next(keys))
     return step
 
 
-def _default_use_lock(batch_class: type | None, name: str) -> bool:
+def default_use_lock(batch_class: type | None, name: str) -> bool:
     """The ``use_lock`` an ``@action`` declared for itself (``False`` when unknown)."""
     spec = getattr(getattr(batch_class, name, None), 'action', None)
     if isinstance(spec, dict):

@@ -219,17 +219,19 @@ class Pipeline:
     def run(self, batch_size: int | None = None, shuffle: bool | int | None = None, n_epochs: int | None = None,
             n_iters: int | None = None, drop_last: bool | None = None, bar: Any = None,
             prefetch: int | None = None, lazy: bool = False, seed: int | None = None,
-            profile: bool | None = None, reset: Any = None, **kwargs: Any) -> Pipeline:
+            profile: bool | None = None, reset: Any = None, target: str | None = None, **kwargs: Any) -> Pipeline:
         """Process every batch; returns the pipeline (a new one holding the arguments when ``lazy=True``).
 
         Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one
-        epoch, no shuffling, ``drop_last=False``, no bar, no prefetch, fresh random seed, no profiling. Extra
-        keyword arguments go to the index's ``gen_batch``.
+        epoch, no shuffling, ``drop_last=False``, no bar, no prefetch, fresh random seed, no profiling. With
+        ``prefetch > 0``, ``target='processes'`` processes the batches in worker processes instead of threads
+        (their changes to variables and models do not come back; see docs/pipelines.md). Extra keyword
+        arguments go to the index's ``gen_batch``.
         """
         from ..execution.run import RunArgs, run_pipeline
         args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
                              n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
-                             profile=profile, extra=kwargs)
+                             profile=profile, target=target, extra=kwargs)
         if lazy:
             return self._replace(run_args=args)
         return run_pipeline(self, args, reset)
@@ -237,18 +239,19 @@ class Pipeline:
     def gen_batch(self, batch_size: int | None = None, shuffle: bool | int | None = None,
                   n_epochs: int | None = None, n_iters: int | None = None, drop_last: bool | None = None,
                   bar: Any = None, prefetch: int | None = None, seed: int | None = None,
-                  profile: bool | None = None, reset: Any = None, **kwargs: Any) -> Iterator[Any]:
+                  profile: bool | None = None, reset: Any = None, target: str | None = None,
+                  **kwargs: Any) -> Iterator[Any]:
         """Yield processed batches; the arguments are those of ``run``."""
         from ..execution.run import RunArgs, iterate
         args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
                              n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
-                             profile=profile, extra=kwargs)
+                             profile=profile, target=target, extra=kwargs)
         return iterate(self, args, reset)
 
     def next_batch(self, batch_size: int | None = None, shuffle: bool | int | None = None,
                    n_epochs: int | None = None, n_iters: int | None = None, drop_last: bool | None = None,
                    prefetch: int | None = None, seed: int | None = None, reset: Any = None,
-                   **kwargs: Any) -> Any:
+                   target: str | None = None, **kwargs: Any) -> Any:
         """Process and return the next batch, continuing one iterator across calls.
 
         The iterator is infinite unless ``n_epochs`` or ``n_iters`` is given (then ``StopIteration`` ends it);
@@ -256,7 +259,8 @@ class Pipeline:
         """
         from ..execution.run import RunArgs, next_batch
         args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
-                             n_iters=n_iters, drop_last=drop_last, prefetch=prefetch, seed=seed, extra=kwargs)
+                             n_iters=n_iters, drop_last=drop_last, prefetch=prefetch, seed=seed, target=target,
+                             extra=kwargs)
         return next_batch(self, args, reset)
 
     @property

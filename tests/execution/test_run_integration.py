@@ -2,6 +2,7 @@
 import pytest
 
 from flowpipe.execution import run as run_module
+from flowpipe.expr import R, V
 
 from tests.pipeline.helpers import make_dataset
 
@@ -70,3 +71,37 @@ def test_profiled_run_exposes_stats_rows_profiler_and_a_table():
 def test_profile_summary_before_a_profiled_run_says_how_to_get_one():
     with pytest.raises(ValueError, match='profile=True'):
         make_dataset().p.add(1).profile_summary()
+
+
+@pytest.mark.timeout(120)
+def test_processes_target_gives_the_batches_of_a_threaded_run_and_keeps_worker_state_there():
+    pipeline = (make_dataset().p.init_variable('seen', 0).add(R('integers', 0, 100)).scale(2)
+                .update(V('seen'), V('seen') + 1))
+    batches = list(pipeline.gen_batch(3, prefetch=2, seed=4, target='processes'))
+    # Worker processes changed their own copies of the variable; the caller's is untouched.
+    assert pipeline.v('seen') == 0
+    threaded = [batch.x.tolist() for batch in pipeline.gen_batch(3, prefetch=2, seed=4)]
+    assert pipeline.v('seen') == 4
+    assert [batch.x.tolist() for batch in batches] == threaded
+    assert all(batch.dataset is pipeline.dataset for batch in batches)
+
+
+@pytest.mark.parametrize('chain, named', [
+    (lambda p: p.add(1).update(V('n'), 1, use_lock=True), 'update'),
+    (lambda p: p.record([]), 'record'),
+    (lambda p: p.init_model('net', object), 'init_model'),
+    (lambda p: (p.add(1) @ 0.5).scale(2).join(make_dataset().p).absorb(), 'join'),
+])
+def test_processes_target_refuses_actions_whose_state_cannot_come_back(chain, named):
+    pipeline = chain(make_dataset().p)
+    with pytest.raises(ValueError, match=rf"target='processes'.*{named}\("):
+        pipeline.run(3, prefetch=2, target='processes')
+    pipeline.run(3, target='processes')   # without prefetch nothing leaves the caller's thread
+
+
+def test_processes_target_allows_shared_state_after_a_rebatch_and_refuses_profiling():
+    pipeline = make_dataset().p.add(1).rebatch(5).update(V('n'), 1, use_lock=True)
+    with pytest.raises(ValueError, match='profile=False'):
+        pipeline.run(3, prefetch=2, target='processes', profile=True)
+    with pytest.raises(ValueError, match="target to be one of"):
+        pipeline.run(3, prefetch=2, target='gpu')
