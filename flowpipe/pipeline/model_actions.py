@@ -11,18 +11,20 @@ importing pipelines does not import torch.
 from __future__ import annotations
 
 import os
-import os
 import weakref
+import zlib
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from ..errors import ExpressionError
 from ..expr import assign, contains_expressions, evaluate
 from ..expr.context import Context, Store
 from .registry import builtin
 
-__all__ = ['PendingModel', 'import_model', 'init_model', 'load_model', 'predict_model', 'save_model',
-           'train_model']
+__all__ = ['PendingModel', 'import_model', 'init_model', 'load_model', 'model_seed', 'predict_model',
+           'save_model', 'train_model']
 
 MODES = ('dynamic', 'static')
 
@@ -34,9 +36,19 @@ class PendingModel:
         self.name, self.model_class, self.config = name, model_class, config
 
     def build(self, ctx: Context) -> Any:
-        """The model, with its config evaluated against ``ctx`` (the current batch, dataset and config)."""
+        """The model, with its config evaluated against ``ctx`` (the current batch, dataset and config).
+
+        In a run, the initial weights come from the run's seed (see ``model_seed``), drawn from a forked torch
+        generator so that the user's global torch generator is left as it was.
+        """
         config = evaluate(self.config, ctx) if contains_expressions(self.config) else self.config
-        return self.model_class(config)
+        root = getattr(ctx.seed, 'entropy', None)
+        if root is None:
+            return self.model_class(config)
+        import torch
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(model_seed(root, self.name))
+            return self.model_class(config)
 
     def __repr__(self) -> str:
         return (f"PendingModel({self.name!r}, {getattr(self.model_class, '__name__', self.model_class)}: "
@@ -51,6 +63,16 @@ class StaticModel:
 
     def __repr__(self) -> str:
         return f'<static {type(self.model).__name__}>'
+
+
+def model_seed(root: int, name: str) -> int:
+    """The torch seed of the model ``name`` in a run with root seed ``root``.
+
+    It is spawn key ``(0, crc32(name))`` of the run's seed tree: beside the shuffle (``(0,)``) and the batches
+    (``(1 + stage, seq)``), and different for every model name.
+    """
+    words = np.random.SeedSequence(root, spawn_key=(0, zlib.crc32(name.encode()))).generate_state(2, np.uint32)
+    return int(words[0]) << 32 | int(words[1])
 
 
 def _default_class() -> type:

@@ -9,7 +9,7 @@ from flowpipe.expr import B, D, M, V
 from flowpipe.models.torch import MLP, SimpleCNN, TorchModel
 from flowpipe.opensets import Digits
 from flowpipe.pipeline import Pipeline
-from flowpipe.pipeline.model_actions import PendingModel
+from flowpipe.pipeline.model_actions import PendingModel, model_seed
 
 CONFIG = {'inputs/images/shape': B.image_shape, 'inputs/labels/classes': D.num_classes,
           'initial_block/inputs': 'images', 'body/filters': (4, 8)}
@@ -59,6 +59,30 @@ def test_same_model_and_losses_with_and_without_prefetch(digits):
         results.append((pipeline.v('loss'), pipeline.m('net').predict(images=np.ones((2, 1, 12, 12), 'float32'))))
     assert results[0][0] == results[1][0]
     np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def _initial_weights(digits, **run_args):
+    pipeline = (Pipeline().init_model('dynamic', SimpleCNN, 'net', config=CONFIG).resize((12, 12)).to_array()
+                .predict_model('net', images=B.images)) << digits.train
+    pipeline.next_batch(8, **run_args)
+    return [p.detach().clone() for p in pipeline.m('net').model.parameters()]
+
+
+def test_the_run_seed_makes_initial_weights_reproducible_and_leaves_torch_generator_alone(digits):
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    first, again = _initial_weights(digits, seed=7), _initial_weights(digits, seed=7)
+    by_shuffle, other = _initial_weights(digits, shuffle=7), _initial_weights(digits, seed=8)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert all(torch.equal(a, b) for a, b in zip(first, by_shuffle))  # an int shuffle= is the run's seed
+    assert not torch.equal(first[0], other[0])  # the first convolution (batch norm starts at ones and zeros)
+
+
+def test_model_seed_depends_on_the_root_and_the_name():
+    assert model_seed(7, 'net') == model_seed(7, 'net')
+    assert len({model_seed(7, 'net'), model_seed(8, 'net'), model_seed(7, 'other')}) == 3
+    assert 0 <= model_seed(2 ** 100, 'net') < 2 ** 64
 
 
 def test_static_model_is_built_at_declaration_and_shared_by_derived_pipelines(digits):
