@@ -277,3 +277,23 @@ def test_amp_on_gpu_trains_with_one_scaler_step_per_batch():
             result = engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
         assert engine.scaler is not None and result.loss > 0
         assert any(not torch.equal(a, b) for a, b in zip(before, engine.parameters()))
+
+
+@pytest.mark.parametrize('device', ['CPU:0', ['CPU:0', 'CPU:1']])
+def test_modes_are_switched_only_when_the_top_level_flag_differs(device):
+    model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.Linear(4, CLASSES)).double()
+    inputs, targets = data(8)
+    with build_engine(model, make_plan(device, num_gpus=0)) as engine:
+        optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+        replicas = getattr(engine, 'replicas', [engine.module])
+        engine.predict([inputs])
+        assert not any(m.training for r in replicas for m in r.modules())
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+        assert all(m.training for r in replicas for m in r.modules())
+        for replica in replicas:        # a user freezing BatchNorm inside a training model
+            replica[1].eval()
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+        assert all(r.training and not r[1].training for r in replicas)
+        engine.module.eval()            # the top-level flag differs: the whole model is switched back
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+        assert all(m.training for r in replicas for m in r.modules())

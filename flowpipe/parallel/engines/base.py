@@ -7,6 +7,7 @@ on sequences of batch-first tensors. It knows nothing of pipelines, batches or c
 from __future__ import annotations
 
 import contextlib
+import itertools
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -55,17 +56,33 @@ def batch_size_of(inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> in
 
 def floating_dtype(module: nn.Module) -> torch.dtype | None:
     """The dtype of the module's first floating parameter (inputs are cast to it), ``None`` if it has none."""
-    for tensor in (*module.parameters(), *module.buffers()):
+    # lazily: the first floating parameter ends the search, so a step does not walk the whole module
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
         if tensor.is_floating_point():
             return tensor.dtype
     return None
 
 
+def set_mode(modules: Sequence[nn.Module], training: bool) -> None:
+    """Put ``modules`` in training (or evaluation) mode unless their top-level flags already say so.
+
+    ``Module.train()`` walks every submodule (about as long as a small layer's forward), so it is skipped when
+    nothing changed. Only the top-level flag is read: a submodule the user switched to evaluation mode inside a
+    training module (a frozen BatchNorm) stays so until the next switch from evaluation mode to training.
+    """
+    if any(module.training is not training for module in modules):
+        for module in modules:
+            module.train(training)
+
+
 def move(tensor: torch.Tensor, device: torch.device, dtype: torch.dtype | None,
          piece: Piece | None = None) -> torch.Tensor:
     """Slice a piece out of a batch tensor and move it; floating tensors take ``dtype``, others keep theirs."""
-    part = tensor if piece is None else tensor[piece.start:piece.stop]
-    cast = dtype if dtype is not None and part.is_floating_point() else None
+    whole = piece is None or (piece.start == 0 and piece.stop == tensor.shape[0])
+    part = tensor if whole else tensor[piece.start:piece.stop]
+    cast = dtype if dtype is not None and part.is_floating_point() and part.dtype != dtype else None
+    if cast is None and part.device == device:
+        return part
     # non-blocking only towards a GPU: a non-blocking copy to the CPU may be read before it lands
     return part.to(device=device, dtype=cast, non_blocking=device.type == 'cuda')
 
@@ -125,6 +142,7 @@ class Engine:
             warnings.warn('amp=True is ignored on CPU: mixed precision needs a CUDA device. '
                           'Training runs in the parameters\' dtype.', RuntimeWarning, stacklevel=3)
         self.scaler = torch.amp.GradScaler('cuda') if self.amp else None
+        self._pieces: dict[int, tuple[Piece, ...]] = {}
         if self.scaler is not None:
             # create the scale on the primary now, not lazily inside whichever replica thread comes first
             self.scaler.scale(torch.zeros((), device=plan.primary.device))
@@ -166,6 +184,13 @@ class Engine:
     def __repr__(self) -> str:
         return f'{type(self).__name__}({self.plan.describe()})'
 
+    def pieces(self, batch_size: int) -> tuple[Piece, ...]:
+        """The plan's pieces of a batch, computed once per batch size (the plan is frozen)."""
+        pieces = self._pieces.get(batch_size)
+        if pieces is None:
+            pieces = self._pieces[batch_size] = self.plan.pieces(batch_size)
+        return pieces
+
     def run_piece(self, module: nn.Module, device: torch.device, piece: Piece, batch: tuple, loss_fn: Callable,
                   keep_outputs: bool) -> tuple[torch.Tensor, Any]:
         """Forward and backward of one piece on one replica; returns (weighted loss, detached outputs)."""
@@ -174,7 +199,9 @@ class Engine:
             outputs = module(*[move(t, device, dtype, piece) for t in inputs])
             out_device = device_of(outputs, device)
             loss = loss_fn(outputs, *[move(t, out_device, dtype, piece) for t in targets])
-        weighted = (loss.float() if self.amp else loss) * piece.weight
+        weighted = loss.float() if self.amp else loss
+        if piece.weight != 1.0:     # a whole batch in one piece: multiplying by one is exact, and wasted work
+            weighted = weighted * piece.weight
         (self.scaler.scale(weighted) if self.scaler else weighted).backward()
         return weighted.detach(), to_device(outputs, out_device) if keep_outputs else None
 

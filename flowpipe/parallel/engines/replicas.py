@@ -17,7 +17,7 @@ from torch import nn
 from ..plan import DevicePlan
 from ..split import Piece
 from .base import (Engine, StepResult, Tensors, as_batch, autocast, batch_size_of, concat, floating_dtype, move,
-                   to_device)
+                   set_mode, to_device)
 from .workers import ReplicaWorkers
 
 __all__ = ['ReplicaEngine']
@@ -55,15 +55,15 @@ class ReplicaEngine(Engine):
         size = batch_size_of(inputs, targets)
         batch = (inputs, targets, floating_dtype(self.module))
         optimizer.zero_grad(set_to_none=True)
+        set_mode(self.replicas, True)
         for replica in self.replicas:
-            replica.train()
             replica.zero_grad(set_to_none=True)
 
         def work(index: int, pieces: list[Piece]) -> list[tuple[torch.Tensor, Any]]:
             replica, device = self.replicas[index], self.devices[index]
             return [self.run_piece(replica, device, piece, batch, loss_fn, return_outputs) for piece in pieces]
 
-        results = self._run(self.plan.pieces(size), work)
+        results = self._run(self.pieces(size), work)
         self._reduce_gradients(sorted(results))
         self.step(optimizer)
         self._broadcast(sorted(results))
@@ -77,15 +77,14 @@ class ReplicaEngine(Engine):
         inputs = as_batch(inputs, 'inputs')
         size = batch_size_of(inputs, [])
         dtype = floating_dtype(self.module)
-        for replica in self.replicas:
-            replica.eval()
+        set_mode(self.replicas, False)
 
         def work(index: int, pieces: list[Piece]) -> list[Any]:
             replica, device = self.replicas[index], self.devices[index]
             with torch.no_grad(), autocast(self.amp, device):
                 return [replica(*[move(t, device, dtype, piece) for t in inputs]) for piece in pieces]
 
-        results = self._run(self.plan.pieces(size), work)
+        results = self._run(self.pieces(size), work)
         return concat([to_device(out, self.devices[0]) for out in self._in_batch_order(results)])
 
     def sync(self) -> None:

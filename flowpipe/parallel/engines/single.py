@@ -13,7 +13,7 @@ from torch import nn
 from ..devices import LogicalDevice
 from ..plan import DevicePlan
 from .base import (Engine, StepResult, Tensors, as_batch, autocast, batch_size_of, concat, floating_dtype, move,
-                   to_device)
+                   set_mode, to_device)
 
 __all__ = ['SingleEngine']
 
@@ -53,15 +53,15 @@ class SingleEngine(Engine):
         inputs, targets = as_batch(inputs, 'inputs'), as_batch(targets, 'targets')
         size = batch_size_of(inputs, targets)
         batch = (inputs, targets, floating_dtype(self._module))
-        self._module.train()
+        set_mode([self._module], True)
         optimizer.zero_grad(set_to_none=True)
         losses, outputs = [], []
-        for piece in self.plan.pieces(size):
+        for piece in self.pieces(size):
             loss, out = self.run_piece(self._module, self.device, piece, batch, loss_fn, return_outputs)
             losses.append(loss)
             outputs.append(out)
         self.step(optimizer)
-        total = float(torch.stack([loss.to(self.device) for loss in losses]).sum())
+        total = float(losses[0] if len(losses) == 1 else torch.stack([loss.to(self.device) for loss in losses]).sum())
         return StepResult(total, to_device(concat(outputs), self.device) if return_outputs else None)
 
     @torch.no_grad()
@@ -70,9 +70,9 @@ class SingleEngine(Engine):
         inputs = as_batch(inputs, 'inputs')
         size = batch_size_of(inputs, [])
         dtype = floating_dtype(self._module)
-        self._module.eval()
+        set_mode([self._module], False)
         outputs = []
-        for piece in self.plan.pieces(size):
+        for piece in self.pieces(size):
             with autocast(self.amp, self.device):
                 outputs.append(self._module(*[move(t, self.device, dtype, piece) for t in inputs]))
         return to_device(concat(outputs), self.device)
