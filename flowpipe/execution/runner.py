@@ -13,7 +13,7 @@ from ..errors import SkipBatch, StopPipeline
 from ..expr.context import Context
 from .seeds import batch_seed
 
-__all__ = ['BatchRunner', 'NOTE_PREFIX', 'run_steps']
+__all__ = ['BatchRunner', 'NOTE_PREFIX', 'ProfiledStep', 'run_steps']
 
 NOTE_PREFIX = 'flowpipe: raised in action'
 
@@ -30,20 +30,19 @@ def run_steps(steps: tuple, ctx: Any) -> None:
             raise
 
 
-def run_steps_profiled(steps: tuple, ctx: Any, profiler: Any, names: tuple[str, ...]) -> None:
-    """``run_steps`` that also records each step's time in ``profiler`` under its name in ``names``."""
-    clock = time.perf_counter
-    for position, step in enumerate(steps):
-        start = clock()
+class ProfiledStep:
+    """A step that records its time in a profiler under a name fixed for the run (``profile=True``)."""
+    __slots__ = ('inner', 'name', 'label', 'profiler', 'key')
+
+    def __init__(self, inner: Any, profiler: Any, key: str):
+        self.inner, self.name, self.label, self.profiler, self.key = inner, inner.name, inner.label, profiler, key
+
+    def __call__(self, ctx: Any) -> None:
+        start = time.perf_counter()
         try:
-            step(ctx)
-        except (SkipBatch, StopPipeline):
-            raise
-        except Exception as exc:
-            _note(exc, position, step, ctx)
-            raise
+            self.inner(ctx)
         finally:
-            profiler.record(names[position], ctx.iteration, clock() - start)
+            self.profiler.record(self.key, ctx.iteration, time.perf_counter() - start)
 
 
 def _note(exc: BaseException, position: int, step: Any, ctx: Any) -> None:
@@ -75,7 +74,9 @@ class BatchRunner:
         self.dataset, self.config, state = pipeline.dataset, pipeline.config, pipeline.state
         self.variables, self.models = state.variables, state.models
         self.total, self.locks, self.profiler = total, locks, profiler
-        self.names = tuple(f"{first + position}: {step.name}" for position, step in enumerate(steps))
+        if profiler is not None:
+            self.steps = tuple(ProfiledStep(step, profiler, f"{first + position}: {step.name}")
+                               for position, step in enumerate(steps))
 
     def process(self, seq: int, index: Any) -> Any:
         """Create batch ``seq`` from ``index`` and run the steps on it; returns the processed batch."""
@@ -88,17 +89,11 @@ class BatchRunner:
         ctx = Context(batch, self.dataset, self.config, self.variables, self.models, seq, self.total, seed,
                       self.pipeline)
         if self.locks is None:
-            self._run(ctx)
-        else:
-            with self.locks.running(seq):
-                self._run(ctx)
-        return ctx.batch
-
-    def _run(self, ctx: Context) -> None:
-        if self.profiler is None:
             run_steps(self.steps, ctx)
         else:
-            run_steps_profiled(self.steps, ctx, self.profiler, self.names)
+            with self.locks.running(seq):
+                run_steps(self.steps, ctx)
+        return ctx.batch
 
     def section_context(self) -> Context:
         """A context without a batch, for the ``before``/``after`` sections."""

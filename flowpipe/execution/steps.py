@@ -15,6 +15,7 @@ from ..expr import contains_expressions, evaluate
 from ..pipeline.names import batch_action_names, unknown_action
 from ..pipeline.records import ActionRecord, MaybeRecord
 from ..pipeline.registry import get_builtin
+from .runner import run_steps
 
 __all__ = ['Plan', 'Step', 'compile_plan', 'default_use_lock', 'pull_batch']
 
@@ -126,7 +127,6 @@ class MaybeStep(Step):
 
     def __call__(self, ctx: Any) -> None:
         if ctx.random.random() < self.prob:
-            from .runner import run_steps
             run_steps(self.steps, ctx)
 
 
