@@ -258,9 +258,16 @@ class Pipeline:
         calling with different arguments starts a new one, and so does ``reset='iter'``.
         """
         from ..execution.run import RunArgs, next_batch
-        args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
-                             n_iters=n_iters, drop_last=drop_last, prefetch=prefetch, seed=seed, target=target,
-                             extra=kwargs)
+        # shuffle=True and shuffle=1 compare equal but mean different runs, hence its type in the key.
+        given = (batch_size, shuffle, type(shuffle), n_epochs, n_iters, drop_last, prefetch, seed, target)
+        cached = self._state.next_args
+        if kwargs or cached is None or cached[0] != given:
+            args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
+                                 n_iters=n_iters, drop_last=drop_last, prefetch=prefetch, seed=seed, target=target,
+                                 extra=kwargs)
+            self._state.next_args = None if kwargs else (given, args)
+        else:
+            args = cached[1]
         return next_batch(self, args, reset)
 
     @property

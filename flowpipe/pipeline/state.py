@@ -27,8 +27,10 @@ class PipelineState:
         iterator_args: the run arguments ``iterator`` was started with.
         profiler: the profiler of the last run made with ``profile=True``, or ``None``.
         batches: number of batches delivered since the pipeline was created or ``reset('iter')``.
+        next_args: ``(given arguments, RunArgs)`` of the last ``next_batch`` call, so that a loop calling it
+            with the same arguments does not rebuild and re-check them for every batch.
     """
-    __slots__ = ('variables', 'models', 'iterator', 'iterator_args', 'profiler', 'batches', 'lock')
+    __slots__ = ('variables', 'models', 'iterator', 'iterator_args', 'profiler', 'batches', 'lock', 'next_args')
 
     def __init__(self) -> None:
         self.variables = Store(kind='variable')
@@ -38,6 +40,7 @@ class PipelineState:
         self.profiler: Any = None
         self.batches = 0
         self.lock = threading.RLock()
+        self.next_args: tuple | None = None
 
     def reset(self, *targets: str) -> None:
         """Forget the iterator (``'iter'``), variables, models, or ``'all'`` of them."""
