@@ -19,7 +19,7 @@ from flowpipe import B, C, D, V, Pipeline
 from flowpipe.models.torch import SimpleCNN
 from flowpipe.opensets import Digits
 
-torch.manual_seed(0)  # initial weights come from torch's global generator, not from the run's seed
+torch.manual_seed(0)  # for the models built outside a seeded run (a seeded run sets its models' weights itself)
 digits = Digits()"""),
     ('md', """
 ## The model config
@@ -124,8 +124,8 @@ print(f"accuracy after loading: {loaded_accuracy:.3f}")"""),
 
 Two runs with the same seed give the same model whether batches are prepared ahead or not: the shuffle, the
 random rotations (drawn from each batch's own seeded generator) and the order of training steps are the same.
-The run's seed does not reach torch: a model's initial weights come from torch's global generator, so seed it
-with `torch.manual_seed` before the first batch builds the model."""),
+The run's seed also sets the model's initial weights; dropout and models built outside a seeded run use torch's
+global generator, so seed it with `torch.manual_seed` too when every draw must repeat."""),
     ('code', """
 def train(prefetch):
     torch.manual_seed(0)

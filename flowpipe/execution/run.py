@@ -147,6 +147,10 @@ def _root_seed(args: RunArgs) -> int:
     return int(np.random.SeedSequence().entropy)
 
 
+def _seed_given(args: RunArgs) -> bool:
+    return args.seed is not None or (not isinstance(args.shuffle, bool) and isinstance(args.shuffle, numbers.Integral))
+
+
 def _targets(reset: Any) -> tuple:
     return (reset,) if isinstance(reset, str) else tuple(reset)
 
@@ -160,7 +164,7 @@ def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None,
     plan = compile_plan(pipeline.actions, getattr(pipeline.dataset, 'batch_class', None), locks, args.batch_size)
     firsts = itertools.accumulate((len(steps) for steps in plan.stages), initial=0)
     runners = [BatchRunner(pipeline, steps, root, stage, total if stage == 0 else None,
-                           locks if stage == 0 and plan.locked else None, profiler, first)
+                           locks if stage == 0 and plan.locked else None, profiler, first, _seed_given(args))
                for stage, (steps, first) in enumerate(zip(plan.stages, firsts))]
     sections = runners[0].section_context()
     state.declare_variables(pipeline.all_records(), sections)

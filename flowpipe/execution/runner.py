@@ -59,6 +59,7 @@ class BatchRunner:
         pipeline: the running pipeline (its dataset, config and state are read once, here).
         steps: the stage's compiled steps.
         root: the run's root seed (int entropy).
+        seed_given: whether the user gave the root seed (else the run drew it).
         stage: the stage number (0 before any ``rebatch``); batch ``seq`` of stage ``s`` gets spawn key
             ``(1 + s, seq)``.
         total: number of batches the stage will produce, or ``None``.
@@ -69,8 +70,9 @@ class BatchRunner:
     """
 
     def __init__(self, pipeline: Any, steps: tuple, root: int, stage: int = 0, total: int | None = None,
-                 locks: Any = None, profiler: Any = None, first: int = 0):
+                 locks: Any = None, profiler: Any = None, first: int = 0, seed_given: bool = True):
         self.pipeline, self.steps, self.root, self.stage = pipeline, steps, root, stage
+        self.seed_given = seed_given
         self.dataset, self.config, state = pipeline.dataset, pipeline.config, pipeline.state
         self.variables, self.models = state.variables, state.models
         self.total, self.locks, self.profiler = total, locks, profiler
@@ -84,7 +86,7 @@ class BatchRunner:
 
     def apply(self, seq: int, batch: Any) -> Any:
         """Run the steps on ``batch`` as batch number ``seq`` of the stage; returns the processed batch."""
-        seed = batch_seed(self.root, self.stage, seq)
+        seed = batch_seed(self.root, self.stage, seq, self.seed_given)
         batch.seed = seed
         ctx = Context(batch, self.dataset, self.config, self.variables, self.models, seq, self.total, seed,
                       self.pipeline)

@@ -20,10 +20,13 @@ class LazySeedSequence(np.random.SeedSequence):
     Args:
         entropy: the run's root seed.
         spawn_key: the batch's position in the seed tree, e.g. ``(1, seq)``.
+        given: whether the user gave the root (``run(seed=...)`` or an int ``shuffle=``) rather than the run
+            drawing a fresh one; models built in a run take their weights from a given root only.
     """
 
-    def __init__(self, entropy: int, spawn_key: tuple = ()):  # noqa: the base is built lazily in _real()
+    def __init__(self, entropy: int, spawn_key: tuple = (), given: bool = True):  # noqa: base built in _real()
         self._entropy_arg, self._key_arg, self._built = entropy, tuple(spawn_key), None
+        self.given = given
 
     def _real(self) -> np.random.SeedSequence:
         if self._built is None:
@@ -52,6 +55,6 @@ class LazySeedSequence(np.random.SeedSequence):
         return repr(self._real())
 
 
-def batch_seed(root: int, stage: int, seq: int) -> np.random.SeedSequence:
+def batch_seed(root: int, stage: int, seq: int, given: bool = True) -> np.random.SeedSequence:
     """The seed of batch ``seq`` of stage ``stage``: spawn key ``(1 + stage, seq)`` of the run's root."""
-    return LazySeedSequence(root, (1 + stage, seq))
+    return LazySeedSequence(root, (1 + stage, seq), given)

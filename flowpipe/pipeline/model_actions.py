@@ -38,12 +38,13 @@ class PendingModel:
     def build(self, ctx: Context) -> Any:
         """The model, with its config evaluated against ``ctx`` (the current batch, dataset and config).
 
-        In a run, the initial weights come from the run's seed (see ``model_seed``), drawn from a forked torch
-        generator so that the user's global torch generator is left as it was.
+        In a run given a seed, the initial weights come from it (see ``model_seed``), drawn from a forked torch
+        generator so that the user's global torch generator is left as it was; in a run that drew its own seed,
+        from torch's global generator, so ``torch.manual_seed`` decides as in plain PyTorch.
         """
         config = evaluate(self.config, ctx) if contains_expressions(self.config) else self.config
         root = getattr(ctx.seed, 'entropy', None)
-        if root is None:
+        if root is None or not getattr(ctx.seed, 'given', True):
             return self.model_class(config)
         import torch
         with torch.random.fork_rng(devices=[]):

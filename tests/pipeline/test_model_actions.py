@@ -79,6 +79,16 @@ def test_the_run_seed_makes_initial_weights_reproducible_and_leaves_torch_genera
     assert not torch.equal(first[0], other[0])  # the first convolution (batch norm starts at ones and zeros)
 
 
+def test_without_a_run_seed_torch_manual_seed_decides_the_initial_weights(digits):
+    torch.manual_seed(5)
+    first = _initial_weights(digits)
+    torch.manual_seed(5)
+    again = _initial_weights(digits)
+    other = _initial_weights(digits)  # the global generator has moved on
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not torch.equal(first[0], other[0])
+
+
 def test_model_seed_depends_on_the_root_and_the_name():
     assert model_seed(7, 'net') == model_seed(7, 'net')
     assert len({model_seed(7, 'net'), model_seed(8, 'net'), model_seed(7, 'other')}) == 3
