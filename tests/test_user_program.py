@@ -1,5 +1,4 @@
 """The SPEC §1 user program, as written, on the shipped Digits data set (and the demo built on it)."""
-import os
 
 import numpy as np
 import pytest
@@ -62,7 +61,6 @@ def test_program_builds_the_model_from_the_data_and_places_it():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get('FLOWPIPE_SLOW') != '1', reason='slow: set FLOWPIPE_SLOW=1 to run')
 @pytest.mark.timeout(900)  # up to four ResNet18 epochs: 10-45 s each alone, far more on a loaded machine
 @pytest.mark.parametrize('config', [{'device': 'cpu', 'microbatch': None},
                                     {'device': ['CPU:0', 'CPU:1'], 'microbatch': 16}])
