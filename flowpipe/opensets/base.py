@@ -1,8 +1,9 @@
-"""What every open data set shares: where its files live, and its ``train`` / ``test`` datasets.
+"""What every open data set shares: where its files live, and how its splits become one ``Dataset``.
 
-An open set loads its publisher's files once, into memory, and exposes two ``Dataset``s of ``ImagesBatch``
-(``images`` and ``labels`` components). ``num_classes`` and ``classes`` are both attributes of the open set and
-dataset attributes of ``train`` / ``test``, so ``D.num_classes`` works in a pipeline bound to either.
+An open set loads its publisher's files once, into memory, and IS a ``Dataset`` of ``ImagesBatch`` (``images``
+and ``labels`` components) over all its items, train items first, then test items. ``train`` and ``test`` are
+subsets of it that share its one preloaded store. ``num_classes`` and ``classes`` are dataset attributes, so
+``D.num_classes`` works in a pipeline bound to the whole set or to either split.
 """
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..data import Dataset
+from ..data.arrays import as_item_array, object_array
 
 __all__ = ['Openset', 'data_folder']
 
@@ -29,49 +33,85 @@ def data_folder(name: str, path: str | os.PathLike | None = None) -> Path:
     return (Path(root).expanduser() if root else Path.home() / '.cache' / 'flowpipe') / name
 
 
-class Openset:
-    """Base of the open data sets: subclasses implement ``_load`` and set ``name`` and ``classes``.
+class Openset(Dataset):
+    """Base of the open data sets: subclasses implement ``_load`` and set ``name`` and ``CLASSES``.
+
+    The whole set is a ``Dataset`` (``len``, ``p``, ``next_batch``, ``pipeline``) whose item ids are
+    ``0 .. len - 1``: the train items, then the test items.
 
     Args:
         path: the folder with the publisher's files (see ``data_folder`` for the default).
         bar: show a progress bar while files are downloaded and read.
 
     Attributes:
-        train: the training ``Dataset``.
-        test: the test ``Dataset``.
-        num_classes: the number of classes.
+        train: the training items, a subset sharing this set's data (``create_subset``).
+        test: the test items, likewise.
+        num_classes: the number of classes, ``len(classes)``.
         classes: class names, ``classes[label]`` names a label.
         path: the folder the files were read from.
+        bar: whether progress bars are shown.
     """
     name: str = ''
-    classes: tuple[str, ...] = ()
+    CLASSES: tuple[str, ...] = ()
 
     def __init__(self, path: str | os.PathLike | None = None, bar: bool = False):
+        from ..batch.images import ImagesBatch  # flowpipe.batch imports flowpipe.data: keep this import lazy
         self.path = data_folder(self.name, path)
         self.bar = bool(bar)
         splits = self._load()
-        self.train = self._make_dataset(*splits['train'])
-        self.test = self._make_dataset(*splits['test'])
-
-    @property
-    def num_classes(self) -> int:
-        """The number of classes."""
-        return len(self.classes)
+        n_train = len(splits['train'][1])
+        preloaded = _join_splits(splits)
+        del splits  # the per-split arrays go now: only the joined store stays
+        classes = tuple(self.CLASSES)
+        super().__init__(len(preloaded['labels']), batch_class=ImagesBatch, preloaded=preloaded,
+                         num_classes=len(classes), classes=classes)
+        self.train = self.create_subset(np.arange(n_train))
+        self.test = self.create_subset(np.arange(n_train, len(self)))
+        self.index.train, self.index.test = self.train.index, self.test.index
 
     def _load(self) -> dict[str, tuple[Any, np.ndarray]]:
         """Return ``{'train': (images, labels), 'test': (images, labels)}``."""
         raise NotImplementedError
 
-    def _make_dataset(self, images: Any, labels: np.ndarray) -> Any:
-        # Imported here so that the open sets module stays importable on its own while flowpipe.data and
-        # flowpipe.batch are being built, and to keep import of flowpipe.opensets cheap.
-        from ..batch.images import ImagesBatch
-        from ..data import Dataset, DatasetIndex
-        labels = np.asarray(labels, dtype=np.int64)
-        return Dataset(DatasetIndex(len(labels)), batch_class=ImagesBatch,
-                       preloaded={'images': images, 'labels': labels},
-                       num_classes=self.num_classes, classes=self.classes)
+    def component(self, name: str) -> Any:
+        """The values of the preloaded component ``name`` for this set's items, in index order.
+
+        ``train`` and ``test`` cover contiguous ranges of the shared store, so for them this is a view, not a copy.
+
+        Raises:
+            KeyError: no component ``name``.
+        """
+        if name not in self.preloaded:
+            raise KeyError(f"Expected a component name among {tuple(self.preloaded)!r}. Received: {name!r}; "
+                           "use one of those names")
+        values = self.preloaded[name]
+        positions = self._data_index.get_pos(self.indices)
+        if len(positions) and np.array_equal(positions, np.arange(positions[0], positions[0] + len(positions))):
+            return values[positions[0]:positions[0] + len(positions)]
+        return values[positions]
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(train={len(self.train)}, test={len(self.test)}, "
-                f"num_classes={self.num_classes}, path={str(self.path)!r})")
+        parts = [f'size={len(self)}']
+        if self.train is not None and self.test is not None:
+            parts += [f'train={len(self.train)}', f'test={len(self.test)}']
+        parts += [f'num_classes={self.num_classes}', f'path={str(self.path)!r}']
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def _join_splits(splits: dict[str, tuple[Any, np.ndarray]]) -> dict[str, Any]:
+    """One store for all items, train first: ``{'images': ..., 'labels': int64 array}``."""
+    (train_images, train_labels), (test_images, test_labels) = splits.pop('train'), splits.pop('test')
+    labels = np.concatenate([np.asarray(train_labels, dtype=np.int64), np.asarray(test_labels, dtype=np.int64)])
+    del train_labels, test_labels
+    images = _concatenate(as_item_array(train_images, name='train images'),
+                          as_item_array(test_images, name='test images'))
+    return {'images': images, 'labels': labels}
+
+
+def _concatenate(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    # Images of one shape stack into one array; otherwise (e.g. Imagenette's differently sized images) the
+    # result stays a 1-D object array of per-image arrays, as each split was.
+    same_layout = first.dtype == second.dtype and first.shape[1:] == second.shape[1:]
+    if same_layout and (first.dtype != object or first.ndim == 1):
+        return np.concatenate([first, second])
+    return object_array([*first, *second])

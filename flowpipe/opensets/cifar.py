@@ -30,7 +30,7 @@ class CIFAR10(Openset):
     the archive is downloaded when the network allows.
     """
     name = 'cifar10'
-    classes = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
+    CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
 
     def _load(self) -> dict[str, tuple[Any, np.ndarray]]:
         names = [name for group in FILES.values() for name in group]

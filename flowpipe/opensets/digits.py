@@ -23,14 +23,15 @@ class Digits(Openset):
 
     Images are ``uint8`` arrays of shape ``(8, 8, 1)``: the original 17 grey levels (0-16) scaled to 0-255.
     The 1,797 items are split 80/20 into 1,437 ``train`` and 360 ``test`` items by a permutation drawn from
-    ``numpy.random.default_rng(0)``, so the split is the same everywhere.
+    ``numpy.random.default_rng(0)``, so the split is the same everywhere. The whole set holds the 1,437 train
+    items first, then the 360 test items.
 
     Args:
         path: a folder with ``digits.csv.gz``; by default the copy shipped inside flowpipe.
         bar: accepted as by every open set; Digits loads in milliseconds, so no bar is shown.
     """
     name = 'digits'
-    classes = tuple(str(digit) for digit in range(10))
+    CLASSES = tuple(str(digit) for digit in range(10))
 
     def __init__(self, path: str | os.PathLike | None = None, bar: bool = False):
         super().__init__(path=_SHIPPED.parent if path is None else path, bar=bar)

@@ -40,7 +40,7 @@ class Imagenette320(Openset):
     downloaded when the network allows. Labels follow the sorted WordNet ids (``classes`` has their names).
     """
     name = 'imagenette320'
-    classes = tuple(WNIDS.values())
+    CLASSES = tuple(WNIDS.values())
 
     def _load(self) -> dict[str, tuple[Any, np.ndarray]]:
         pillow()

@@ -26,7 +26,7 @@ class MNIST(Openset):
     are missing are downloaded (gzipped) when the network allows.
     """
     name = 'mnist'
-    classes = tuple(str(digit) for digit in range(10))
+    CLASSES = tuple(str(digit) for digit in range(10))
 
     def _load(self) -> dict[str, tuple[Any, np.ndarray]]:
         names = [name for pair in FILES.values() for name in pair]

@@ -16,22 +16,22 @@ def digits():
 def test_sizes_dtypes_and_attributes(digits):
     assert (len(digits.train), len(digits.test)) == (1437, 360)
     assert digits.num_classes == 10 and digits.train.num_classes == 10 and digits.test.num_classes == 10
-    images = digits.train.preloaded['images']
+    images = digits.train.component('images')
     assert images.shape == (1437, 8, 8, 1) and images.dtype == np.uint8
     assert images.max() == 255 and images.min() == 0
-    assert set(digits.train.preloaded['labels']) == set(range(10))
+    assert set(digits.train.component('labels')) == set(range(10))
     assert digits.train.batch_class is ImagesBatch
 
 
 def test_split_is_fixed_and_a_partition_of_the_source(digits):
     from flowpipe.opensets.digits import _SHIPPED, read_digits
     again = Digits()
-    assert np.array_equal(digits.test.preloaded['images'], again.test.preloaded['images'])
+    assert np.array_equal(digits.test.component('images'), again.test.component('images'))
     images, labels = read_digits(_SHIPPED)
     rows = lambda imgs, lbls: sorted(i.tobytes() + bytes([l]) for i, l in zip(imgs, lbls))
-    split = [(d.preloaded['images'], d.preloaded['labels']) for d in (digits.train, digits.test)]
+    split = [(d.component('images'), d.component('labels')) for d in (digits.train, digits.test)]
     assert rows(np.concatenate([s[0] for s in split]), np.concatenate([s[1] for s in split])) == rows(images, labels)
-    assert not np.array_equal(digits.test.preloaded['labels'], labels[-360:])  # shuffled, not the file's tail
+    assert not np.array_equal(digits.test.component('labels'), labels[-360:])  # shuffled, not the file's tail
 
 
 def test_first_item_matches_the_source_file(digits, tmp_path):

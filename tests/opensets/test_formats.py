@@ -42,11 +42,11 @@ def test_mnist_reads_idx_files(tmp_path, gz):
     arrays = make_mnist(tmp_path, gz)
     mnist = MNIST(path=tmp_path, bar=True)
     assert (len(mnist.train), len(mnist.test), mnist.num_classes) == (6, 4, 10)
-    images = mnist.train.preloaded['images']
+    images = mnist.train.component('images')
     assert images.shape == (6, 28, 28, 1) and images.dtype == np.uint8
     assert np.array_equal(images[..., 0], arrays['train-images-idx3-ubyte'])
-    assert np.array_equal(mnist.test.preloaded['labels'], arrays['t10k-labels-idx1-ubyte'])
-    assert mnist.test.preloaded['labels'].dtype == np.int64
+    assert np.array_equal(mnist.test.component('labels'), arrays['t10k-labels-idx1-ubyte'])
+    assert mnist.test.component('labels').dtype == np.int64
     batch = mnist.train.next_batch(3).resize((32, 32)).to_array()
     assert batch.image_shape == (1, 32, 32)
 
@@ -98,7 +98,7 @@ def test_mnist_downloads_missing_files(tmp_path, monkeypatch):
     target = tmp_path / 'cache'
     mnist = MNIST(path=target, bar=True)
     assert len(requested) == 4 and all(url.startswith('https://') for url in requested)
-    assert np.array_equal(mnist.train.preloaded['images'][..., 0], arrays['train-images-idx3-ubyte'])
+    assert np.array_equal(mnist.train.component('images')[..., 0], arrays['train-images-idx3-ubyte'])
     assert sorted(p.name for p in target.iterdir()) == sorted(f'{name}.gz' for name in arrays)
 
 
@@ -133,12 +133,12 @@ def test_cifar_reads_pickle_batches_from_the_folder(tmp_path):
     contents = make_cifar_folder(tmp_path / 'cifar-10-batches-py')
     cifar = CIFAR10(path=tmp_path, bar=True)
     assert (len(cifar.train), len(cifar.test), cifar.num_classes) == (15, 3, 10)
-    images = cifar.test.preloaded['images']
+    images = cifar.test.component('images')
     assert images.shape == (3, 32, 32, 3) and images.dtype == np.uint8
     first = contents['test_batch'][b'data'][0]
     assert np.array_equal(images[0, :, :, 0], first[:1024].reshape(32, 32))  # red plane first
     assert np.array_equal(images[0, 5, 7], first[[5 * 32 + 7, 1024 + 5 * 32 + 7, 2048 + 5 * 32 + 7]])
-    assert list(cifar.test.preloaded['labels']) == contents['test_batch'][b'labels']
+    assert list(cifar.test.component('labels')) == contents['test_batch'][b'labels']
     assert cifar.classes[0] == 'airplane'
 
 
@@ -198,10 +198,10 @@ def test_imagenette_reads_class_folders(tmp_path):
     make_imagenette(tmp_path / 'imagenette2-320')
     dataset = Imagenette320(path=tmp_path, bar=True)
     assert (len(dataset.train), len(dataset.test), dataset.num_classes) == (4, 3, 10)
-    assert list(dataset.train.preloaded['labels']) == [0, 0, 9, 9]
-    assert list(dataset.test.preloaded['labels']) == [1, 1, 1]
+    assert list(dataset.train.component('labels')) == [0, 0, 9, 9]
+    assert list(dataset.test.component('labels')) == [1, 1, 1]
     assert dataset.classes[9] == 'parachute'
-    images = dataset.test.preloaded['images']
+    images = dataset.test.component('images')
     assert images.dtype == object and {image.shape for image in images} == {(30, 40, 3), (40, 30, 3), (20, 20, 3)}
     batch = dataset.train.next_batch(4).resize((16, 16)).to_array()
     assert batch.images.shape == (4, 3, 16, 16)
