@@ -50,12 +50,20 @@ class Openset(Dataset):
         classes: class names, ``classes[label]`` names a label.
         path: the folder the files were read from.
         bar: whether progress bars are shown.
+
+    Raises:
+        TypeError: a subclass declares ``classes`` or ``num_classes`` on the class instead of ``CLASSES``.
     """
     name: str = ''
     CLASSES: tuple[str, ...] = ()
 
     def __init__(self, path: str | os.PathLike | None = None, bar: bool = False):
         from ..batch.images import ImagesBatch  # flowpipe.batch imports flowpipe.data: keep this import lazy
+        for taken in ('classes', 'num_classes'):
+            if hasattr(type(self), taken):
+                raise TypeError(f"Expected {type(self).__name__} to declare its class names as CLASSES. Received: "
+                                f"a class attribute {taken!r}, which would hide the dataset attribute; rename "
+                                "it to CLASSES (num_classes follows from it)")
         self.path = data_folder(self.name, path)
         self.bar = bool(bar)
         splits = self._load()
