@@ -85,7 +85,8 @@ batch.points"""),
     ('md', """
 ## The Digits data set
 
-`Digits()` holds two datasets of `ImagesBatch`: `train` (1,437 images) and `test` (360). Images are `uint8`
+`Digits()` is itself a dataset of `ImagesBatch` (1,797 images), with two subsets: `train` (1,437 images) and
+`test` (360). Images are `uint8`
 arrays of shape `(8, 8, 1)` (height, width, channels) with values 0-255; `image_shape` is the shape of one
 image in the current layout."""),
     ('code', """
