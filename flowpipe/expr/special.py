@@ -12,19 +12,19 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .base import Expression, _call_args_repr, evaluate
+from .base import CallExpr, Expression, _call_args_repr, evaluate
 
 __all__ = ['FuncExpr', 'IterationExpr', 'PerItem', 'PerItemExpr', 'RandomExpr', 'WrapExpr']
 
 
-class FuncExpr(Expression):
+class FuncExpr(CallExpr):
     """``F(func, *args, **kwargs)``: ``func`` called with evaluated arguments; ``F(func)(*args)`` binds them later."""
-    __slots__ = ('_func', '_args', '_kwargs', '_bound')
+    __slots__ = ('_bound',)
 
     def __init__(self, func: Callable, *args: Any, **kwargs: Any):
         if not callable(func) and not isinstance(func, Expression):
             raise TypeError(f"Expected F(func, *args) with a callable func. Received: func={func!r}.")
-        self._func, self._args, self._kwargs = func, args, kwargs
+        super().__init__(func, args, kwargs)
         self._bound = bool(args or kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Expression:
@@ -33,12 +33,6 @@ class FuncExpr(Expression):
         bound = FuncExpr(self._func, *args, **kwargs)
         bound._bound = True  # F(func)() is a call too: a further (...) calls its result
         return bound
-
-    def get(self, ctx: Any) -> Any:
-        func = evaluate(self._func, ctx)
-        args = evaluate(self._args, ctx) if self._args else ()
-        kwargs = evaluate(self._kwargs, ctx) if self._kwargs else {}
-        return func(*args, **kwargs)
 
     def __repr__(self) -> str:
         name = getattr(self._func, '__qualname__', None) or repr(self._func)
