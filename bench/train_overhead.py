@@ -21,7 +21,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import flowpipe.pipeline.model_actions  # noqa: F401  (registers the model actions)
 from flowpipe import B, Pipeline
 from flowpipe.models.torch import SimpleCNN
 from flowpipe.models.torch.networks import SimpleCNNNetwork

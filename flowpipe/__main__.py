@@ -32,7 +32,6 @@ def demo(model: str = 'ResNet18', device: str | list[str] | None = None, microba
     from . import B, C, D, Pipeline, V
     from .models import torch as models
     from .opensets import Digits
-    from .pipeline import model_actions  # noqa: F401  (registers the model actions)
 
     torch.manual_seed(seed)
     dataset = Digits(bar=bar)

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-import flowpipe.pipeline.model_actions  # noqa: F401  (registers the model actions until flowpipe.pipeline does)
 from flowpipe import B, C, D, Pipeline, V
 from flowpipe.__main__ import main
 from flowpipe.models.torch import ResNet18

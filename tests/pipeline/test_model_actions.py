@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 import torch
 
-import flowpipe.pipeline.model_actions  # noqa: F401  (registers the model actions)
 from flowpipe.errors import ExpressionError
 from flowpipe.expr import B, D, M, V
 from flowpipe.models.torch import MLP, SimpleCNN, TorchModel
