@@ -7,6 +7,7 @@ per item (``size=batch_size``, or ``(batch_size, *size)`` when ``R`` was given a
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -42,37 +43,72 @@ class FuncExpr(CallExpr):
 
 
 class RandomExpr(Expression):
-    """``R('uniform', 0, 1, size=3)``: a method of the batch's ``numpy.random.Generator`` with evaluated args."""
+    """``R('uniform', 0, 1, size=3)``: a method of the batch's ``numpy.random.Generator`` with evaluated args.
+
+    ``R(func, *args, **kwargs)`` calls a distribution of your own, ``func(*args, **kwargs)``; a ``func`` that takes
+    a keyword ``rng`` gets the batch's generator there, which keeps its draws reproducible from the run's seed.
+    ``P(R(func))`` calls it once with ``size=n_items`` when it takes ``size``, else once per item.
+    """
     __slots__ = ('_method', '_args', '_kwargs')
 
-    def __init__(self, method: str, *args: Any, **kwargs: Any):
-        if not isinstance(method, str) or method.startswith('_') or not callable(
-                getattr(np.random.Generator, method, None)):
+    def __init__(self, method: str | Callable, *args: Any, **kwargs: Any):
+        if not callable(method) and (not isinstance(method, str) or method.startswith('_') or not callable(
+                getattr(np.random.Generator, method, None))):
             known = [name for name in dir(np.random.Generator) if not name.startswith('_')]
             close = difflib.get_close_matches(str(method), known, n=3)
             hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ''
             raise ValueError(f"Expected R(method, ...) with a method of numpy.random.Generator such as 'uniform', "
-                             f"'normal', 'integers' or 'choice'. Received: method={method!r}.{hint}")
+                             f"'normal', 'integers' or 'choice', or a callable. Received: method={method!r}.{hint}")
         self._method, self._args, self._kwargs = method, args, kwargs
 
-    def get(self, ctx: Any) -> Any:
+    def _call(self, ctx: Any, kwargs: dict) -> Any:
         args = evaluate(self._args, ctx) if self._args else ()
-        kwargs = evaluate(self._kwargs, ctx) if self._kwargs else {}
-        return getattr(ctx.random, self._method)(*args, **kwargs)
+        if isinstance(self._method, str):
+            return getattr(ctx.random, self._method)(*args, **kwargs)
+        if 'rng' not in kwargs and _takes(self._method, 'rng'):
+            kwargs['rng'] = ctx.random
+        return self._method(*args, **kwargs)
+
+    def get(self, ctx: Any) -> Any:
+        return self._call(ctx, dict(evaluate(self._kwargs, ctx)) if self._kwargs else {})
 
     def draw(self, ctx: Any, n_items: int) -> Any:
         """``n_items`` draws at once: ``size`` becomes ``n_items`` or ``(n_items, *size)``."""
-        args = evaluate(self._args, ctx) if self._args else ()
         kwargs = dict(evaluate(self._kwargs, ctx)) if self._kwargs else {}
+        if not isinstance(self._method, str) and not _takes(self._method, 'size'):
+            return [self._call(ctx, dict(kwargs)) for _ in range(n_items)]
         size = kwargs.get('size')
         if size is None:
             kwargs['size'] = n_items
         else:
             kwargs['size'] = (n_items, *np.atleast_1d(size).tolist())
-        return getattr(ctx.random, self._method)(*args, **kwargs)
+        return self._call(ctx, kwargs)
 
     def __repr__(self) -> str:
-        return f'R({_call_args_repr((self._method, *self._args), self._kwargs)})'
+        method = self._method if isinstance(self._method, str) else _Name(self._method)
+        return f'R({_call_args_repr((method, *self._args), self._kwargs)})'
+
+
+class _Name:
+    """Shows a callable by its name in a repr."""
+
+    def __init__(self, func: Callable):
+        self._text = getattr(func, '__qualname__', None) or repr(func)
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+def _takes(func: Callable, name: str) -> bool:
+    """Whether ``func`` names a keyword argument ``name`` (``size`` may also go to ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+    parameter = parameters.get(name)
+    if parameter is not None:
+        return parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    return name == 'size' and any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 _ITERATION_KINDS = {'c': 'c', 'current': 'c', 'm': 'm', 'max': 'm', 'r': 'r', 'ratio': 'r'}

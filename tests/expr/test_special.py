@@ -42,6 +42,35 @@ def test_random_rejects_unknown_methods():
         R('unifrom')
 
 
+def test_random_with_a_callable_gets_the_batch_generator_as_rng(ctx):
+    def color(low, rng, size=None):
+        return rng.integers(low, 256, size=size)
+    first = R(color, 100).get(ctx)
+    again = R(color, 100).get(Context(batch=ctx.batch, seed=np.random.SeedSequence(7)))
+    assert first == again and 100 <= first < 256
+    assert R(lambda: 'drawn').get(ctx) == 'drawn'
+
+
+def test_per_item_random_with_a_callable(ctx):
+    sizes = []
+
+    def sized(rng, size=None):
+        sizes.append(size)
+        return rng.uniform(size=size)
+    assert len(P(R(sized, size=2)).get(ctx)) == 4 and sizes == [(4, 2)]
+    colors = P(R(lambda rng: tuple(rng.integers(0, 256, 3)))).get(ctx)   # no size: one call per item
+    assert len(colors) == 4 and all(len(color) == 3 for color in colors)
+    assert len(set(colors)) > 1
+
+
+def test_random_callable_repr_and_bad_method():
+    def pick(rng):
+        return rng.random()
+    assert repr(R(pick, 1, k=2)) == 'R(test_random_callable_repr_and_bad_method.<locals>.pick, 1, k=2)'
+    with pytest.raises(ValueError, match='or a callable. Received: method=3'):
+        R(3)
+
+
 def test_iteration(ctx):
     assert I('c').get(ctx) == 2
     assert I('current').get(ctx) == 2
