@@ -1,18 +1,20 @@
 """flowpipe: declarative batch pipelines for machine learning on PyTorch.
 
 A ``Pipeline`` is a lazy, immutable chain of actions; named expressions (``B``, ``C``, ``V``, ``D``, ``F``,
-``R``, ``I``, ``W``, ``P``, ``M``) stand for values that exist only while a batch is processed. Models live in
+``R``, ``I``, ``W``, ``P``, ``M``, and batchflow's ``L`` and ``PP``) stand for values that exist only while a batch is
+processed. Models live in
 ``flowpipe.models.torch``, open data sets in ``flowpipe.opensets``, device placement in ``flowpipe.parallel``.
 """
-from .batch import Batch, ImagesBatch, action
+from .batch import Batch, ImagesBatch, action, apply_parallel
 from .config import Config
-from .data import Dataset, DatasetIndex, FilesIndex
+from .data import Dataset, DatasetIndex, FilesIndex, make_rng
 from .errors import DeviceError, ExpressionError, ModelFileError, SkipBatch, StopPipeline, UnknownActionError
-from .expr import B, C, D, F, I, M, P, R, V, W, PerItem
+from .expr import PP, B, C, D, F, I, L, M, P, R, V, W, PerItem, save_data_to
 from .pipeline import Pipeline
 
 __all__ = ['B', 'Batch', 'C', 'Config', 'D', 'Dataset', 'DatasetIndex', 'DeviceError', 'ExpressionError', 'F',
-           'FilesIndex', 'I', 'ImagesBatch', 'M', 'ModelFileError', 'P', 'PerItem', 'Pipeline', 'R', 'SkipBatch',
-           'StopPipeline', 'UnknownActionError', 'V', 'W', 'action']
+           'FilesIndex', 'I', 'ImagesBatch', 'L', 'M', 'ModelFileError', 'P', 'PP', 'PerItem', 'Pipeline', 'R',
+           'SkipBatch', 'StopPipeline', 'UnknownActionError', 'V', 'W', 'action', 'apply_parallel', 'make_rng',
+           'save_data_to']
 assert __all__ == sorted(__all__)
 __version__ = '0.1.0'

@@ -8,6 +8,10 @@ single-level keys.
 
 Merging (``update``, ``put``, ``+``): a mapping merged into a mapping merges recursively; anything else replaces
 the old value (the right side wins). A path that runs through a value which is not a mapping is an error.
+
+batchflow's forms work too: ``Config([('a/b', 1), ('c', 2)])`` (a list of key-value pairs), ``cfg.a.b`` (read a
+key as an attribute), ``cfg.keys(flatten=True)`` / ``values`` / ``items`` (one entry per leaf) and ``cfg.config``
+(the mapping itself: a ``Config`` is its own inner dict).
 """
 from __future__ import annotations
 
@@ -34,6 +38,18 @@ def _split(key: Any) -> tuple:
     return parts
 
 
+def _pairs(items: list) -> Config:
+    """A dict from batchflow's list form of a config, ``[(key, value), ...]``, merged in order."""
+    for item in items:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ValueError(f"Expected a list of (key, value) pairs to build a Config. Received the item {item!r}; "
+                             "give every item exactly a key and a value")
+    config = Config()
+    for key, value in items:
+        config.put(key, value)
+    return config
+
+
 def _join(parts: tuple) -> str:
     return '/'.join(str(part) for part in parts)
 
@@ -42,16 +58,30 @@ class Config(dict):
     """A nested mapping whose string keys may be paths such as ``'inputs/images/shape'``.
 
     Args:
-        config: a mapping (``dict`` or ``Config``) or ``None`` for an empty config.
+        config: a mapping (``dict`` or ``Config``), a list of ``(key, value)`` pairs, or ``None`` for an empty
+            config.
         **kwargs: more items, merged after ``config``.
     """
 
-    def __init__(self, config: Mapping | None = None, **kwargs: Any):
+    def __init__(self, config: Mapping | list | None = None, **kwargs: Any):
         super().__init__()
+        if isinstance(config, list):
+            config = _pairs(config)
         if config is not None:
             self.update(config)
         if kwargs:
             self.update(kwargs)
+
+    @property
+    def config(self) -> Config:
+        """The config itself (batchflow keeps its items in an inner ``config`` dict; a ``Config`` is that dict)."""
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        # cfg.a reads the key 'a' (batchflow's dotted access); private and special names stay attributes
+        if not name.startswith('_') and dict.__contains__(self, name):
+            return dict.__getitem__(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute or key {name!r}")
 
     # lookups
 
@@ -170,6 +200,18 @@ class Config(dict):
         return self[key]
 
     # views and copies
+
+    def keys(self, flatten: bool = False) -> Any:
+        """The top-level keys, or with ``flatten=True`` one ``'a/b/c'`` key per leaf."""
+        return self.flatten().keys() if flatten else dict.keys(self)
+
+    def values(self, flatten: bool = False) -> Any:
+        """The top-level values, or with ``flatten=True`` the leaf values."""
+        return self.flatten().values() if flatten else dict.values(self)
+
+    def items(self, flatten: bool = False) -> Any:
+        """The top-level items, or with ``flatten=True`` one ``('a/b/c', value)`` item per leaf."""
+        return self.flatten().items() if flatten else dict.items(self)
 
     def flatten(self) -> dict:
         """A plain dict with one ``'a/b/c'`` key per leaf value; a sub-config with non-string keys stays whole."""

@@ -175,7 +175,7 @@ def test_double_kwargs_unpacking():
     assert func(**Config({'lr': 0.1}))['lr'] == 0.1
 
 
-@pytest.mark.parametrize('bad', [[1, 2], 'a/b', 5])
+@pytest.mark.parametrize('bad', ['a/b', 5, (('a', 1),)])
 def test_non_mapping_input_is_a_type_error(bad):
     with pytest.raises(TypeError, match='Expected a mapping'):
         Config(bad)
@@ -217,3 +217,53 @@ def test_setdefault_and_inplace_or():
     assert cfg.setdefault('a/b', 4) == 3
     cfg |= {'a/c': 5}
     assert cfg == {'a/b': 3, 'a/c': 5}
+
+
+# batchflow's forms of the same API
+
+
+def test_list_of_pairs_builds_a_config_in_order():
+    cfg = Config([('a/b', 1), ('a', {'c': 2}), ('d', Config({'e': 3}))])
+    assert cfg.flatten() == {'a/b': 1, 'a/c': 2, 'd/e': 3}
+
+
+@pytest.mark.parametrize('bad', [[1, 2], [('a', 0, 1)], [('a',)]])
+def test_list_items_that_are_not_pairs_are_value_errors(bad):
+    with pytest.raises(ValueError, match='key, value'):
+        Config(bad)
+
+
+def test_keys_values_items_flatten():
+    cfg = Config({'a': {'b': 1, 'c': {'d': 2}}, 'e': 3})
+    assert list(cfg.keys()) == ['a', 'e']
+    assert list(cfg.keys(flatten=True)) == ['a/b', 'a/c/d', 'e']
+    assert list(cfg.values(flatten=True)) == [1, 2, 3]
+    assert list(cfg.items(flatten=True)) == [('a/b', 1), ('a/c/d', 2), ('e', 3)]
+    assert list(cfg.items()) == [('a', {'b': 1, 'c': {'d': 2}}), ('e', 3)]
+    assert dict(cfg) == {'a': {'b': 1, 'c': {'d': 2}}, 'e': 3}
+
+
+def test_keys_read_as_attributes():
+    cfg = Config({'a/b': 1, 'pop_size': 4})
+    assert cfg.a.b == 1
+    assert cfg.a.flatten() == {'b': 1}
+    assert cfg.pop_size == 4
+    assert cfg.pop('a/b') == 1          # methods win over keys of the same name
+    with pytest.raises(AttributeError, match='missing'):
+        _ = cfg.missing
+    with pytest.raises(AttributeError):
+        _ = cfg._private
+
+
+def test_config_attribute_is_the_config_itself():
+    cfg = Config({'key': {'sub': 1}})
+    assert cfg.config is cfg
+    cfg.config['key']['sub'] = 2
+    assert cfg['key/sub'] == 2
+
+
+def test_attribute_access_keeps_copy_and_pickle_working():
+    import copy
+    cfg = Config({'a/b': [1]})
+    assert copy.deepcopy(cfg) == cfg
+    assert pickle.loads(pickle.dumps(cfg)) == cfg

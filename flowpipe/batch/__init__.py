@@ -1,5 +1,7 @@
-"""Batches: ``Batch`` with its components, the ``@action`` marker, ``apply_parallel`` and merging."""
+"""Batches: ``Batch`` with its components, the ``@action`` and ``@apply_parallel`` markers, items and merging."""
 from .base import ActionSpec, Batch, ComponentsView, action
 from .images import ImagesBatch
+from .items import BatchItem
+from .parallel import apply_parallel
 
-__all__ = ['ActionSpec', 'Batch', 'ComponentsView', 'ImagesBatch', 'action']
+__all__ = ['ActionSpec', 'Batch', 'BatchItem', 'ComponentsView', 'ImagesBatch', 'action', 'apply_parallel']

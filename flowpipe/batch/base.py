@@ -17,7 +17,7 @@ from flowpipe.data.index import DatasetIndex
 
 __all__ = ['ActionSpec', 'Batch', 'action']
 
-_RESERVED = frozenset({'index', 'dataset', 'components', '_seed', '_random'})
+_RESERVED = frozenset({'index', 'dataset', 'components', '_seed', '_random', '_raw'})
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ class Batch:
         dataset: the dataset the batch comes from (``None`` for a free-standing batch).
         check: convert sequences to arrays and verify every component has one entry per item. ``Dataset``
             passes ``False``: its data is checked once, at creation.
+        preloaded: batchflow's way to give data: the items of ``preloaded`` (aligned with the dataset, indexed by
+            item id) are loaded as by ``load(src=preloaded)``.
 
     Attributes:
         components: names of the batch's components (the class attribute declares the usual ones).
@@ -86,6 +88,8 @@ class Batch:
         ValueError: a component's length differs from the batch size, or its name is taken by the class.
     """
     components: tuple[str, ...] | None = None
+    # data loaded into a batch without components (batchflow's unnamed data): ``data`` and iteration show it
+    _raw: Any = None
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -93,12 +97,15 @@ class Batch:
             cls.components = tuple(cls.components)
             cls.check_component_names(cls.components)
 
-    def __init__(self, index: Any, data: dict | tuple | None = None, dataset: Any = None, *, check: bool = True):
+    def __init__(self, index: Any, data: dict | tuple | None = None, dataset: Any = None, *, check: bool = True,
+                 preloaded: Any = None):
         self.index = index if isinstance(index, DatasetIndex) else DatasetIndex(index)
         self.dataset = dataset
         self._seed = None
         self._random = None
         self._set_data(data, check)
+        if preloaded is not None:
+            self.load(src=preloaded)
 
     def _set_data(self, data: dict | tuple | None, check: bool) -> None:
         declared = type(self).components or ()
@@ -148,6 +155,13 @@ class Batch:
     def __len__(self) -> int:
         return len(self.index)
 
+    def __iter__(self) -> Iterator[Any]:
+        """The items: views whose attributes are the item's components (assigning one writes to the batch)."""
+        if self._raw is not None:
+            return iter(self._raw)
+        from .items import BatchItem
+        return (BatchItem(self, position) for position in range(len(self)))
+
     @property
     def size(self) -> int:
         """Number of items in the batch."""
@@ -159,9 +173,9 @@ class Batch:
         return self.index.indices
 
     @property
-    def data(self) -> ComponentsView:
-        """A read-only ``{name: values}`` view of the components."""
-        return ComponentsView(self)
+    def data(self) -> Any:
+        """A read-only ``{name: values}`` view of the components (the data itself for a batch loaded without)."""
+        return self._raw if self._raw is not None else ComponentsView(self)
 
     @property
     def seed(self) -> np.random.SeedSequence:
@@ -230,23 +244,59 @@ class Batch:
         return self
 
     @action
+    def do_nothing(self, *args: Any, **kwargs: Any) -> Batch:
+        """An action that does nothing (its arguments are still evaluated)."""
+        return self
+
+    @action
+    def load(self, src: Any = None, fmt: str | None = None, dst: str | Sequence[str] | None = None) -> Batch:
+        """Take the batch's items from ``src``, a source aligned with the dataset and indexed by item id.
+
+        Args:
+            src: an array (or a pandas object) with one entry per dataset item, a tuple of them (matched to
+                ``dst`` or to the declared components), or a dict ``{component: values}``.
+            fmt: ``None`` (in-memory data); image files are read by ``ImagesBatch.load(fmt='image')``.
+            dst: the component(s) to fill; new names become components. A batch without components keeps an
+                array ``src`` as its unnamed ``data``, which iteration yields row by row.
+        """
+        if fmt is not None:
+            raise ValueError(f"Expected fmt=None: {type(self).__name__} loads in-memory data. Received: fmt={fmt!r}; "
+                             "image files load with ImagesBatch.load(fmt='image')")
+        from .items import load_source
+        load_source(self, src, dst)
+        return self
+
+    @action
     def apply_parallel(self, func: Callable, src: str | Sequence[str] = 'images',
-                       dst: str | Sequence[str] | None = None, p: float | None = None, *args: Any, workers: int | None = None, **kwargs: Any) -> Batch:
+                       dst: str | Sequence[str] | None = None, p: float | None = None, *args: Any,
+                       workers: int | None = None, target: str | None = None, requires_rng: bool = False,
+                       init: Any = None, post: Any = None, **kwargs: Any) -> Batch:
         """Map ``func(item, *args, **kwargs)`` over the items of ``src`` and write the results to ``dst``.
 
         Args:
-            func: called once per item; with several ``src`` names it gets one item of each. When it takes a
-                keyword ``rng``, it gets a per-item ``numpy.random.Generator`` spawned from the batch's seed.
-            src: a component name or a list of them.
-            dst: where results go (``src`` by default); a list of names takes a tuple of results per item.
+            func: called once per item. When it takes a keyword ``rng`` (or ``requires_rng=True``), it gets a
+                per-item ``numpy.random.Generator`` spawned from the batch's seed.
+            src: a component name; a list of names, each transformed on its own (the same items and random
+                draws for all, e.g. images and their masks); or a tuple of names, giving ``func`` one tuple of
+                their values per item.
+            dst: where results go (``src`` by default; for a list ``src``, a list as long); several names for
+                one source take a tuple of results per item.
             p: the probability to transform each item (drawn from the batch's generator); the others are copied.
             *args, **kwargs: passed to ``func``; a ``PerItem`` value (from ``P(...)``) gives item ``i`` its entry.
             workers: run ``func`` in a pool of that many threads (for heavy, GIL-releasing functions).
+            target: batchflow's engine: ``'for'`` (the default here) or ``'threads'`` (a pool of one thread per
+                CPU core, unless ``workers`` is given).
+            requires_rng: pass ``rng=`` even when ``func``'s signature does not show it.
+            init, post: batchflow's custom item makers and assemblers, which flowpipe does not have: ``None``.
 
         Results of one shape stack into an array, others into a 1-D object array.
         """
-        from .parallel import apply_to_items
-        apply_to_items(self, func, src, dst, p, args, kwargs, workers)
+        from .parallel import apply_to_items, workers_for
+        if init not in (None, 'data') or post is not None:
+            raise ValueError("Expected init=None and post=None: flowpipe's apply_parallel takes items from src and "
+                             f"stacks the results. Received: init={init!r}, post={post!r}; make the items a "
+                             "component first, see docs/porting.md#apply_parallel")
+        apply_to_items(self, func, src, dst, p, args, kwargs, workers_for(target, workers), requires_rng)
         return self
 
     def subset(self, positions: Any) -> Batch:
@@ -258,6 +308,8 @@ class Batch:
         index = DatasetIndex._from_ids(self.index.indices[positions], parent=self.index)
         batch = type(self)(index, data=data, dataset=self.dataset, check=False)
         batch.components = self.components
+        if self._raw is not None:
+            batch._raw = as_item_array(self._raw, 'data')[positions]
         return batch
 
     @classmethod

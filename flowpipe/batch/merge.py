@@ -49,6 +49,9 @@ def merge_batches(batches: Sequence[Any], batch_size: int | None = None) -> tupl
     index = DatasetIndex._from_ids(ids, parent=first.index)
     merged = type(first)(index, data=data, dataset=first.dataset, check=False)
     merged.components = first.components
+    raw = [batch._raw for batch in batches]
+    if any(part is not None for part in raw):
+        merged._raw = _merge_component('data', raw)
     if batch_size is None or len(merged) <= batch_size:
         return merged, None
     return merged.subset(slice(0, batch_size)), merged.subset(slice(batch_size, None))

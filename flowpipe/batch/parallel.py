@@ -6,7 +6,7 @@ pool per batch would cost more than most per-item functions. ``workers=`` opts i
 from __future__ import annotations
 
 import functools
-import inspect
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
@@ -15,8 +15,10 @@ import numpy as np
 
 from flowpipe.data.arrays import object_array
 from flowpipe.expr import PerItem
+from flowpipe.expr.special import accepts_rng
 
-__all__ = ['accepts_rng', 'apply_to_items', 'collect', 'is_per_item', 'run_items']
+__all__ = ['accepts_rng', 'apply_parallel', 'apply_to_items', 'collect', 'is_per_item', 'run_items',
+           'workers_for']
 
 _NUMBERS = (int, float, bool, complex, np.generic)
 
@@ -24,20 +26,6 @@ _NUMBERS = (int, float, bool, complex, np.generic)
 def is_per_item(value: Any) -> bool:
     """Whether ``value`` is a ``PerItem`` sequence (from ``P(...)``): one entry per batch item."""
     return isinstance(value, PerItem)
-
-
-def accepts_rng(func: Callable) -> bool:
-    """Whether ``func`` takes a keyword argument named ``rng``."""
-    return _accepts_rng(getattr(func, '__func__', func))
-
-
-@functools.lru_cache(maxsize=256)
-def _accepts_rng(func: Callable) -> bool:
-    try:
-        parameter = inspect.signature(func).parameters.get('rng')
-    except (TypeError, ValueError):
-        return False
-    return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
 
 
 def collect(values: Sequence[Any]) -> Any:
@@ -71,28 +59,64 @@ def run_items(call: Callable[[int], Any], positions: Sequence[int], workers: int
 
 
 def apply_to_items(batch: Any, func: Callable, src: str | Sequence[str], dst: str | Sequence[str] | None,
-                   p: float | None, args: tuple, kwargs: dict, workers: int | None = None) -> None:
-    """Map ``func`` over the items of ``batch``'s ``src`` components into ``dst`` (see ``Batch.apply_parallel``)."""
+                   p: float | None, args: tuple, kwargs: dict, workers: int | None = None,
+                   with_rng: bool = False) -> None:
+    """Map ``func`` over the items of ``batch``'s ``src`` components into ``dst`` (see ``Batch.apply_parallel``).
+
+    A list ``src`` applies ``func`` to each component on its own (into the matching ``dst``), with the same
+    items chosen by ``p`` and the same per-item generators for all of them; a tuple ``src`` gives ``func`` one
+    tuple per item. ``with_rng`` passes ``rng=`` even when ``func``'s signature does not show it.
+    """
     if not callable(func):
         raise TypeError(f"Expected func to be callable. Received: func={func!r}")
-    sources = [src] if isinstance(src, str) else list(src)
-    targets = sources if dst is None else ([dst] if isinstance(dst, str) else list(dst))
+    size = len(batch)
+    selected = _selected_positions(batch, p, size)
+    seeds = batch.seed.spawn(size) if 'rng' not in kwargs and (with_rng or accepts_rng(func)) else None
+    for source, target in _pairs(src, dst):
+        _apply_pair(batch, func, source, target, selected, seeds, args, kwargs, workers)
+
+
+def _pairs(src: Any, dst: Any) -> list[tuple[Any, Any]]:
+    """``(source, target)`` pairs: one per component of a list ``src``, else one for the whole ``src``."""
+    if src is None:
+        raise ValueError("Expected src: a component name, a list of them (each on its own) or a tuple of them (one "
+                         "tuple per item). Received: src=None; pass src= by keyword, e.g. src='images'")
+    if not isinstance(src, list):
+        return [(src, src if dst is None else dst)]
+    targets = src if dst is None else dst
+    if not isinstance(targets, list) or len(targets) != len(src):
+        raise ValueError(f"Expected a list dst as long as the list src (one result component per source). "
+                         f"Received: src={src!r}, dst={dst!r}")
+    return list(zip(src, targets))
+
+
+def _apply_pair(batch: Any, func: Callable, source: Any, target: Any, selected: Sequence[int], seeds: Any,
+                args: tuple, kwargs: dict, workers: int | None) -> None:
+    sources = [source] if isinstance(source, str) else list(source)
+    targets = [target] if isinstance(target, str) else list(target)
     size = len(batch)
     columns = [_source(batch, name) for name in sources]
-    selected = _selected_positions(batch, p, size)
-    call = _item_call(batch, func, columns, args, kwargs, size)
-    results = run_items(call, selected, workers)
-    if len(targets) == 1:
-        outputs = [results]
-    else:
-        outputs = _unzip(results, len(targets))
-    for target, values in zip(targets, outputs):
+    items = columns[0] if isinstance(source, str) else _Zipped(columns)
+    results = run_items(_item_call(batch, func, items, args, kwargs, size, seeds), selected, workers)
+    outputs = [results] if len(targets) == 1 else _unzip(results, len(targets))
+    for name, values in zip(targets, outputs):
         if len(selected) != size:
-            values = _fill_unselected(values, selected, columns, sources, targets, target, size)
-        if target in batch.components:
-            setattr(batch, target, collect(values))
+            values = _fill_unselected(values, selected, columns, sources, targets, name, size)
+        if name in batch.components:
+            setattr(batch, name, collect(values))
         else:
-            batch.add_components(target, collect(values))
+            batch.add_components(name, collect(values))
+
+
+class _Zipped:
+    """Item ``i`` of several columns as one tuple (a tuple ``src``)."""
+    __slots__ = ('columns',)
+
+    def __init__(self, columns: list):
+        self.columns = columns
+
+    def __getitem__(self, i: int) -> tuple:
+        return tuple(column[i] for column in self.columns)
 
 
 def _source(batch: Any, name: str) -> Any:
@@ -112,16 +136,16 @@ def _selected_positions(batch: Any, p: float | None, size: int) -> Sequence[int]
     return np.flatnonzero(batch.random.random(size) < p).tolist()
 
 
-def _item_call(batch: Any, func: Callable, columns: list, args: tuple, kwargs: dict, size: int) -> Callable:
+def _item_call(batch: Any, func: Callable, items: Any, args: tuple, kwargs: dict, size: int,
+               seeds: Any) -> Callable:
     per_args = [k for k, value in enumerate(args) if is_per_item(value)]
     per_kwargs = [name for name, value in kwargs.items() if is_per_item(value)]
     for value in [args[k] for k in per_args] + [kwargs[name] for name in per_kwargs]:
         if len(value) != size:
             raise ValueError(f"Expected a per-item argument with {size} values, one per batch item. "
                              f"Received {len(value)} values")
-    seeds = batch.seed.spawn(size) if 'rng' not in kwargs and accepts_rng(func) else None
     if not (per_args or per_kwargs or seeds):
-        return lambda i: func(*[column[i] for column in columns], *args, **kwargs)
+        return lambda i: func(items[i], *args, **kwargs)
 
     def call(i: int) -> Any:
         item_args = list(args)
@@ -132,7 +156,7 @@ def _item_call(batch: Any, func: Callable, columns: list, args: tuple, kwargs: d
             item_kwargs[name] = kwargs[name][i]
         if seeds is not None:
             item_kwargs['rng'] = np.random.default_rng(seeds[i])
-        return func(*[column[i] for column in columns], *item_args, **item_kwargs)
+        return func(items[i], *item_args, **item_kwargs)
     return call
 
 
@@ -158,3 +182,38 @@ def _fill_unselected(values: list, selected: Sequence[int], columns: list, sourc
     for position, value in zip(selected, values):
         filled[position] = value
     return filled
+
+
+def workers_for(target: str | None, workers: int | None) -> int | None:
+    """The thread count for batchflow's ``target`` (``'for'``/``'f'`` or ``'threads'``/``'t'``) and ``workers``."""
+    if target in (None, 'for', 'f') or workers is not None:
+        return workers
+    if target in ('threads', 't'):
+        return os.cpu_count() or 1
+    raise ValueError(f"Expected target 'for' or 'threads'. Received: target={target!r}; flowpipe runs items in "
+                     "threads (prefetch=, target='processes' moves whole batches to processes)")
+
+
+def apply_parallel(method: Callable | None = None, **defaults: Any) -> Callable:
+    """Make ``method(self, item, *args, **kwargs)`` a batch action mapped over items (batchflow's decorator).
+
+    ``@apply_parallel`` or ``@apply_parallel(src='images')``: calling the action runs
+    ``batch.apply_parallel(method, src=..., dst=..., p=..., *args, **kwargs)``; ``src``, ``dst``, ``p``, ``workers``,
+    ``target``, ``requires_rng`` are keywords of the call, with the decorator's keywords as defaults.
+    """
+    from .base import ActionSpec  # base imports this module lazily, in apply_parallel
+
+    def wrap(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def per_item_action(self: Any, *args: Any, **kwargs: Any) -> Any:
+            options = {**defaults, **kwargs}
+            src, dst, p = options.pop('src', 'images'), options.pop('dst', None), options.pop('p', None)
+            return self.apply_parallel(func.__get__(self), src, dst, p, *args, **options)
+        per_item_action.action = ActionSpec()
+        return per_item_action
+
+    if method is None:
+        return wrap
+    if not callable(method):
+        raise TypeError(f"Expected @apply_parallel on a method, or keyword defaults. Received: {method!r}")
+    return wrap(method)

@@ -28,6 +28,7 @@ class Dataset:
 
     Attributes:
         train, test, validation: sub-datasets made by ``split`` (``None`` before it).
+        cv0, cv1, ...: folds made by ``cv_split``, each with its own ``train`` and ``test``.
 
     Raises:
         ValueError: a component's length differs from the number of items, or an attribute name is taken.
@@ -46,6 +47,7 @@ class Dataset:
         self._data_root = self.index if self.index._origin is self.index else None
         self._attributes = tuple(attributes)
         self.train = self.test = self.validation = None
+        self.n_splits = None
         for name, value in attributes.items():
             if hasattr(type(self), name) or name in self.__dict__:
                 raise ValueError(f"Expected dataset attribute names that differ from Dataset's own. "
@@ -75,14 +77,91 @@ class Dataset:
         """The user attributes given at creation, ``{name: value}`` (current values)."""
         return {name: getattr(self, name) for name in self._attributes}
 
+    @staticmethod
+    def build_index(index: Any) -> DatasetIndex:
+        """The ``DatasetIndex`` a dataset made from ``index`` (a count, ids, a callable or an index) has."""
+        return index if isinstance(index, DatasetIndex) else DatasetIndex(index)
+
+    @classmethod
+    def from_dataset(cls, dataset: Dataset, index: Any, batch_class: type | None = None) -> Dataset:
+        """A dataset of ``dataset``'s items ``index``, sharing its data and attributes (batchflow's constructor).
+
+        Args:
+            dataset: the source dataset.
+            index: ids of the source's items (a ``DatasetIndex`` or ids).
+            batch_class: the new dataset's batch class; the source's by default.
+        """
+        sub = dataset.create_subset(index)
+        if batch_class is not None and batch_class is not sub.batch_class:
+            if sub.preloaded:
+                batch_class.check_component_names(tuple(sub.preloaded))
+            sub.batch_class = batch_class
+        return sub
+
     def create_subset(self, index: Any) -> Dataset:
-        """A dataset of the given ids (a ``DatasetIndex`` or ids) sharing data, batch class and attributes."""
-        sub_index = index if isinstance(index, DatasetIndex) else self.index.create_subset(index)
+        """A dataset of the given ids (a ``DatasetIndex`` or ids) sharing data, batch class and attributes.
+
+        Raises:
+            IndexError: some ids are not items of this dataset.
+        """
+        root = self.index._origin is self.index
+        if isinstance(index, DatasetIndex) and root and index._origin is self.index:
+            sub_index = index  # drawn from this very index: no check needed
+        else:
+            try:
+                checked = self.index.create_subset(index.indices if isinstance(index, DatasetIndex) else index)
+            except ValueError as error:
+                raise IndexError(f"Expected ids of this dataset's items to make a subset. Received ids it does "
+                                 f"not hold: {error}") from None
+            sub_index = index if isinstance(index, DatasetIndex) else checked
         sub = object.__new__(type(self))
         sub.__dict__.update(self.__dict__)
         sub.index = sub_index
         sub.train = sub.test = sub.validation = None
+        sub.n_splits = None
+        for name in [name for name in sub.__dict__ if _is_fold(name)]:
+            del sub.__dict__[name]
         return sub
+
+    def cv_split(self, method: str = 'kfold', n_splits: int = 5, shuffle: Any = False) -> None:
+        """Make ``n_splits`` cross-validation folds: ``cv0``, ``cv1``... each with ``train`` and ``test``.
+
+        The fold ``i`` tests on the ``i``-th of ``n_splits`` contiguous parts of the (shuffled) items and trains on
+        the others; ``train.cv<i>`` and ``test.cv<i>`` are the same datasets as ``cv<i>.train`` and
+        ``cv<i>.test``. A new ``cv_split`` replaces the folds of the previous one.
+        """
+        from .folds import kfold_parts
+        if method != 'kfold':
+            raise ValueError(f"Expected method='kfold', the one cross-validation split. Received: method={method!r}")
+        parts = kfold_parts(self.index.shuffle(shuffle), n_splits)
+        for holder in (self, self.train, self.test):
+            for name in [name for name in vars(holder) if _is_fold(name)] if holder is not None else ():
+                delattr(holder, name)
+        self.train, self.test, self.n_splits = self.create_subset(self.index), self.create_subset(self.index), n_splits
+        self.train.n_splits = self.test.n_splits = n_splits
+        for fold, test_positions in enumerate(parts):
+            train_positions = np.sort(np.concatenate([part for other, part in enumerate(parts) if other != fold]))
+            cv = self.create_subset(self.index)
+            cv.train = self.create_subset(self.index.subset(train_positions))
+            cv.test = self.create_subset(self.index.subset(np.sort(test_positions)))
+            setattr(self, f'cv{fold}', cv)
+            setattr(self.train, f'cv{fold}', cv.train)
+            setattr(self.test, f'cv{fold}', cv.test)
+
+    def CV(self, fold: Any) -> Any:  # noqa: N802 - batchflow's name
+        """An expression for the fold ``fold`` (an expression such as ``C('fold')``): ``F(dataset.cv)(fold)``.
+
+        A pipeline binds one dataset when it is made, so bind a fold as ``template << dataset.cv(k).train``.
+        """
+        from flowpipe.expr import F
+        return F(self.cv)(fold)
+
+    def cv(self, fold: int) -> Dataset:
+        """The cross-validation fold ``fold`` made by ``cv_split`` (``cv(0)`` is ``cv0``)."""
+        if self.n_splits is None or not 0 <= fold < self.n_splits:
+            raise ValueError(f"Expected a fold in 0..{(self.n_splits or 0) - 1} made by cv_split. Received: "
+                             f"fold={fold!r}{'' if self.n_splits else '; call cv_split(n_splits=...) first'}")
+        return getattr(self, f'cv{fold}')
 
     def split(self, shares: float | Sequence[float] = 0.8, shuffle: bool | int = False) -> None:
         """Make ``train``, ``test`` and ``validation`` sub-datasets (see ``DatasetIndex.split``)."""
@@ -91,9 +170,12 @@ class Dataset:
             sub_index = getattr(self.index, part)
             setattr(self, part, None if sub_index is None else self.create_subset(sub_index))
 
-    def create_batch(self, index: Any) -> Any:
-        """A batch of the items ``index`` (a ``DatasetIndex`` or ids) with the preloaded data sliced to them."""
-        if not isinstance(index, DatasetIndex):
+    def create_batch(self, index: Any, pos: bool = False) -> Any:
+        """A batch of the items ``index`` (a ``DatasetIndex`` or ids; positions with ``pos=True``) with the preloaded
+        data sliced to them."""
+        if pos:
+            index = self.index.subset(index.indices if isinstance(index, DatasetIndex) else index)
+        elif not isinstance(index, DatasetIndex):
             index = self.index.create_subset(index)
         data = None
         if self.preloaded is not None:
@@ -118,9 +200,13 @@ class Dataset:
         """The next batch of the iteration kept in the index (see ``DatasetIndex.next_batch``)."""
         return self.create_batch(self.index.next_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed))
 
+    def reset(self, what: str = 'iter') -> None:
+        """Restart ``next_batch`` from the beginning (``what='iter'``, the only state a dataset has)."""
+        self.index.reset(what)
+
     def reset_iter(self) -> None:
-        """Restart ``next_batch`` from the beginning."""
-        self.index.reset_iter()
+        """Restart ``next_batch`` from the beginning (same as ``reset('iter')``)."""
+        self.index.reset('iter')
 
     def pipeline(self, config: Any = None) -> Any:
         """A new ``Pipeline`` bound to this dataset."""
@@ -131,6 +217,10 @@ class Dataset:
     def p(self) -> Any:
         """A new ``Pipeline`` bound to this dataset (same as ``pipeline()``)."""
         return self.pipeline()
+
+
+def _is_fold(name: str) -> bool:
+    return name.startswith('cv') and name[2:].isdigit()
 
 
 def _normalize_preloaded(preloaded: Any, batch_class: type, size: int) -> dict | None:

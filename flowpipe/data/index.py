@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .sampling import check_batch_args, gen_positions, n_batches, shuffle_generator
+from .sampling import PositionCursor, check_batch_args, gen_positions, n_batches, shuffle_generator
 
 __all__ = ['DatasetIndex']
 
@@ -50,6 +50,7 @@ class DatasetIndex:
         self._sorter = None
         self._iter = None
         self._iter_key = None
+        self._iter_count = 0
         self.train = self.test = self.validation = None
 
     def _share_from(self, parent: DatasetIndex) -> None:
@@ -58,6 +59,11 @@ class DatasetIndex:
     @property
     def indices(self) -> np.ndarray:
         """The item ids, a 1-D numpy array."""
+        return self._indices
+
+    @property
+    def index(self) -> np.ndarray:
+        """The item ids (batchflow's name for ``indices``)."""
         return self._indices
 
     @property
@@ -94,6 +100,8 @@ class DatasetIndex:
             ValueError: some ids are not in the index.
         """
         ids = np.asarray(ids)
+        if ids.ndim == 0:
+            return self.get_pos(ids.reshape(1), check)[0]
         if self._is_range is None:
             self._is_range = _is_range(self._indices)
         if self._is_range and ids.dtype.kind in 'iu':
@@ -117,6 +125,10 @@ class DatasetIndex:
         """A sub-index of the items at ``positions``."""
         return self._from_ids(self._indices[np.asarray(positions, dtype=np.intp)], parent=self)
 
+    def create_batch(self, index: Any, pos: bool = True) -> DatasetIndex:
+        """A sub-index of the same class: ``index`` holds positions (``pos=True``) or item ids (``pos=False``)."""
+        return self.subset(index) if pos else self.create_subset(index)
+
     def create_subset(self, index: Any) -> DatasetIndex:
         """A sub-index of the given item ids (an array-like or a ``DatasetIndex``), checked against this one."""
         ids = index.indices if isinstance(index, DatasetIndex) else _as_ids(index, allow_count=False)
@@ -128,23 +140,32 @@ class DatasetIndex:
 
         Args:
             shares: the train share (the rest is ``test``), or ``[train, test]`` / ``[train, test, validation]``
-                shares summing to at most 1 (items beyond the sum go nowhere). A non-zero share never gives an
-                empty part.
+                shares summing to at most 1: ``validation`` takes every item train and test do not, so no item
+                is left out (``[0.6, 0.3]`` is a 60/30/10 split). A non-zero share never gives an empty part.
             shuffle: ``False`` keeps the order, ``True`` or an int seed picks items at random. Each part keeps
                 its items in index order.
         """
         counts = split_counts(len(self), shares)
-        if shuffle is None or shuffle is False:
-            order = np.arange(len(self))
-        elif isinstance(shuffle, (bool, int, np.integer)):
-            order = np.random.default_rng(None if isinstance(shuffle, bool) else int(shuffle)).permutation(len(self))
+        if isinstance(shuffle, (bool, int, np.integer)) or shuffle is None:
+            # an int seeds numpy directly here (not the run's seed tree): splits made so far stay the same
+            seed = None if isinstance(shuffle, bool) or shuffle is None else int(shuffle)
+            order = np.random.default_rng(seed).permutation(len(self)) if shuffle else np.arange(len(self))
         else:
-            raise TypeError(f"Expected shuffle to be a bool or an int seed. Received: shuffle={shuffle!r}")
+            order = self.shuffle(shuffle)
         parts, start = [], 0
         for count in counts:
             parts.append(self.subset(np.sort(order[start:start + count])) if count else None)
             start += count
         self.train, self.test, self.validation = parts
+
+    def calc_split(self, shares: float | Sequence[float] = 0.8) -> tuple[int, int, int]:
+        """The sizes ``(train, test, validation)`` that ``split(shares)`` makes."""
+        return tuple(split_counts(len(self), shares))
+
+    def shuffle(self, shuffle: Any = False) -> np.ndarray:
+        """Positions ``0..n-1`` in the order of an epoch shuffled by ``shuffle`` (see ``flowpipe.make_rng``)."""
+        rng = shuffle_generator(shuffle)
+        return np.arange(len(self)) if rng is None else rng.permutation(len(self))
 
     def n_batches(self, batch_size: int, n_iters: int | None = None, n_epochs: int | None = None,
                   drop_last: bool = False) -> int | None:
@@ -178,27 +199,45 @@ class DatasetIndex:
 
     def next_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
                    n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> DatasetIndex:
-        """The next batch of an iteration kept in the index (see ``gen_batch``; ``reset_iter`` restarts it).
+        """The next batch of an iteration kept in the index (see ``gen_batch``; ``reset('iter')`` restarts it).
 
-        Calling with different arguments starts a new iteration.
+        ``batch_size`` may change from call to call: the iteration goes on from where it is. Calling with other
+        ``shuffle``, ``n_iters``, ``n_epochs``, ``drop_last`` or ``seed`` starts a new iteration.
 
         Raises:
             StopIteration: the iteration's ``n_iters`` or ``n_epochs`` are exhausted.
         """
-        key = (batch_size, shuffle, n_iters, n_epochs, drop_last, seed)
+        key = (shuffle, type(shuffle), n_iters, n_epochs, drop_last, seed)
+        check_batch_args(len(self), batch_size, n_iters, n_epochs, drop_last)
         if self._iter is None or self._iter_key != key:
-            self._iter = self.gen_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed)
-            self._iter_key = key
-        return next(self._iter)
+            self._iter = PositionCursor(len(self), shuffle_generator(shuffle, seed), n_epochs, drop_last)
+            self._iter_key, self._iter_count = key, 0
+        positions = None if n_iters is not None and self._iter_count >= n_iters else self._iter.take(batch_size)
+        if positions is None:
+            raise StopIteration(f"The iteration of {n_iters} batches or {n_epochs} epochs is over; "
+                                "reset('iter') starts a new one")
+        self._iter_count += 1
+        return self._from_ids(self._indices[positions], parent=self)
+
+    def reset(self, what: str = 'iter') -> None:
+        """Forget the iteration state of ``next_batch`` (``what='iter'``, the only state an index has)."""
+        if what != 'iter':
+            raise ValueError(f"Expected reset('iter') for an index. Received: what={what!r}")
+        self._iter = self._iter_key = None
+        self._iter_count = 0
 
     def reset_iter(self) -> None:
-        """Forget the iteration state of ``next_batch``."""
-        self._iter = self._iter_key = None
+        """Forget the iteration state of ``next_batch`` (same as ``reset('iter')``)."""
+        self.reset('iter')
 
 
 def split_counts(size: int, shares: float | Sequence[float]) -> list[int]:
-    """Item counts of ``[train, test, validation]`` for ``shares``; non-zero shares get at least one item."""
+    """Item counts of ``[train, test, validation]`` for ``shares``; non-zero shares get at least one item.
+
+    One share is train's, and test takes the rest; with two or three, validation takes the rest.
+    """
     values = _normalize_shares(shares)
+    values[2] = max(0.0, 1.0 - values[0] - values[1])
     raw = [share * size for share in values]
     counts = [int(np.floor(value + 1e-9)) for value in raw]
     if abs(sum(values) - 1) < 1e-9:
@@ -221,7 +260,10 @@ def split_counts(size: int, shares: float | Sequence[float]) -> list[int]:
 def _normalize_shares(shares: float | Sequence[float]) -> list[float]:
     if isinstance(shares, (int, float, np.number)) and not isinstance(shares, bool):
         values = [float(shares), 1 - float(shares)]
-    elif isinstance(shares, (list, tuple, np.ndarray)) and 1 <= len(shares) <= 3:
+    elif isinstance(shares, (list, tuple, np.ndarray)) and not isinstance(shares, str):
+        if not 1 <= len(shares) <= 3:
+            raise ValueError("Expected shares to be a number or a list of 1 to 3 numbers [train, test, "
+                             f"validation]. Received {len(shares)} shares: shares={shares!r}")
         values = [float(share) for share in shares]
     else:
         raise TypeError("Expected shares to be a number or a list of 1 to 3 numbers [train, test, validation]. "
@@ -242,8 +284,8 @@ def _as_ids(index: Any, allow_count: bool = True) -> np.ndarray:
         return np.arange(index)
     ids = np.asarray(index)
     if ids.ndim != 1:
-        raise ValueError(f"Expected a 1-D array of item ids. Received an array of shape {ids.shape} "
-                         f"from index={index!r:.80}")
+        raise TypeError(f"Expected a 1-D array of item ids. Received an array of shape {ids.shape} "
+                        f"from index={index!r:.80}")
     if len(ids) == 0:
         raise ValueError("Expected at least one item id. Received an empty index; an empty dataset has nothing to "
                          "draw batches from")

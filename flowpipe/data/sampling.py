@@ -11,16 +11,47 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ['check_batch_args', 'gen_positions', 'n_batches', 'shuffle_generator']
+__all__ = ['PositionCursor', 'check_batch_args', 'gen_positions', 'make_rng', 'n_batches', 'shuffle_generator']
 
 _EMPTY = np.empty(0, dtype=np.intp)
 
 
-def shuffle_generator(shuffle: Any, seed: Any = None) -> np.random.Generator | None:
+_RANDOM_STATES = (np.random.Generator, np.random.RandomState, np.random.SeedSequence, np.random.BitGenerator)
+
+
+def make_rng(seed: Any = None) -> np.random.Generator | np.random.RandomState | None:
+    """The random generator flowpipe shuffles with for ``seed`` (batchflow's ``make_rng``).
+
+    Args:
+        seed: ``False`` gives ``None``; ``None`` or ``True`` a generator with fresh entropy; an int the run's root
+            seed, so ``make_rng(7).permutation(n)`` is the first epoch's order of ``gen_batch(..., shuffle=7)``
+            (spawn key ``(0,)`` of ``SeedSequence(7)``); a ``SeedSequence`` or ``BitGenerator`` a generator over
+            it; a ``Generator`` or a legacy ``RandomState`` is returned as it is.
+
+    Raises:
+        TypeError: any other type.
+    """
+    if seed is False:
+        return None
+    if seed is None or seed is True:
+        return np.random.default_rng()
+    if isinstance(seed, (np.random.Generator, np.random.RandomState)):
+        return seed
+    if isinstance(seed, (np.random.SeedSequence, np.random.BitGenerator)):
+        return np.random.default_rng(seed)
+    if isinstance(seed, (int, np.integer)):
+        return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(0,)))
+    raise TypeError("Expected seed to be a bool, an int, a numpy SeedSequence, BitGenerator, Generator or "
+                    f"RandomState, or None. Received: seed={seed!r}")
+
+
+def shuffle_generator(shuffle: Any, seed: Any = None) -> Any:
     """The generator that draws epoch permutations, or ``None`` when not shuffling.
 
     Args:
-        shuffle: ``False``/``None`` keeps the order; ``True`` shuffles; an int shuffles and is the root seed.
+        shuffle: ``False``/``None`` keeps the order; ``True`` shuffles; an int shuffles and is the root seed; a
+            numpy ``Generator``, ``RandomState``, ``SeedSequence`` or ``BitGenerator`` shuffles with it (see
+            ``make_rng``).
         seed: the root seed (an int, ``None`` for fresh entropy), or a ready ``SeedSequence``/``Generator``
             used as is. It takes precedence over an int ``shuffle``.
 
@@ -29,8 +60,11 @@ def shuffle_generator(shuffle: Any, seed: Any = None) -> np.random.Generator | N
     """
     if shuffle is None or shuffle is False:
         return None
+    if isinstance(shuffle, _RANDOM_STATES):
+        return make_rng(shuffle)
     if not isinstance(shuffle, (bool, int, np.integer)):
-        raise TypeError(f"Expected shuffle to be a bool or an int seed. Received: shuffle={shuffle!r}")
+        raise TypeError("Expected shuffle to be a bool, an int seed or a numpy random generator. "
+                        f"Received: shuffle={shuffle!r}")
     if seed is None and not isinstance(shuffle, bool):
         seed = int(shuffle)
     if isinstance(seed, np.random.Generator):
@@ -82,14 +116,55 @@ def gen_positions(size: int, batch_size: int, rng: np.random.Generator | None = 
 
     Arguments are assumed checked by ``check_batch_args``; ``rng`` draws one permutation per epoch.
     """
+    cursor = PositionCursor(size, rng, n_epochs, drop_last)
     produced = 0
-    epochs = _epoch_orders(size, rng, n_epochs)
-    chunks = _chunks_dropping_tails(epochs, batch_size) if drop_last else _chunks_across_epochs(epochs, batch_size)
-    for positions in chunks:
+    while n_iters is None or produced < n_iters:
+        positions = cursor.take(batch_size)
+        if positions is None:
+            return
         yield positions
         produced += 1
-        if n_iters is not None and produced >= n_iters:
-            return
+
+
+class PositionCursor:
+    """A place in the stream of epoch orders from which batches of any size are taken, one call at a time.
+
+    ``gen_positions`` takes batches of one size; ``DatasetIndex.next_batch`` may change the size from call to
+    call and the stream goes on (as batchflow's ``next_batch`` does). Without ``drop_last`` a batch takes the
+    tail of one epoch and the head of the next; with it, an epoch's tail shorter than the batch is dropped.
+    """
+
+    def __init__(self, size: int, rng: np.random.Generator | None, n_epochs: int | None, drop_last: bool):
+        self._epochs = _epoch_orders(size, rng, n_epochs)
+        self._order, self._start, self._drop_last = _EMPTY, 0, drop_last
+
+    def _next_epoch(self) -> bool:
+        order = next(self._epochs, None)
+        if order is None:
+            return False
+        self._order, self._start = order, 0
+        return True
+
+    def take(self, batch_size: int) -> np.ndarray | None:
+        """The positions of the next batch, ``None`` when the epochs are exhausted (a last batch may be short)."""
+        if self._drop_last:
+            while len(self._order) - self._start < batch_size:
+                if not self._next_epoch():
+                    return None
+            start = self._start
+            self._start += batch_size
+            return self._order[start:self._start]
+        parts, needed = [], batch_size
+        while needed:
+            if self._start == len(self._order) and not self._next_epoch():
+                break
+            start = self._start
+            self._start = min(start + needed, len(self._order))
+            parts.append(self._order[start:self._start])
+            needed -= self._start - start
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _epoch_orders(size: int, rng: np.random.Generator | None, n_epochs: int | None) -> Iterator[np.ndarray]:
@@ -98,29 +173,3 @@ def _epoch_orders(size: int, rng: np.random.Generator | None, n_epochs: int | No
     while n_epochs is None or epoch < n_epochs:
         yield ordered if rng is None else rng.permutation(size)
         epoch += 1
-
-
-def _chunks_dropping_tails(epochs: Iterator[np.ndarray], batch_size: int) -> Iterator[np.ndarray]:
-    for order in epochs:
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            yield order[start:start + batch_size]
-
-
-def _chunks_across_epochs(epochs: Iterator[np.ndarray], batch_size: int) -> Iterator[np.ndarray]:
-    carry = _EMPTY
-    for order in epochs:
-        start = 0
-        if len(carry):
-            start = batch_size - len(carry)
-            head = np.concatenate((carry, order[:start]))
-            if len(head) < batch_size:
-                # The batch is larger than an epoch: keep filling it from the next one.
-                carry = head
-                continue
-            yield head
-        while start + batch_size <= len(order):
-            yield order[start:start + batch_size]
-            start += batch_size
-        carry = order[start:]
-    if len(carry):
-        yield carry

@@ -1,18 +1,21 @@
-"""The root expressions ``B C V D F R I W P M``: instances that build expressions when called.
+"""The root expressions ``B C V D F R I W P M`` and batchflow's ``L`` and ``PP``: instances that build
+expressions when called.
 
 They are objects rather than classes so that ``B.images`` is plain attribute access (no metaclass). ``B``,
-``C``, ``V``, ``D`` and ``M`` also build named expressions from attributes (``B.images == B('images')``).
-Used unevaluated, ``B``, ``C`` and ``D`` stand for ``B()``, ``C()`` and ``D()``.
+``C``, ``V``, ``D``, ``M``, ``L`` and ``I`` also build expressions from attributes (``B.images == B('images')``,
+``I.current == I('current')``). Used unevaluated, ``B``, ``C`` and ``D`` stand for ``B()``, ``C()`` and
+``D()``.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from .base import Expression
+from .listwise import ListExpr
 from .named import BatchExpr, ConfigExpr, DatasetExpr, ModelExpr, VariableExpr
 from .special import FuncExpr, IterationExpr, PerItemExpr, RandomExpr, WrapExpr
 
-__all__ = ['B', 'C', 'D', 'F', 'I', 'M', 'P', 'R', 'Root', 'V', 'W']
+__all__ = ['B', 'C', 'D', 'F', 'I', 'L', 'M', 'P', 'PP', 'R', 'Root', 'V', 'W']
 
 
 class Root(Expression):
@@ -32,7 +35,7 @@ class Root(Expression):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         if not self._by_attribute:
             raise AttributeError(f"Expected {self._letter}(...) called with arguments. Received: "
-                                 f"{self._letter}.{name}. Attribute access builds expressions only on B, C, V, D, M.")
+                                 f"{self._letter}.{name}. Attribute access builds expressions only on B, C, V, D, M, L, I.")
         return self._factory(name)
 
     def get(self, ctx: Any) -> Any:
@@ -56,6 +59,8 @@ D = Root('D', DatasetExpr, by_attribute=True, alone=True)
 M = Root('M', ModelExpr, by_attribute=True)
 F = Root('F', FuncExpr)
 R = Root('R', RandomExpr)
-I = Root('I', IterationExpr)  # noqa: E741 - the one-letter name is the public API
+I = Root('I', IterationExpr, by_attribute=True)  # noqa: E741 - the one-letter name is the public API
 W = Root('W', WrapExpr)
 P = Root('P', PerItemExpr)
+L = Root('L', ListExpr, by_attribute=True)
+PP = Root('PP', lambda inner: PerItemExpr(inner, each=True))

@@ -7,6 +7,7 @@ per item (``size=batch_size``, or ``(batch_size, *size)`` when ``R`` was given a
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -48,25 +49,36 @@ class RandomExpr(Expression):
     ``R(func, *args, **kwargs)`` calls a distribution of your own, ``func(*args, **kwargs)``; a ``func`` that takes
     a keyword ``rng`` gets the batch's generator there, which keeps its draws reproducible from the run's seed.
     ``P(R(func))`` calls it once with ``size=n_items`` when it takes ``size``, else once per item.
+    batchflow's forms work too: ``R(['a', 'b'], p=[.9, .1])`` draws with ``choice`` from the list, and ``seed=``
+    draws from a generator made from that seed and the batch's number instead of the run's seed.
     """
-    __slots__ = ('_method', '_args', '_kwargs')
+    __slots__ = ('_method', '_args', '_kwargs', '_seed')
 
-    def __init__(self, method: str | Callable, *args: Any, **kwargs: Any):
+    def __init__(self, method: str | Callable | list, *args: Any, seed: int | None = None, **kwargs: Any):
+        if isinstance(method, (list, tuple, np.ndarray)):
+            method, args = 'choice', (method, *args)
         if not callable(method) and (not isinstance(method, str) or method.startswith('_') or not callable(
                 getattr(np.random.Generator, method, None))):
             known = [name for name in dir(np.random.Generator) if not name.startswith('_')]
             close = difflib.get_close_matches(str(method), known, n=3)
             hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ''
             raise ValueError(f"Expected R(method, ...) with a method of numpy.random.Generator such as 'uniform', "
-                             f"'normal', 'integers' or 'choice', or a callable. Received: method={method!r}.{hint}")
-        self._method, self._args, self._kwargs = method, args, kwargs
+                             f"'normal', 'integers' or 'choice', a list to choose from, or a callable. "
+                             f"Received: method={method!r}.{hint}")
+        self._method, self._args, self._kwargs, self._seed = method, args, kwargs, seed
+
+    def _generator(self, ctx: Any) -> Any:
+        if self._seed is None:
+            return ctx.random
+        key = tuple(getattr(ctx.seed, 'spawn_key', ()))
+        return np.random.default_rng(np.random.SeedSequence(self._seed, spawn_key=key))
 
     def _call(self, ctx: Any, kwargs: dict) -> Any:
         args = evaluate(self._args, ctx) if self._args else ()
         if isinstance(self._method, str):
-            return getattr(ctx.random, self._method)(*args, **kwargs)
+            return getattr(self._generator(ctx), self._method)(*args, **kwargs)
         if 'rng' not in kwargs and _takes(self._method, 'rng'):
-            kwargs['rng'] = ctx.random
+            kwargs['rng'] = self._generator(ctx)
         return self._method(*args, **kwargs)
 
     def get(self, ctx: Any) -> Any:
@@ -86,7 +98,8 @@ class RandomExpr(Expression):
 
     def __repr__(self) -> str:
         method = self._method if isinstance(self._method, str) else _Name(self._method)
-        return f'R({_call_args_repr((method, *self._args), self._kwargs)})'
+        kwargs = self._kwargs if self._seed is None else {**self._kwargs, 'seed': self._seed}
+        return f'R({_call_args_repr((method, *self._args), kwargs)})'
 
 
 class _Name:
@@ -111,18 +124,32 @@ def _takes(func: Callable, name: str) -> bool:
     return name == 'size' and any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
-_ITERATION_KINDS = {'c': 'c', 'current': 'c', 'm': 'm', 'max': 'm', 'r': 'r', 'ratio': 'r'}
+def accepts_rng(func: Callable) -> bool:
+    """Whether ``func`` takes a keyword argument named ``rng`` (a bound method: its function's signature)."""
+    return _accepts_rng(getattr(func, '__func__', func))
+
+
+@functools.lru_cache(maxsize=256)
+def _accepts_rng(func: Callable) -> bool:
+    return _takes(func, 'rng')
+
+
+_ITERATION_KINDS = {'current': 'c', 'maximum': 'm', 'total': 'm', 'ratio': 'r'}
 
 
 class IterationExpr(Expression):
-    """``I('c')`` 0-based iteration, ``I('m')`` total batches (or ``None``), ``I('r')`` ratio ``(c + 1) / m``."""
+    """``I('c')`` 0-based iteration, ``I('m')`` total batches (or ``None``), ``I('r')`` ratio ``(c + 1) / m``.
+
+    Any start of ``'current'``, ``'maximum'``/``'total'`` or ``'ratio'`` names a kind (``I('max')``, ``I.total``).
+    """
     __slots__ = ('_kind',)
 
     def __init__(self, kind: str = 'c'):
-        short = _ITERATION_KINDS.get(kind) if isinstance(kind, str) else None
-        if short is None:
-            raise ValueError(f"Expected I('c'|'current'), I('m'|'max') or I('r'|'ratio'). Received: {kind!r}.")
-        self._kind = short
+        found = {short for word, short in _ITERATION_KINDS.items() if isinstance(kind, str) and kind
+                 and word.startswith(kind)}
+        if len(found) != 1:
+            raise ValueError(f"Expected I('c'|'current'), I('m'|'max'|'total') or I('r'|'ratio'). Received: {kind!r}.")
+        self._kind = found.pop()
 
     def get(self, ctx: Any) -> Any:
         if self._kind == 'c':
@@ -171,14 +198,20 @@ def batch_size(batch: Any) -> int:
 
 
 class PerItemExpr(Expression):
-    """``P(expr)``: ``expr`` as a ``PerItem`` sequence with one value per batch item."""
-    __slots__ = ('_inner',)
+    """``P(expr)``: ``expr`` as a ``PerItem`` sequence with one value per batch item.
 
-    def __init__(self, inner: Any):
-        self._inner = inner
+    ``each=True`` (the root ``PP``) evaluates ``expr`` once per item instead: ``PP(R('normal', 0, 1))`` draws
+    each item's value separately, ``PP(F(make))`` calls ``make`` once per item.
+    """
+    __slots__ = ('_inner', '_each')
+
+    def __init__(self, inner: Any, each: bool = False):
+        self._inner, self._each = inner, each
 
     def get(self, ctx: Any) -> PerItem:
         n_items = batch_size(ctx.batch)
+        if self._each:
+            return PerItem(evaluate(self._inner, ctx) for _ in range(n_items))
         if isinstance(self._inner, RandomExpr):
             return PerItem(self._inner.draw(ctx, n_items))
         value = evaluate(self._inner, ctx)
@@ -195,4 +228,4 @@ class PerItemExpr(Expression):
         return PerItem(value[i] for i in range(n_items))
 
     def __repr__(self) -> str:
-        return f'P({self._inner!r})'
+        return f"{'PP' if self._each else 'P'}({self._inner!r})"

@@ -7,13 +7,29 @@ from typing import Any
 from ..errors import UnknownActionError
 from .registry import builtin_names, get_builtin
 
-__all__ = ['batch_action_names', 'check_action', 'check_dataset', 'unknown_action']
+__all__ = ['any_batch_action', 'batch_action_names', 'check_action', 'check_dataset', 'unknown_action']
 
 
 def batch_action_names(batch_class: type) -> tuple[str, ...]:
     """The names of ``batch_class``'s actions (``Batch.action_names()``), or ``()`` if it lists none."""
     names = getattr(batch_class, 'action_names', None)
     return tuple(names()) if callable(names) else ()
+
+
+def any_batch_action(name: str, batch_class: type | None) -> bool:
+    """Whether ``name`` is an action of ``batch_class``, or, when it is not known yet, of any ``Batch`` class."""
+    if batch_class is not None:
+        return name in batch_action_names(batch_class)
+    from ..batch import Batch
+    pending, seen = [Batch], set()
+    while pending:
+        klass = pending.pop()
+        if klass not in seen:
+            seen.add(klass)
+            if name in batch_action_names(klass):
+                return True
+            pending.extend(klass.__subclasses__())
+    return False
 
 
 def check_action(name: str, batch_class: type | None, also: tuple[str, ...] = ()) -> None:
@@ -50,6 +66,11 @@ def unknown_action(name: str, batch_class: type | None, also: tuple[str, ...] = 
 
 def check_dataset(dataset: Any) -> None:
     """Raise ``TypeError`` unless ``dataset`` looks like a dataset (has ``index`` and ``create_batch``)."""
+    from ..expr import Expression
+    if isinstance(dataset, Expression):
+        raise TypeError(f"Expected a dataset. Received: {dataset!r}, a named expression; a pipeline binds one dataset "
+                        "when it is made. Bind the one you mean, e.g. template << dataset.cv(0).train, once per fold "
+                        "(see docs/porting.md#datasets-chosen-by-expressions)")
     if not hasattr(dataset, 'index') or not callable(getattr(dataset, 'create_batch', None)):
         raise TypeError(f"Expected a dataset with .index and .create_batch() (a flowpipe Dataset). "
                         f"Received: {dataset!r}")

@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any, Callable, Iterator
 
 from ..config import Config
 from ..errors import ExpressionError
-from .names import batch_action_names, check_action, check_dataset, unknown_action
+from .aliases import PipelineAliases
+from .names import any_batch_action, batch_action_names, check_action, check_dataset, unknown_action
 from .records import ActionRecord, MaybeRecord
 from .registry import builtin_names, get_builtin
 from .state import PipelineState
 
 __all__ = ['Pipeline']
 
-_DEFINITION = ('_actions', '_before', '_after', '_dataset', '_config', '_run_args')
+_DEFINITION = ('_actions', '_before', '_after', '_dataset', '_config', '_run_args', '_namespaces')
 
 
-class Pipeline:
+class Pipeline(PipelineAliases):
     """A lazy chain of actions applied to every batch of a dataset.
 
     Args:
@@ -31,7 +33,8 @@ class Pipeline:
         config: a dict or ``Config`` read by ``C(...)`` expressions.
 
     Any batch action or built-in (``init_variable``, ``update``/``save_to``, ``call``, ``print``, ``rebatch``,
-    ``join``, ``merge``, model actions) is available as a method that returns a new pipeline.
+    ``join``, ``merge``, model actions) is available as a method that returns a new pipeline; so are the
+    functions of namespaces added by ``add_namespace``. batchflow's method names are aliases (``PipelineAliases``).
     """
     __slots__ = (*_DEFINITION, '_state')
 
@@ -40,7 +43,7 @@ class Pipeline:
             raise TypeError(f"Expected config to be a dict or Config. Received: config={config!r}")
         if dataset is not None:
             check_dataset(dataset)
-        for slot, value in zip(_DEFINITION, ((), (), (), dataset, Config(config), None)):
+        for slot, value in zip(_DEFINITION, ((), (), (), dataset, Config(config), None, ())):
             object.__setattr__(self, slot, value)
         object.__setattr__(self, '_state', PipelineState())
 
@@ -59,7 +62,11 @@ class Pipeline:
                              "(<<, +, *, @) return new pipelines; use set_variable() for variables.")
 
     def __getstate__(self) -> dict:
-        return {slot: getattr(self, slot) for slot in _DEFINITION}
+        state = {slot: getattr(self, slot) for slot in _DEFINITION}
+        # modules do not pickle: a namespace module travels as its name
+        state['_namespaces'] = tuple(getattr(namespace, '__name__', namespace) if isinstance(namespace, ModuleType)
+                                     else namespace for namespace in self._namespaces)
+        return state
 
     def __setstate__(self, state: dict) -> None:
         for slot in _DEFINITION:
@@ -71,6 +78,10 @@ class Pipeline:
     def __getattr__(self, name: str) -> Callable[..., Pipeline]:
         if name.startswith('_'):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if self._namespaces and get_builtin(name) is None and not any_batch_action(name, self._batch_class()):
+            function = self._namespace_function(name)
+            if function is not None:
+                return lambda *args, **kwargs: self.call(function, *args, **kwargs)
         check_action(name, self._batch_class(), _PUBLIC_METHODS)
         return _adder(self, name, 'actions')
 
@@ -209,9 +220,14 @@ class Pipeline:
         """All models, a ``Store``."""
         return self._state.models
 
-    def reset(self, *targets: str) -> Pipeline:
-        """Reset ``'iter'``, ``'variables'``, ``'models'`` or ``'all'`` (several may be given); returns ``self``."""
-        self._state.reset(*(targets or ('iter',)))
+    def reset(self, *targets: Any) -> Pipeline:
+        """Reset ``'iter'``, ``'variables'`` (``'vars'``), ``'models'`` or ``'all'`` (several may be given, or a list);
+        returns ``self``. ``reset(True)`` is ``reset('iter')``, ``reset(None)`` and ``reset(False)`` do nothing."""
+        if len(targets) == 1 and isinstance(targets[0], (list, tuple)):
+            targets = tuple(targets[0])
+        if targets in ((None,), (False,)):
+            return self
+        self._state.reset(*('iter' if target is True else target for target in (targets or ('iter',))))
         return self
 
     # execution (``flowpipe.execution`` depends on this module, so it is imported when a run starts)
@@ -219,16 +235,18 @@ class Pipeline:
     def run(self, batch_size: int | None = None, shuffle: bool | int | None = None, n_epochs: int | None = None,
             n_iters: int | None = None, drop_last: bool | None = None, bar: Any = None,
             prefetch: int | None = None, lazy: bool = False, seed: int | None = None,
-            profile: bool | None = None, reset: Any = None, target: str | None = None, **kwargs: Any) -> Pipeline:
+            profile: bool | None = None, reset: Any = None, target: str | None = None, notifier: Any = None,
+            **kwargs: Any) -> Pipeline:
         """Process every batch; returns the pipeline (a new one holding the arguments when ``lazy=True``).
 
         Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one
         epoch, no shuffling, ``drop_last=False``, no bar, no prefetch, fresh random seed, no profiling. With
         ``prefetch > 0``, ``target='processes'`` processes the batches in worker processes instead of threads
-        (their changes to variables and models do not come back; see docs/pipelines.md). Extra keyword
-        arguments go to the index's ``gen_batch``.
+        (their changes to variables and models do not come back; see docs/pipelines.md). ``notifier`` is
+        batchflow's name for ``bar``. Extra keyword arguments go to the index's ``gen_batch``.
         """
         from ..execution.run import RunArgs, run_pipeline
+        bar = _bar_or_notifier(bar, notifier)
         args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
                              n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
                              profile=profile, target=target, extra=kwargs)
@@ -240,9 +258,10 @@ class Pipeline:
                   n_epochs: int | None = None, n_iters: int | None = None, drop_last: bool | None = None,
                   bar: Any = None, prefetch: int | None = None, seed: int | None = None,
                   profile: bool | None = None, reset: Any = None, target: str | None = None,
-                  **kwargs: Any) -> Iterator[Any]:
+                  notifier: Any = None, **kwargs: Any) -> Iterator[Any]:
         """Yield processed batches; the arguments are those of ``run``."""
         from ..execution.run import RunArgs, iterate
+        bar = _bar_or_notifier(bar, notifier)
         args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
                              n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
                              profile=profile, target=target, extra=kwargs)
@@ -365,6 +384,16 @@ def _flat(records: tuple) -> Iterator[ActionRecord]:
             yield from _flat(record.actions)
         else:
             yield record
+
+
+def _bar_or_notifier(bar: Any, notifier: Any) -> Any:
+    """``bar``, or batchflow's ``notifier`` for it (``notifier=True``, ``'t'``, a ``Notifier``...)."""
+    if notifier is None:
+        return bar
+    if bar is not None:
+        raise ValueError(f"Expected bar= or notifier= (the same option), not both. Received: bar={bar!r}, "
+                         f"notifier={notifier!r}")
+    return notifier
 
 
 def _short(value: Any) -> str:

@@ -43,7 +43,8 @@ class PipelineState:
         self.next_args: tuple | None = None
 
     def reset(self, *targets: str) -> None:
-        """Forget the iterator (``'iter'``), variables, models, or ``'all'`` of them."""
+        """Forget the iterator (``'iter'``), variables (``'vars'`` too), models, or ``'all'`` of them."""
+        targets = tuple('variables' if target == 'vars' else target for target in targets)
         for target in targets:
             if target not in RESET_TARGETS:
                 raise ValueError(f"Expected one of {RESET_TARGETS} to reset. Received: {target!r}")

@@ -150,9 +150,10 @@ class TestActions:
         assert not hasattr(PairBatch.helper, 'action')
 
     def test_action_names_include_inherited(self):
-        assert PairBatch.action_names() == ('add_components', 'apply_parallel', 'double', 'locked')
-        assert ChildBatch.action_names() == ('add_components', 'apply_parallel', 'double', 'extra')
-        assert Batch.action_names() == ('add_components', 'apply_parallel')
+        base = ('add_components', 'apply_parallel', 'do_nothing', 'load')
+        assert PairBatch.action_names() == tuple(sorted(base + ('double', 'locked')))
+        assert ChildBatch.action_names() == tuple(sorted(base + ('double', 'extra')))
+        assert Batch.action_names() == base
 
     def test_action_spec(self):
         assert PairBatch.action_spec('locked') == ActionSpec(use_lock=True)
@@ -221,3 +222,53 @@ def test_tensor_components_subset_and_merge():
     merged, rest = Batch.merge([first, second], batch_size=4)
     assert torch.equal(merged.x, torch.tensor([0, 1, 10, 11])) and torch.equal(rest.x, torch.tensor([12]))
     assert torch.equal(second.subset([2, 0]).x, torch.tensor([12, 10]))
+
+
+class TestBatchflowForms:
+    def test_preloaded_is_loaded_by_item_id(self):
+        data = (np.arange(10) * 10, np.arange(10) % 2)
+        batch = PairBatch([7, 2], preloaded=data)
+        assert list(batch.images) == [70, 20] and list(batch.labels) == [1, 0]
+        merged, rest = PairBatch.merge([batch, batch])
+        assert list(merged.images) == [70, 20, 70, 20] and rest is None
+
+    def test_load_into_named_components_and_new_ones(self):
+        batch = PairBatch([1, 3])
+        batch.load(src={'images': np.arange(5), 'labels': np.arange(5) + 10})
+        assert list(batch.images) == [1, 3] and list(batch.labels) == [11, 13]
+        batch.load(src=np.arange(5) * 2, dst='doubled')
+        assert list(batch.doubled) == [2, 6] and batch.components[-1] == 'doubled'
+        batch.load(src=(np.zeros(5), np.ones(5)))
+        assert list(batch.labels) == [1, 1]
+
+    def test_load_unnamed_data_into_a_batch_without_components(self):
+        data = np.arange(10).reshape(-1, 1) * 100 + np.arange(3)
+        batch = Batch([3, 4]).load(src=data)
+        assert np.array_equal(batch.data, data[[3, 4]])
+        assert [list(row) for row in batch] == [[300, 301, 302], [400, 401, 402]]
+        assert np.array_equal(batch.subset([1]).data, data[[4]])
+
+    def test_load_errors_name_the_fix(self):
+        with pytest.raises(ValueError, match='tuple or a dict src'):
+            PairBatch([0]).load(src=np.zeros(3))
+        with pytest.raises(IndexError, match='row for every item id'):
+            PairBatch([5]).load(src=(np.zeros(3), np.zeros(3)))
+        with pytest.raises(TypeError, match='integer item ids'):
+            Batch(['a']).load(src=np.zeros(3), dst='x')
+        with pytest.raises(ValueError, match="fmt=None"):
+            Batch([0]).load(src=np.zeros(3), fmt='blosc')
+
+    def test_iterating_items_reads_and_writes_components(self):
+        batch = make_batch(3)
+        items = list(batch)
+        assert [item.images for item in items] == [0, 10, 20]
+        for item in batch:
+            item.labels = item.labels + 100
+        assert list(batch.labels) == [100, 101, 100]
+        assert 'labels=101' in repr(items[1])
+        with pytest.raises(AttributeError, match="'masks'"):
+            _ = items[0].masks
+
+    def test_do_nothing(self):
+        batch = make_batch()
+        assert batch.do_nothing(1, key=2) is batch

@@ -35,11 +35,25 @@ def test_extra_args_and_kwargs():
     assert list(batch.labels) == [1, 11, 21, 31, 41, 51]
 
 
-def test_several_src_and_dst():
-    batch = make_batch().apply_parallel(lambda image, label: (image[0], label * 2), src=['images', 'labels'],
+def test_tuple_src_gives_one_tuple_per_item():
+    batch = make_batch().apply_parallel(lambda item: (item[0][0], item[1] * 2), src=('images', 'labels'),
                                         dst=['first', 'twice'])
     assert list(batch.first) == [0, 2, 4, 6, 8, 10]
     assert list(batch.twice) == [0, 2, 4, 6, 8, 10]
+    paired = make_batch(2).apply_parallel(lambda item: item[1], src=('images', 'labels'), dst='label_copy')
+    assert list(paired.label_copy) == [0, 1]
+
+
+def test_list_src_transforms_each_component_alike():
+    batch = make_batch(40)
+    batch.add_components('copy', batch.labels.copy())
+    batch.apply_parallel(lambda x, rng: x + rng.integers(1000), src=['labels', 'copy'], p=0.5)
+    assert np.array_equal(batch.labels, batch.copy)
+    assert 0 < (batch.labels != np.arange(40)).sum() < 40
+    twice = make_batch(3).apply_parallel(lambda x: x * 2, src=['labels', 'labels'], dst=['a', 'b'])
+    assert list(twice.a) == list(twice.b) == [0, 2, 4]
+    with pytest.raises(ValueError, match='list dst as long'):
+        make_batch().apply_parallel(lambda x: x, src=['labels', 'images'], dst='out')
 
 
 def test_several_dst_need_tuples():
@@ -158,3 +172,34 @@ def test_tensor_results_stack_as_tensors():
     import torch
     batch = make_batch(3).apply_parallel(lambda item: torch.as_tensor(item), dst='tensors')
     assert isinstance(batch.tensors, torch.Tensor) and batch.tensors.shape == (3, 2)
+
+
+def test_batchflow_engine_options():
+    assert make_batch().apply_parallel(lambda x: x + 1, src='labels', target='threads').labels[0] == 1
+    assert make_batch().apply_parallel(lambda x, **k: 'rng' in k, src='labels', dst='ok', requires_rng=True).ok.all()
+    with pytest.raises(ValueError, match="target 'for' or 'threads'"):
+        make_batch().apply_parallel(lambda x: x, src='labels', target='mpc')
+    with pytest.raises(ValueError, match='init=None and post=None'):
+        make_batch().apply_parallel(lambda x: x, src='labels', post='_assemble')
+    with pytest.raises(ValueError, match='src=None'):
+        make_batch().apply_parallel(lambda x: x, None)
+
+
+def test_apply_parallel_decorator_makes_a_per_item_action():
+    from flowpipe.batch import apply_parallel
+
+    class Scaled(PairBatch):
+        @apply_parallel
+        def scale(self, item, factor, offset=0):
+            return item * factor + offset
+
+        @apply_parallel(src='labels', dst='negated')
+        def negate(self, item):
+            return -item
+
+    assert 'scale' in Scaled.action_names() and 'negate' in Scaled.action_names()
+    batch = Scaled(3, data=(np.arange(6.).reshape(3, 2), np.arange(3)))
+    batch.scale(10, offset=PerItem([1, 2, 3]), src='labels', dst='scaled')
+    assert list(batch.scaled) == [1, 12, 23]
+    assert list(batch.negate().negated) == [0, -1, -2]
+    assert batch.scale(2).images[2, 1] == 10

@@ -164,3 +164,64 @@ def test_files_dataset_batches_know_paths(tmp_path):
     batch = next(dataset.train.gen_batch(2, n_epochs=1))
     assert list(batch.indices) == ['a', 'b'] and batch.dataset.source == 'disk'
     assert batch.index.get_fullpath('b') == str(tmp_path / 'b.txt')
+
+
+# batchflow's forms of the same API
+
+
+def test_build_index_and_from_dataset():
+    assert isinstance(Dataset.build_index(25), DatasetIndex)
+    dataset = make_dataset(num_classes=3)
+    sub = Dataset.from_dataset(dataset, DatasetIndex(5))
+    assert type(sub) is Dataset and sub.batch_class is PairBatch and sub.num_classes == 3
+    assert list(sub.indices) == list(range(5)) and sub.preloaded is dataset.preloaded
+
+    class Other(PairBatch):
+        pass
+    assert dataset.from_dataset(dataset, [1, 2], batch_class=Other).batch_class is Other
+
+
+def test_create_subset_of_unknown_ids_is_an_index_error():
+    dataset = Dataset(100)
+    with pytest.raises(IndexError, match='does not hold|not hold'):
+        dataset.create_subset(DatasetIndex(np.arange(200, 225)))
+    with pytest.raises(IndexError):
+        dataset.create_subset([99, 100])
+    assert len(dataset.create_subset(DatasetIndex(25))) == 25
+
+
+def test_create_batch_by_positions():
+    dataset = Dataset(['a', 'b', 'c'], preloaded={'x': [1, 2, 3]})
+    batch = dataset.create_batch([2, 0], pos=True)
+    assert list(batch.indices) == ['c', 'a'] and list(batch.x) == [3, 1]
+
+
+def test_reset_iter_restarts_next_batch():
+    dataset = make_dataset()
+    dataset.next_batch(4)
+    dataset.reset('iter')
+    assert list(dataset.next_batch(4).indices) == [0, 1, 2, 3]
+
+
+def test_split_validation_takes_the_rest():
+    dataset = Dataset(100)
+    dataset.split([0.6, 0.25])
+    assert [len(dataset.train), len(dataset.test), len(dataset.validation)] == [60, 25, 15]
+
+
+def test_cv_split_makes_folds_on_the_dataset_and_its_parts():
+    dataset = make_dataset(num_classes=3)
+    dataset.cv_split(n_splits=3)
+    assert [list(dataset.cv(i).test.indices) for i in range(3)] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert list(dataset.cv1.train.indices) == [0, 1, 2, 3, 7, 8, 9]
+    assert dataset.train.cv2 is dataset.cv2.train and dataset.test.cv0 is dataset.cv0.test
+    assert dataset.cv0.num_classes == 3 and not hasattr(dataset, 'cv3')
+    batch = dataset.cv2.test.create_batch(dataset.cv2.test.index)
+    assert list(batch.labels) == [1, 2, 0]
+    dataset.cv_split(n_splits=2, shuffle=5)
+    assert not hasattr(dataset, 'cv2') and not hasattr(dataset.train, 'cv2')
+    assert sorted(np.concatenate([dataset.cv0.test.indices, dataset.cv1.test.indices])) == list(range(10))
+    with pytest.raises(ValueError, match='fold in 0..1'):
+        dataset.cv(2)
+    with pytest.raises(ValueError, match='n_splits'):
+        dataset.cv_split(n_splits=11)

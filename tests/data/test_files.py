@@ -1,8 +1,9 @@
 import os
 
+import numpy as np
 import pytest
 
-from flowpipe.data import FilesIndex
+from flowpipe.data import DatasetIndex, FilesIndex
 
 
 @pytest.fixture
@@ -46,11 +47,31 @@ def test_subsets_and_batches_keep_paths(folder):
     assert index.test.get_fullpath('c.jpg') == str(folder / 'c.jpg')
 
 
-def test_no_match(folder):
+def test_no_match_is_an_empty_index_with_a_warning(folder):
     pattern = str(folder / '*.tif')
-    with pytest.raises(ValueError, match='matches no files') as info:
-        FilesIndex(path=pattern)
-    assert pattern in str(info.value)
+    with pytest.warns(UserWarning, match='matches no files') as info:
+        index = FilesIndex(path=pattern)
+    assert pattern in str(info[0].message)
+    assert len(index) == 0 and isinstance(index.index, np.ndarray)
+    with pytest.raises(ValueError, match='non-empty index'):
+        index.next_batch(1)
+
+
+def test_empty_pattern_list():
+    with pytest.raises(ValueError, match=r'path=\[\]'):
+        FilesIndex(path=[])
+
+
+def test_from_index_and_paths(folder):
+    paths = {'x': str(folder / 'a.png'), 'y': str(folder / 'b.png')}
+    index = FilesIndex(index=DatasetIndex(['y', 'x']), paths=paths)
+    assert list(index.indices) == ['y', 'x']
+    assert index.get_fullpath('x') == paths['x']
+    assert index.create_subset(['x']).get_fullpath('x') == paths['x']
+    with pytest.raises(ValueError, match="no path for \\['z'\\]"):
+        FilesIndex(index=['x', 'z'], paths=paths)
+    with pytest.raises(TypeError, match='both arguments'):
+        FilesIndex(index=['x'])
 
 
 def test_same_name_in_two_folders(folder):

@@ -31,7 +31,7 @@ class TestCreation:
             DatasetIndex([1, 3, 3])
 
     def test_2d_rejected(self):
-        with pytest.raises(ValueError, match='1-D'):
+        with pytest.raises(TypeError, match='1-D'):
             DatasetIndex(np.zeros((2, 2)))
 
     def test_repr_names_size(self):
@@ -98,8 +98,19 @@ class TestSplit:
         with pytest.raises(TypeError, match='shares'):
             DatasetIndex(10).split('half')
 
-    def test_leftover_when_shares_below_one(self):
-        assert split_counts(10, [0.5, 0.2]) == [5, 2, 0]
+    def test_validation_takes_what_train_and_test_leave(self):
+        assert split_counts(10, [0.5, 0.2]) == [5, 2, 3]
+        assert split_counts(10, [0.5, 0.2, 0.1]) == [5, 2, 3]
+        assert split_counts(10, [0.4, 0.6]) == [4, 6, 0]
+        index = DatasetIndex(100)
+        index.split([0.6, 0.25])
+        assert [len(index.train), len(index.test), len(index.validation)] == [60, 25, 15]
+
+    def test_calc_split(self):
+        assert DatasetIndex(5).calc_split([0.4, 0.6]) == (2, 3, 0)
+        assert sum(DatasetIndex(5).calc_split()) == 5
+        with pytest.raises(ValueError, match='4 shares'):
+            DatasetIndex(5).calc_split([0.25] * 4)
 
     def test_counts_sum_to_size(self):
         for size in range(3, 40):
@@ -204,7 +215,23 @@ class TestNextBatch:
     def test_new_arguments_restart(self):
         index = DatasetIndex(6)
         index.next_batch(2)
-        assert list(index.next_batch(3).indices) == [0, 1, 2]
+        assert list(index.next_batch(2, n_epochs=1).indices) == [0, 1]
+
+    def test_batch_size_may_change_and_the_iteration_goes_on(self):
+        index = DatasetIndex(5)
+        got = [list(index.next_batch(size, n_epochs=2).indices) for size in (3, 3, 4)]
+        assert got == [[0, 1, 2], [3, 4, 0], [1, 2, 3, 4]]
+        with pytest.raises(StopIteration):
+            index.next_batch(1, n_epochs=2)
+        index.reset('iter')
+        dropped = [list(index.next_batch(size, drop_last=True).indices) for size in (2, 2, 3, 2)]
+        assert dropped == [[0, 1], [2, 3], [0, 1, 2], [3, 4]]
+
+    def test_n_iters_counts_calls(self):
+        index = DatasetIndex(5)
+        assert [len(index.next_batch(size, n_iters=2)) for size in (1, 4)] == [1, 4]
+        with pytest.raises(StopIteration):
+            index.next_batch(1, n_iters=2)
 
     def test_pickle_drops_iteration(self):
         import pickle
@@ -212,3 +239,36 @@ class TestNextBatch:
         index.next_batch(2)
         restored = pickle.loads(pickle.dumps(index))
         assert list(restored.next_batch(2).indices) == [0, 1]
+
+
+class TestBatchflowForms:
+    def test_index_is_the_ids(self):
+        assert list(DatasetIndex(['a', 'b']).index) == ['a', 'b']
+
+    def test_get_pos_of_one_id_a_slice_of_ids_and_all(self):
+        index = DatasetIndex(['a', 'b', 'c', 'd'])
+        assert index.get_pos('c') == 2
+        assert list(index.get_pos(['a', 'c'])) == [0, 2]
+        assert DatasetIndex(5).get_pos(4) == 4
+
+    def test_create_batch_by_positions_or_ids_keeps_the_class(self):
+        class Child(DatasetIndex):
+            pass
+        index = Child(['a', 'b', 'c'])
+        assert isinstance(index.create_batch(range(2)), Child)
+        assert list(index.create_batch([2, 0]).indices) == ['c', 'a']
+        assert list(index.create_batch(['b'], pos=False).indices) == ['b']
+
+    def test_shuffle_orders_follow_make_rng(self):
+        from flowpipe import make_rng
+        index = DatasetIndex(6)
+        assert list(index.shuffle(False)) == list(range(6))
+        assert list(index.shuffle(13)) == list(make_rng(13).permutation(6))
+        assert list(index.shuffle(13)) == list(next(index.gen_batch(6, shuffle=13)).indices)
+        state = np.random.RandomState(13).permutation(6)
+        assert list(index.shuffle(np.random.RandomState(13))) == list(state)
+        assert sorted(index.shuffle(True)) == list(range(6))
+
+    def test_reset_rejects_other_targets(self):
+        with pytest.raises(ValueError, match="reset\\('iter'\\)"):
+            DatasetIndex(3).reset('variables')

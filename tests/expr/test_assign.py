@@ -42,3 +42,25 @@ def test_non_assignable_targets(ctx):
         assign('loss', 1, ctx)
     with pytest.raises(TypeError, match=r"Received: V\('loss'\) \+ 1, which cannot be assigned"):
         assign(V('loss') + 1, 1, ctx)
+
+
+def test_save_data_to_arrays_variables_and_lists():
+    import numpy as np
+    from flowpipe import Pipeline, save_data_to
+    array = np.zeros(3)
+    save_data_to(data=[1, 2, 3], dst=array)
+    assert list(array) == [1, 2, 3]
+    pipeline = Pipeline().init_variable('v')
+    other = np.zeros(2)
+    save_data_to(data=[[4, 5], 6], dst=[other, V('v')], pipeline=pipeline)
+    assert list(other) == [4, 5] and pipeline.v('v') == 6
+    save_data_to(data={'a': 7, 'b': 8}, dst={'a': V('v', mode='w')}, pipeline=pipeline)
+    assert pipeline.v('v') == 7
+    with pytest.raises(ValueError, match='one value per target'):
+        save_data_to(data=[1], dst=[array, V('v')], pipeline=pipeline)
+
+
+def test_save_data_to_config_points_to_the_flowpipe_form():
+    from flowpipe import C, Config, Pipeline, save_data_to
+    with pytest.raises(TypeError, match="pipeline << {key: value}.*porting"):
+        save_data_to(data=200, dst=C('value'), pipeline=Pipeline(config=Config(some=100)))

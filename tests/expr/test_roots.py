@@ -4,7 +4,7 @@ import pickle
 import dill
 import pytest
 
-from flowpipe.expr import B, C, D, F, I, M, P, R, V, W, evaluate
+from flowpipe.expr import PP, B, C, D, F, I, L, M, P, R, V, W, evaluate
 from flowpipe.expr.named import BatchExpr
 
 
@@ -30,7 +30,7 @@ def test_attribute_access_only_on_named_roots():
         F.something
 
 
-@pytest.mark.parametrize('root', [B, C, D, F, I, M, P, R, V, W])
+@pytest.mark.parametrize('root', [B, C, D, F, I, L, M, P, PP, R, V, W])
 def test_roots_pickle_to_themselves(root):
     assert pickle.loads(pickle.dumps(root)) is root
     assert dill.loads(dill.dumps(root)) is root

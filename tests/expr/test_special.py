@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from flowpipe.expr import B, C, Context, F, I, P, PerItem, R, V, W
+from flowpipe.expr import PP, B, C, Context, F, I, P, PerItem, R, V, W
 
 
 def add(x, y=0):
@@ -131,3 +131,39 @@ def test_per_item_uses_len_without_size(ctx):
 def test_per_item_repr():
     assert repr(P(R('uniform', 0, 1))) == "P(R('uniform', 0, 1))"
     assert repr(PerItem([1])) == 'PerItem([1])'
+
+
+# batchflow's forms
+
+
+def test_random_from_a_list_a_function_and_a_seed(ctx):
+    assert R(['a', 'b'], p=[0, 1]).get(ctx) == 'b'
+    assert set(P(R(['x', 'y'])).get(ctx)) <= {'x', 'y'}
+
+    def colors(size=1, rng=None):
+        return rng.integers(0, 255, size=(size, 3))
+    drawn = P(R(colors)).get(Context(batch=ctx.batch, seed=ctx.seed))
+    assert len(drawn) == 4 and drawn[0].shape == (3,)
+    again = Context(batch=ctx.batch, seed=ctx.seed)
+    assert np.array_equal(np.stack(drawn), np.stack(P(R(colors)).get(again)))
+    assert R(lambda size=None: np.zeros(size), size=2).get(ctx).shape == (2,)
+    seeded = R('uniform', seed=5)
+    assert seeded.get(ctx) == seeded.get(Context(batch=ctx.batch, seed=ctx.seed))
+    assert repr(seeded) == "R('uniform', seed=5)"
+    with pytest.raises(ValueError, match='a list to choose from'):
+        R(3)
+
+
+def test_iteration_kinds_by_prefix_and_attribute(ctx):
+    assert I('cur').get(ctx) == I.current.get(ctx) == 2
+    assert I('total').get(ctx) == I('max').get(ctx) == I.maximum.get(ctx) == 10
+    with pytest.raises(ValueError, match="Received: ''"):
+        I('')
+
+
+def test_pp_evaluates_once_per_item(ctx):
+    calls = []
+    values = PP(F(lambda: calls.append(1) or len(calls))).get(ctx)
+    assert list(values) == [1, 2, 3, 4] and repr(PP(V('x'))) == "PP(V('x'))"
+    draws = PP(R('normal', 0, 1)).get(ctx)
+    assert len(set(draws)) == 4

@@ -24,6 +24,8 @@ SAMPLES = {
     'record': (([],), {}),
     'add_components': (('y',), {}),
     'apply_parallel': ((abs,), {'src': 'x'}),
+    'do_nothing': ((B().size,), {}),
+    'load': ((), {'src': {'x': list(range(100))}}),
 }
 OWN_BUILTINS = ('init_variable', 'update', 'save_to', 'call', 'print', 'rebatch', 'join', 'merge')
 
@@ -40,7 +42,7 @@ def test_declaring_returns_a_new_pipeline(name):
     check_returns_new_pipeline(Pipeline(), name, *args, **kwargs)
 
 
-@pytest.mark.parametrize('name', ['update', 'save_to', 'call', 'add', 'scale', 'add_components'])
+@pytest.mark.parametrize('name', ['update', 'save_to', 'call', 'add', 'scale', 'add_components', 'load'])
 def test_actions_run_only_when_batches_are_requested(name):
     args, kwargs = SAMPLES[name]
 

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs batchflow 0.10.1's own core test files against flowpipe through an import alias and prints passed/failed
+# per file and the total. Downloads the batchflow wheel (for its test files only) into a temporary folder; no
+# batchflow code is imported: scripts/batchflow_alias.py maps every `batchflow[.x]` import onto `flowpipe[.x]`.
+# Not part of the default suite (it needs the package index). Usage: bash scripts/batchflow_compat.sh [-v]
+# (-v also lists every failing test with the first line of its error).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PY:-$ROOT/.venv/bin/python}
+VERSION=0.10.1
+FILES="config config_basic dataset datasetindex common_index filesindex named_expr rebatch save_to"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+PIP="$PY -m pip -q --disable-pip-version-check"
+if ! $PIP download --no-deps --only-binary :all: "batchflow==$VERSION" -d "$TMP/dist" >"$TMP/pip.log" 2>&1; then
+    cat "$TMP/pip.log" >&2
+    echo "Could not download the batchflow $VERSION wheel (the check needs the package index)." >&2
+    exit 1
+fi
+mkdir "$TMP/tests"
+"$PY" - "$TMP" "$FILES" <<'PY'
+import glob, sys, zipfile
+tmp, files = sys.argv[1], sys.argv[2].split()
+wanted = {f'batchflow/tests/{name}_test.py' for name in files} | {'batchflow/tests/conftest.py'}
+with zipfile.ZipFile(glob.glob(f'{tmp}/dist/*.whl')[0]) as wheel:
+    for name in wanted:
+        with open(f'{tmp}/tests/{name.rsplit("/", 1)[1]}', 'wb') as out:
+            out.write(wheel.read(name))
+PY
+# named_expr_test needs pandas (flowpipe's optional `pandas` extra): installed into the temporary folder if absent
+EXTRA=""
+if ! "$PY" -c "import pandas" 2>/dev/null; then
+    $PIP install --no-deps --target "$TMP/site" pandas python-dateutil six tzdata >"$TMP/pip.log" 2>&1 \
+        || { cat "$TMP/pip.log" >&2; exit 1; }
+    EXTRA=":$TMP/site"
+fi
+
+cd "$TMP/tests"
+PYTHONPATH="$ROOT/scripts$EXTRA" "$PY" -m pytest -q -p batchflow_alias -p no:cacheprovider -o timeout=120 \
+    --continue-on-collection-errors --junitxml="$TMP/report.xml" $(for f in $FILES; do echo "${f}_test.py"; done) \
+    >"$TMP/pytest.log" 2>&1 || true
+"$PY" "$ROOT/scripts/batchflow_report.py" "$TMP/report.xml" "$FILES" "${1:-}"
