@@ -10,7 +10,7 @@ import importlib
 import sys
 from typing import Any, Callable
 
-__all__ = ['PORTING', 'PipelineAliases', 'immutable_error']
+__all__ = ['PORTING', 'PipelineAliases', 'bar_or_notifier', 'immutable_error']
 
 PORTING = 'docs/porting.md'
 
@@ -19,6 +19,16 @@ def immutable_error(method: str, fix: str) -> TypeError:
     """The error for a batchflow method that changes a pipeline in place."""
     return TypeError(f"Expected a new pipeline instead of {method}: a flowpipe Pipeline is immutable. Write "
                      f"{fix} (see {PORTING}#immutable-pipelines).")
+
+
+def bar_or_notifier(bar: Any, notifier: Any) -> Any:
+    """``bar``, or batchflow's ``notifier`` for it (``notifier=True``, ``'t'``, a ``Notifier``...)."""
+    if notifier is None:
+        return bar
+    if bar is not None:
+        raise ValueError(f"Expected bar= or notifier= (the same option), not both. Received: bar={bar!r}, "
+                         f"notifier={notifier!r}")
+    return notifier
 
 
 class PipelineAliases:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 from ..config import Config
 from ..errors import ExpressionError
-from .aliases import PipelineAliases
+from .aliases import PipelineAliases, bar_or_notifier
 from .names import any_batch_action, batch_action_names, check_action, check_dataset, unknown_action
 from .records import ActionRecord, MaybeRecord
 from .registry import builtin_names, get_builtin
@@ -246,7 +246,7 @@ class Pipeline(PipelineAliases):
         batchflow's name for ``bar``. Extra keyword arguments go to the index's ``gen_batch``.
         """
         from ..execution.run import RunArgs, run_pipeline
-        bar = _bar_or_notifier(bar, notifier)
+        bar = bar_or_notifier(bar, notifier)
         args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
                              n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
                              profile=profile, target=target, extra=kwargs)
@@ -261,7 +261,7 @@ class Pipeline(PipelineAliases):
                   notifier: Any = None, **kwargs: Any) -> Iterator[Any]:
         """Yield processed batches; the arguments are those of ``run``."""
         from ..execution.run import RunArgs, iterate
-        bar = _bar_or_notifier(bar, notifier)
+        bar = bar_or_notifier(bar, notifier)
         args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
                              n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
                              profile=profile, target=target, extra=kwargs)
@@ -384,16 +384,6 @@ def _flat(records: tuple) -> Iterator[ActionRecord]:
             yield from _flat(record.actions)
         else:
             yield record
-
-
-def _bar_or_notifier(bar: Any, notifier: Any) -> Any:
-    """``bar``, or batchflow's ``notifier`` for it (``notifier=True``, ``'t'``, a ``Notifier``...)."""
-    if notifier is None:
-        return bar
-    if bar is not None:
-        raise ValueError(f"Expected bar= or notifier= (the same option), not both. Received: bar={bar!r}, "
-                         f"notifier={notifier!r}")
-    return notifier
 
 
 def _short(value: Any) -> str:
