@@ -3,7 +3,13 @@
 Images are held channels-last, ``(N, H, W, C)`` uint8 or float arrays when all shapes agree, or a 1-D object
 array of ``(H, W, C)`` arrays when they differ; grayscale ``(H, W)`` images count as ``(H, W, 1)``.
 ``to_array(channels='first')`` switches a component to ``(N, C, H, W)``; the batch remembers each component's
-layout, and every action works in either. Sizes follow PIL: ``(width, height)``, origins ``(x, y)``.
+layout, and every action works in either. A component may hold torch tensors instead of numpy arrays (on any
+device): actions keep them tensors. Sizes follow PIL: ``(width, height)``, origins ``(x, y)``.
+
+The actions live in mixins by kind: ``augment_geometry`` (rotate, scale, shift, flip, transform,
+elastic_transform), ``augment_regions`` (crop, pad, put_on_background, cutout, split_to_patches),
+``augment_pixels`` (invert, clip, posterize, enhance, pil_convert, multiply, add, normalize) and
+``augment_noise`` (salt, additive_noise, multiplicative_noise, filter).
 """
 from __future__ import annotations
 
@@ -13,25 +19,30 @@ from typing import Any
 
 import numpy as np
 
-from . import images_kernels as kernels
-from .images_io import read_image
+from .augment_geometry import GeometryActions
+from .augment_noise import NoiseActions
+from .augment_params import check_size
+from .augment_pixels import PixelActions
+from .augment_regions import RegionActions
 from .base import Batch, action
+from .images_io import pillow, read_image
 
 __all__ = ['ImagesBatch']
 
 _LAYOUTS = ('first', 'last')
+_MODES = ('nearest', 'bilinear', 'bicubic')
 
 
-class ImagesBatch(Batch):
+class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
     """A batch of images (``images``) and their labels (``labels``).
 
-    Actions change the ``src`` component (``'images'`` by default) and write to ``dst`` (``src`` by default).
-    Random actions (``p=``, ``origin='random'``, an angle range) draw from ``batch.random``, so a run with a
-    seed is reproducible. Integer images stay integer through geometric actions (rounded and clipped) and
-    become float32 in arithmetic ones (``multiply``, ``add``, ``normalize``).
+    Every image action takes ``src`` (a component or a list of them, ``'images'`` by default), ``dst`` (``src``
+    by default) and ``p``, the probability to change each item (``None``: every item). Random choices — ``p``,
+    ``origin='random'``, noise — draw from ``batch.random``, once per action for all its ``src`` components, so a
+    run with a seed is reproducible and images and masks listed together move together. Arguments given as
+    ``P(...)`` take one value per item. Integer images stay integer through geometric and colour actions
+    (rounded and clipped) and become float32 in arithmetic ones (``multiply``, ``add``, ``normalize``, noise).
     """
-    components = ('images', 'labels')
-    _channels_first: frozenset = frozenset()
 
     @property
     def image_shape(self) -> tuple[int, ...]:
@@ -44,43 +55,17 @@ class ImagesBatch(Batch):
 
     def shape_of(self, src: str = 'images') -> tuple[int, ...]:
         """Shape of one image of component ``src`` in its current layout (see ``image_shape``)."""
-        images = self._hwc(src)
-        shapes = {image.shape for image in images} if _is_ragged(images) else {images.shape[1:]}
+        shapes = {tuple(tensor.shape[1:]) for _, tensor in self._read_unwarped(src).groups}
         if len(shapes) != 1:
+            hwc = sorted((h, w, c) for c, h, w in shapes)
             raise ValueError(f"Expected images of one shape in {src!r}. Received: {len(shapes)} shapes, e.g. "
-                             f"{sorted(shapes)[:3]!r} (H, W, C). Resize them first, e.g. `.resize((32, 32))`.")
-        height, width, channels = shapes.pop()
+                             f"{hwc[:3]!r} (H, W, C). Resize them first, e.g. `.resize((32, 32))`.")
+        channels, height, width = shapes.pop()
         return (channels, height, width) if src in self._channels_first else (height, width, channels)
-
-    def _hwc(self, src: str) -> Any:
-        images = getattr(self, src, None) if src in self.components else None
-        if images is None:
-            raise ValueError(f"Expected images in component {src!r}. Received: "
-                             f"{'None' if src in self.components else 'no such component'}; the batch has "
-                             f"{self.components!r}. Load or preload images first.")
-        if src in self._channels_first:
-            return np.moveaxis(images, 1, -1) if not _is_ragged(images) else kernels.pack(
-                [np.moveaxis(image, 0, -1) for image in images])
-        return kernels.as_channels_last(images)
-
-    def _store(self, dst: str, images: Any, channels_first: bool) -> ImagesBatch:
-        if dst not in self.components:
-            self.check_component_names((dst,))
-            self.components = self.components + (dst,)
-        setattr(self, dst, images)
-        self._channels_first = (self._channels_first | {dst}) if channels_first else (self._channels_first - {dst})
-        return self
-
-    def _keep(self, src: str, dst: str | None, images: Any) -> ImagesBatch:
-        """Store channels-last ``images`` to ``dst`` in the layout ``src`` had."""
-        first = src in self._channels_first
-        if first:
-            images = np.ascontiguousarray(np.moveaxis(images, -1, 1)) if not _is_ragged(images) else kernels.pack(
-                [np.moveaxis(image, -1, 0) for image in images])
-        return self._store(src if dst is None else dst, images, first)
 
     def subset(self, positions: Any) -> ImagesBatch:
         """A new batch of the items at ``positions``, with the same layouts."""
+        self._materialize_all()
         batch = super().subset(positions)
         batch._channels_first = self._channels_first
         return batch
@@ -88,6 +73,9 @@ class ImagesBatch(Batch):
     @classmethod
     def merge(cls, batches: Sequence[Batch], batch_size: int | None = None) -> tuple[Batch, Batch | None]:
         """Concatenate ``batches`` (see ``Batch.merge``), keeping the first batch's layouts."""
+        for batch in batches:
+            if isinstance(batch, ImagesBatch):
+                batch._materialize_all()
         merged = super().merge(batches, batch_size)
         for batch in merged:
             if batch is not None and batches:
@@ -95,156 +83,57 @@ class ImagesBatch(Batch):
         return merged
 
     @action
-    def resize(self, size: Sequence[int] | None = None, mode: str = 'bilinear', src: str = 'images',
-               dst: str | None = None) -> ImagesBatch:
+    def resize(self, size: Sequence[int | None] | None = None, mode: str = 'bilinear', src: str = 'images',
+               dst: str | None = None, p: float | None = None) -> ImagesBatch:
         """Resize images to ``size=(width, height)`` (PIL's order): ``resize((64, 32))`` gives 32 rows.
 
         Args:
-            size: ``(width, height)``, positional or keyword.
+            size: ``(width, height)``, positional or keyword; one of them ``None`` keeps the aspect ratio.
             mode: ``'bilinear'`` (antialiased when shrinking, within 1 grey level of Pillow), ``'bicubic'``
                 (torch's sharper cubic kernel, a=-0.75) or ``'nearest'``.
         """
         if size is None:
             raise TypeError("Expected resize(size) with size=(width, height). Received: no size. "
                             "Call e.g. .resize((32, 32)).")
-        kernels.check_size(size)
-        return self._keep(src, dst, kernels.resize_images(self._hwc(src), tuple(size), mode))
+        if mode not in _MODES:
+            raise ValueError(f"Expected mode to be one of {_MODES!r}. Received: mode={mode!r}.")
+        if isinstance(size, Sequence) and len(size) == 2 and (size[0] is None) != (size[1] is None):
+            check_size(tuple(1 if v is None else v for v in size))
+        else:
+            check_size(size)
+        from .images_kernels import resize
+
+        def kernel(images: Any, positions: np.ndarray) -> Any:
+            height, width = images.shape[2:]
+            target = (size[0] or max(1, int(width * size[1] / height)), size[1] or max(1, int(height * size[0] / width)))
+            return resize(images, target, mode)
+        return self._apply(kernel, src, dst, p)
 
     @action
     def to_array(self, dtype: Any = 'float32', channels: str = 'first', src: str = 'images',
                  dst: str | None = None) -> ImagesBatch:
-        """Make images one ``(N, C, H, W)`` array (``channels='first'``) or ``(N, H, W, C)`` (``'last'``).
+        """Make images one numpy ``(N, C, H, W)`` array (``channels='first'``) or ``(N, H, W, C)`` (``'last'``).
 
-        Values are converted to ``dtype`` without rescaling (use ``multiply`` or ``normalize`` for that).
+        Values are converted to ``dtype`` without rescaling (use ``multiply`` or ``normalize`` for that); torch
+        tensors become numpy arrays.
 
         Raises:
             ValueError: images have different shapes (resize or crop them first), or ``channels`` is unknown.
         """
+        from .images_data import stacked
         if channels not in _LAYOUTS:
             raise ValueError(f"Expected channels to be one of {_LAYOUTS!r}. Received: channels={channels!r}.")
-        stacked = kernels.stack_images(self._hwc(src)).astype(np.dtype(dtype), copy=False)
-        if channels == 'first':
-            stacked = np.moveaxis(stacked, -1, 1)
-        return self._store(src if dst is None else dst, np.ascontiguousarray(stacked), channels == 'first')
-
-    @action
-    def crop(self, origin: str | Sequence[int] = 'center', shape: Sequence[int] | None = None,
-             src: str = 'images', dst: str | None = None) -> ImagesBatch:
-        """Cut a ``shape=(width, height)`` window from every image.
-
-        Args:
-            origin: the window's top-left corner ``(x, y)``, ``'center'``, or ``'random'`` (a uniform position
-                per image, from ``batch.random``).
-            shape: ``(width, height)`` of the window; it must fit inside every image.
-        """
-        width, height = kernels.check_size(shape, name='shape')
-        images = self._hwc(src)
-        sizes = np.array([image.shape[:2] for image in images], dtype=np.int64).reshape(-1, 2)  # (H, W)
-        room = sizes - [height, width]
-        if len(room) and room.min() < 0:
-            bad = int(np.argmin(room.min(axis=1)))
-            raise ValueError(f"Expected a crop shape=(width, height) that fits every image. Received: "
-                             f"shape={tuple(shape)!r} for an image of {sizes[bad][1]}x{sizes[bad][0]} (width x "
-                             f"height) at position {bad}. Resize first or crop a smaller window.")
-        origins = self._crop_origins(origin, room)
-        return self._keep(src, dst, kernels.crop_images(images, origins, (width, height)))
-
-    def _crop_origins(self, origin: Any, room: np.ndarray) -> np.ndarray:
-        """``(N, 2)`` top-left corners ``(x, y)`` from ``room`` = free ``(rows, cols)`` per image."""
-        if isinstance(origin, str):
-            if origin == 'center':
-                return room[:, ::-1] // 2
-            if origin == 'random':
-                return (self.random.random(room.shape) * (room + 1)).astype(np.int64)[:, ::-1]
-        elif isinstance(origin, Sequence) and len(origin) == 2 and all(
-                isinstance(v, (int, np.integer)) and v >= 0 for v in origin):
-            x, y = int(origin[0]), int(origin[1])
-            if len(room) and (x > room[:, 1].min() or y > room[:, 0].min()):
-                raise ValueError(f"Expected a crop window inside every image. Received: origin={tuple(origin)!r}, "
-                                 f"whose window goes past the border. Move the origin or crop less.")
-            return np.tile([x, y], (len(room), 1))
-        raise ValueError(f"Expected origin to be 'center', 'random' or (x, y) non-negative ints. "
-                         f"Received: origin={origin!r}.")
-
-    def _draw_mask(self, p: float) -> np.ndarray:
-        if not isinstance(p, (int, float, np.number)) or not 0 <= p <= 1:
-            raise ValueError(f"Expected a probability p in [0, 1]. Received: p={p!r}.")
-        return self.random.random(len(self)) < p
-
-    @action
-    def flip(self, mode: str = 'lr', p: float = 1.0, src: str = 'images', dst: str | None = None) -> ImagesBatch:
-        """Mirror images left-right (``mode='lr'``) or upside-down (``'ud'``), each with probability ``p``."""
-        axes = {'lr': 2, 'ud': 1}
-        if mode not in axes:
-            raise ValueError(f"Expected mode 'lr' or 'ud'. Received: mode={mode!r}.")
-        mask = self._draw_mask(p)
-        return self._keep(src, dst, kernels.flip_images(self._hwc(src), mask, axes[mode]))
-
-    @action
-    def rotate(self, angle: float | Sequence[float], p: float = 1.0, fill: float = 0, mode: str = 'bilinear',
-               src: str = 'images', dst: str | None = None) -> ImagesBatch:
-        """Rotate images counter-clockwise about their centres (as PIL's ``rotate``), keeping their size.
-
-        Args:
-            angle: degrees, or ``(low, high)`` for a uniform random angle per image.
-            p: the probability to rotate each image; the others stay as they are.
-            fill: the value of the corners that come from outside the image.
-            mode: ``'bilinear'`` or ``'nearest'``.
-        """
-        angles = self._draw_angles(angle)
-        angles[~self._draw_mask(p)] = 0.0
-        return self._keep(src, dst, kernels.rotate_images(self._hwc(src), angles, fill, mode))
-
-    def _draw_angles(self, angle: Any) -> np.ndarray:
-        if isinstance(angle, (int, float, np.number)) and np.isfinite(angle):
-            return np.full(len(self), float(angle))
-        if (isinstance(angle, Sequence) and len(angle) == 2
-                and all(isinstance(a, (int, float, np.number)) and np.isfinite(a) for a in angle)
-                and angle[0] <= angle[1]):
-            return self.random.uniform(angle[0], angle[1], size=len(self))
-        raise ValueError(f"Expected angle in degrees, or (low, high) with low <= high. Received: angle={angle!r}.")
-
-    def _arithmetic(self, func: Any, src: str, dst: str | None, clip: Sequence[float] | None) -> ImagesBatch:
-        """Apply elementwise ``func`` to channels-last float images (one call per array, per item if ragged)."""
-        if clip is not None and (not isinstance(clip, Sequence) or len(clip) != 2):
-            raise ValueError(f"Expected clip=(low, high) or None. Received: clip={clip!r}.")
-        images = self._hwc(src)
-        results = []
-        for item in (list(images) if _is_ragged(images) else [images]):
-            out = func(item if np.issubdtype(item.dtype, np.floating) else item.astype(np.float32))
-            results.append(out if clip is None else np.clip(out, *clip))
-        return self._keep(src, dst, kernels.pack(results) if _is_ragged(images) else results[0])
-
-    @action
-    def multiply(self, factor: float = 1.0, clip: Sequence[float] | None = None, src: str = 'images',
-                 dst: str | None = None) -> ImagesBatch:
-        """Multiply pixel values by ``factor`` (e.g. ``1/255``); integer images become float32."""
-        return self._arithmetic(lambda x: x * np.asarray(factor, dtype=x.dtype), src, dst, clip)
-
-    @action
-    def add(self, term: float = 0.0, clip: Sequence[float] | None = None, src: str = 'images',
-            dst: str | None = None) -> ImagesBatch:
-        """Add ``term`` to pixel values; integer images become float32."""
-        return self._arithmetic(lambda x: x + np.asarray(term, dtype=x.dtype), src, dst, clip)
-
-    @action
-    def normalize(self, mean: float | Sequence[float] = 0.0, std: float | Sequence[float] = 1.0,
-                  src: str = 'images', dst: str | None = None) -> ImagesBatch:
-        """``(x - mean) / std`` with a scalar or one value per channel; integer images become float32."""
-        std_array = np.asarray(std, dtype=np.float64)
-        if np.any(std_array == 0) or std_array.ndim > 1 or np.ndim(mean) > 1:
-            raise ValueError(f"Expected non-zero std and scalars or one value per channel. Received: mean={mean!r}, "
-                             f"std={std!r}.")
-        mean_array = np.asarray(mean, dtype=np.float64)
-
-        def apply(x: np.ndarray) -> np.ndarray:
-            # Channels are the last axis here, so per-channel values broadcast as they are.
-            for name, values in (('mean', mean_array), ('std', std_array)):
-                if values.size not in (1, x.shape[-1]):
-                    raise ValueError(f"Expected {name} to be a scalar or {x.shape[-1]} values, one per channel. "
-                                     f"Received: {name}={values.tolist()!r}.")
-            return (x - mean_array.astype(x.dtype)) / std_array.astype(x.dtype)
-        return self._arithmetic(apply, src, dst, None)
+        read = self._read(src)
+        whole = stacked(read.groups, read.size) if read.size else None
+        if whole is None and read.size:
+            shapes = sorted({(h, w, c) for _, (c, h, w) in ((p, t.shape[1:]) for p, t in read.groups)})
+            raise ValueError(f"Expected images of one shape to make an array. Received: {len(shapes)} shapes "
+                             f"(H, W, C), e.g. {shapes[:3]!r}. Resize or crop them to one size first, e.g. "
+                             f"`.resize((32, 32))`.")
+        array = whole.numpy(force=True) if whole is not None else np.empty((0, 0, 0, 0))
+        array = array if channels == 'first' else array.transpose(0, 2, 3, 1)
+        array = np.ascontiguousarray(array.astype(np.dtype(dtype), copy=False))
+        return self._store(src if dst is None else dst, array, channels == 'first')
 
     @action
     def load(self, fmt: str = 'image', dst: str = 'images') -> ImagesBatch:
@@ -259,8 +148,28 @@ class ImagesBatch(Batch):
             raise TypeError(f"Expected a batch made from a FilesIndex of image files. Received: an index of type "
                             f"{type(self.index).__name__}. Use FilesIndex(path='folder/*.png').")
         items = [read_image(os.fspath(self.index.get_fullpath(item))) for item in self.indices]
-        return self._store(dst, kernels.pack(items), channels_first=False)
+        return self._store(dst, _pack(items), channels_first=False)
+
+    @action
+    def dump(self, dst: str | os.PathLike, fmt: str | None = 'png', src: str = 'images') -> ImagesBatch:
+        """Write every uint8 image of ``src`` to the folder ``dst`` as ``<item id>.<fmt>``, with Pillow."""
+        image_module = pillow()
+        os.makedirs(dst, exist_ok=True)
+        for positions, tensor in self._read(src).groups:
+            if tensor.dtype.is_floating_point or tensor.dtype.itemsize != 1 or tensor.dtype.is_signed:
+                raise ValueError(f"Expected uint8 images to write files. Received: {tensor.dtype} in {src!r}. "
+                                 f"Scale them to 0-255 and call .to_array(dtype='uint8', channels='last') first.")
+            for position, image in zip(positions, tensor.permute(0, 2, 3, 1).numpy(force=True)):
+                item = os.path.basename(str(self.indices[position]))
+                name = f"{item}.{fmt}" if fmt else item
+                image_module.fromarray(image[..., 0] if image.shape[2] == 1 else image).save(os.path.join(dst, name))
+        return self
 
 
-def _is_ragged(images: Any) -> bool:
-    return not isinstance(images, np.ndarray) or images.dtype == object
+def _pack(items: list[np.ndarray]) -> Any:
+    if items and all(item.shape == items[0].shape and item.dtype == items[0].dtype for item in items):
+        return np.stack(items)
+    packed = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        packed[i] = item
+    return packed

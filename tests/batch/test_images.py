@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from flowpipe.batch import ImagesBatch
-from flowpipe.batch import images_kernels
+from flowpipe.batch import images_kernels, images_warp
 
 
 def make_batch(images, labels=None, seed=0):
@@ -276,9 +276,10 @@ def test_rotate_range_is_reproducible_and_p_zero_is_identity():
 
 def test_rotate_fills_corners_and_is_one_grid_sample_per_shape(monkeypatch):
     calls = []
-    original = images_kernels.F.grid_sample
-    monkeypatch.setattr(images_kernels.F, 'grid_sample', lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = images_warp.F.grid_sample
+    monkeypatch.setattr(images_warp.F, 'grid_sample', lambda *a, **k: calls.append(1) or original(*a, **k))
     batch = make_batch(np.zeros((3, 8, 8, 1), dtype=np.uint8)).rotate(45, fill=200)
+    assert calls == [] and batch.images.shape == (3, 8, 8, 1)   # resampled when read
     assert calls == [1]
     assert batch.images[0, 0, 0, 0] == 200 and batch.images[0, 4, 4, 0] == 0
 

@@ -1,0 +1,67 @@
+"""Components as torch groups and back; resize keeping the aspect ratio; dump; image actions on a GPU."""
+import numpy as np
+import pytest
+import torch
+
+from flowpipe.batch import images_data
+
+from .image_cases import make_batch, ragged, random_images
+
+
+def test_read_gives_nchw_views_and_write_restores_kind_and_layout():
+    images = random_images()
+    read = images_data.read(images, channels_first=False)
+    (positions, tensor), = read.groups
+    assert tensor.shape == (4, 3, 10, 14) and tensor.data_ptr() == images.ctypes.data and not read.as_torch
+    back = images_data.write(read.groups, read, channels_first=False)
+    assert isinstance(back, np.ndarray) and np.array_equal(back, images)
+    tensors = images_data.read(torch.from_numpy(images.transpose(0, 3, 1, 2).copy()), channels_first=True)
+    assert tensors.as_torch and isinstance(images_data.write(tensors.groups, tensors, True), torch.Tensor)
+
+
+def test_ragged_components_group_by_shape_and_scatter_back():
+    items = ragged((5, 6, 3), (7, 8, 3), (5, 6, 3))
+    read = images_data.read(items, channels_first=False)
+    assert sorted(len(positions) for positions, _ in read.groups) == [1, 2]
+    back = images_data.write(read.groups, read, channels_first=False)
+    assert back.dtype == object and all(np.array_equal(a, b) for a, b in zip(back, items))
+
+
+def test_read_names_bad_shapes_and_dtypes():
+    with pytest.raises(ValueError, match=r"\(N, C, H, W\) in component 'images'"):
+        images_data.read(np.zeros((2, 3, 4)), channels_first=True)
+    with pytest.raises(TypeError, match='uint8 or float'):
+        images_data.read([np.array(['a'])], channels_first=False)
+
+
+def test_read_only_arrays_are_read_without_a_warning(recwarn):
+    images = random_images()
+    images.flags.writeable = False
+    assert make_batch(images).flip().images.shape == images.shape
+    assert not [w for w in recwarn if 'writable' in str(w.message)]
+
+
+def test_resize_with_one_side_keeps_the_aspect_ratio():
+    out = make_batch(ragged((10, 20, 3), (30, 15, 3))).resize((10, None)).images
+    assert [item.shape for item in out] == [(5, 10, 3), (20, 10, 3)]
+
+
+def test_dump_writes_uint8_images(tmp_path):
+    image_module = pytest.importorskip('PIL.Image')
+    images = random_images(n=2)
+    make_batch(images).dump(tmp_path, fmt='png')
+    assert np.array_equal(np.asarray(image_module.open(tmp_path / '1.png')), images[1])
+    with pytest.raises(ValueError, match='uint8'):
+        make_batch(images.astype(np.float32)).dump(tmp_path)
+
+
+@pytest.mark.gpu
+def test_actions_on_cuda_tensors_stay_there_and_match_the_cpu():
+    images = random_images(n=8, height=32, width=40)
+    cpu = make_batch(images).rotate(20).scale(1.1, preserve_shape=True).shift((1.5, 2)).flip(p=0.5)
+    cpu = cpu.elastic_transform(3, 4).pad(2).crop('center', (40, 32)).invert().filter('SHARPEN').images
+    gpu = make_batch(torch.from_numpy(images).cuda()).rotate(20).scale(1.1, preserve_shape=True)
+    gpu = gpu.shift((1.5, 2)).flip(p=0.5).elastic_transform(3, 4).pad(2).crop('center', (40, 32)).invert()
+    gpu = gpu.filter('SHARPEN').images
+    assert gpu.is_cuda and gpu.dtype == torch.uint8
+    assert np.abs(gpu.cpu().numpy().astype(int) - cpu.astype(int)).max() <= 1
