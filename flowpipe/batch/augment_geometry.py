@@ -152,12 +152,24 @@ class GeometryActions(ImagesBase):
             raise ValueError(f"Expected mode 'lr' or 'ud'. Received: mode={mode!r}.")
         axis, chosen = _FLIPS[mode], self._chosen(p)
         picked = np.ones(len(self), dtype=bool) if chosen is None else chosen
-        pairs = self._pairs(src, dst)
-        if any(self._is_pending(source) and source == target for source, target in pairs):
-            pending = self._pending[pairs[0][0]]
-            return self._warp(lambda sizes: maps.flip_map(picked, sizes[:, axis], axis), src, dst, pending.fill,
-                              pending.resample)
-        return self._apply_on(lambda images, positions: images.flip(3 - axis), src, dst, chosen)
+
+        def flipped(values: Any, positions: np.ndarray, dtype: Any = None) -> Any:
+            import torch
+            if picked[positions].all():
+                return values.flip(3 - axis)
+            which = torch.as_tensor(np.flatnonzero(picked[positions]), device=values.device)
+            values[which] = values[which].flip(3 - axis)   # a fresh tensor of the warp's pass
+            return values
+        for source, target in self._pairs(src, dst):
+            pending = self._pending[source] if source == target and self._is_pending(source) else None
+            if pending is None:
+                self._apply_on(lambda images, positions: images.flip(3 - axis), source, target, chosen)
+            elif pending.after:   # behind fused pixel operations: flip their result in the same pass
+                self._defer_after(source, flipped, lambda dtype: dtype)
+            else:
+                self._defer(source, maps.flip_map(picked, self._sizes(source)[:, axis], axis), pending.fill,
+                            pending.resample)
+        return self
 
     @action
     def transform(self, method: str | int = 'affine', data: Any = None, size: Sequence[int] | None = None,

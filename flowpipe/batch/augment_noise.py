@@ -85,30 +85,35 @@ class NoiseActions(ImagesBase):
         from .augment_kernels import as_dtype, top_value
         from .augment_pixels import _clip_range
         _check_noise(noise)
-        limits, seeds, chosen = _clip_range(clip), self._item_seeds(), self._chosen(p)
+        limits, chosen = _clip_range(clip), self._chosen(p)
+        seeds = self._item_seeds()
 
         def cast(dtype: Any) -> Any:
             return dtype if preserve_type or dtype.is_floating_point else torch.float32
 
         def noisy(values: Any, positions: np.ndarray, dtype: Any) -> Any:
+            # ``values`` is a fresh tensor of the warp's pass or of ``kernel``: ``op`` works in place
+            mixed = chosen is not None and not chosen[positions].all()
+            before = values.clone() if mixed else None
             out = op(values, self._noise(noise, values, seeds[positions]))
             if limits is not None:
                 low, high = (0.0, top_value(dtype)) if limits is True else limits
                 out = out.clamp_(low, high)
-            if chosen is not None and not chosen[positions].all():
+            if mixed:
                 out = torch.where(torch.as_tensor(chosen[positions], device=out.device)[:, None, None, None],
-                                  out, values)
+                                  out, before)
             return out
 
         def kernel(images: Any, positions: np.ndarray) -> Any:
             dtype = cast(images.dtype)
-            work = images.to(torch.float64 if dtype == torch.float64 else torch.float32)
+            work = images.to(torch.float64 if dtype == torch.float64 else torch.float32, copy=True)
             return as_dtype(noisy(work, positions, dtype), dtype)
         for source, target in self._pairs(src, dst):
             # A distribution draws from per-item seeds taken now, so it can run later, inside the warp.
             if callable(noise) or target != source or not self._defer_after(source, noisy, cast):
                 self._apply_on(kernel, source, target, chosen)
         return self
+
     @action
     def additive_noise(self, noise: Any, clip: Any = False, preserve_type: bool = False, p: float | None = None,
                        src: str | Sequence[str] = 'images', dst: str | Sequence[str] | None = None) -> NoiseActions:
@@ -121,14 +126,14 @@ class NoiseActions(ImagesBase):
                 a generator seeded by the batch's.
             clip, preserve_type: as in ``multiply``; integer images become float32 unless ``preserve_type``.
         """
-        return self._noisy(lambda x, values: x + values, noise, clip, preserve_type, p, src, dst)
+        return self._noisy(lambda x, values: x.add_(values), noise, clip, preserve_type, p, src, dst)
 
     @action
     def multiplicative_noise(self, noise: Any, clip: Any = False, preserve_type: bool = False,
                              p: float | None = None, src: str | Sequence[str] = 'images',
                              dst: str | Sequence[str] | None = None) -> NoiseActions:
         """Multiply every pixel by noise (``noise`` as in ``additive_noise``, e.g. ``('normal', 1, 0.1)``)."""
-        return self._noisy(lambda x, values: x * values, noise, clip, preserve_type, p, src, dst)
+        return self._noisy(lambda x, values: x.mul_(values), noise, clip, preserve_type, p, src, dst)
 
     @action
     def salt(self, p_noise: Any = 0.015, color: Any = None, size: Any = 1, p: float | None = None,
@@ -146,6 +151,7 @@ class NoiseActions(ImagesBase):
         if np.any((chances < 0) | (chances > 1)):
             raise ValueError(f"Expected p_noise in [0, 1]. Received: p_noise={p_noise!r}.")
         boxes = None if callable(size) else size_pair(size, 1, 'size')[0]
+        chosen = self._chosen(p)
         streams = self._item_seeds()
 
         def kernel(images: Any, positions: np.ndarray) -> Any:
@@ -157,7 +163,7 @@ class NoiseActions(ImagesBase):
             if boxes is not None:
                 return salt_images(images, seeds, (int(boxes[0]), int(boxes[1])), colors, per_seed)
             return self._salt_sized(images, seeds, size, colors, per_seed)
-        return self._apply(kernel, src, dst, p)
+        return self._apply_on(kernel, src, dst, chosen)
 
     def _salt_colors(self, color: Any, images: Any, positions: np.ndarray, count: int) -> tuple[Any, bool]:
         import torch

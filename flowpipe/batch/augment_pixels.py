@@ -80,8 +80,18 @@ class PixelActions(ImagesBase):
              dst: str | Sequence[str] | None = None) -> PixelActions:
         """Clip pixel values to ``[low, high]``: numbers, one value per channel, or ``P(...)`` per item."""
         import torch
-        kernel = _arithmetic(lambda x, lows, highs: torch.maximum(torch.minimum(x, highs), lows),
-                             {'low': low, 'high': high}, len(self), preserve_type=True)
+        n = len(self)
+        in_float = _arithmetic(lambda x, lows, highs: torch.maximum(torch.minimum(x, highs), lows),
+                               {'low': low, 'high': high}, n, preserve_type=True)
+
+        def kernel(images: Any, positions: np.ndarray) -> Any:
+            bounds = [channel_values(v, n, images.shape[1], name)[positions] for v, name in ((low, 'low'), (high, 'high'))]
+            if images.is_floating_point() or any(not np.array_equal(b, np.round(b)) for b in bounds):
+                return in_float(images, positions)
+            info = torch.iinfo(images.dtype)   # whole bounds clip integer images in their own dtype
+            lows, highs = (torch.as_tensor(np.clip(b, info.min, info.max), dtype=images.dtype,
+                                           device=images.device)[:, :, None, None] for b in bounds)
+            return torch.maximum(torch.minimum(images, highs), lows)
         return self._apply(kernel, src, dst, p)
 
     @action

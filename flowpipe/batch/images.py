@@ -136,19 +136,23 @@ class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
         return self._store(src if dst is None else dst, array, channels == 'first')
 
     @action
-    def load(self, fmt: str = 'image', dst: str = 'images') -> ImagesBatch:
-        """Read the batch's image files (a ``FilesIndex`` of them) into ``dst`` with Pillow.
+    def load(self, src: Any = None, fmt: str | None = None, dst: str | Sequence[str] | None = None) -> ImagesBatch:
+        """Read the batch's image files into ``dst`` (``'images'``) with Pillow; other data as ``Batch.load``.
 
-        Images become ``(H, W, 3)`` uint8 arrays (grey and CMYK files are converted to RGB); one array when
-        all shapes agree, an object array otherwise.
+        Files are read with ``fmt='image'``, or with no ``src`` from a batch of a ``FilesIndex``. Images become
+        ``(H, W, 3)`` uint8 arrays (grey and CMYK files are converted to RGB); one array when all shapes agree,
+        an object array otherwise.
         """
-        if fmt != 'image':
-            raise ValueError(f"Expected fmt='image'. Received: fmt={fmt!r}. Other formats are not supported.")
+        if fmt != 'image' and not (fmt is None and src is None and hasattr(self.index, 'get_fullpath')):
+            return super().load(src=src, fmt=fmt, dst=dst)
+        if src is not None or not isinstance(dst, (str, type(None))):
+            raise ValueError(f"Expected load(fmt='image') without src, and one dst component: the files are those "
+                             f"of the batch's FilesIndex. Received: src={type(src).__name__}, dst={dst!r}.")
         if not hasattr(self.index, 'get_fullpath'):
             raise TypeError(f"Expected a batch made from a FilesIndex of image files. Received: an index of type "
                             f"{type(self.index).__name__}. Use FilesIndex(path='folder/*.png').")
         items = [read_image(os.fspath(self.index.get_fullpath(item))) for item in self.indices]
-        return self._store(dst, _pack(items), channels_first=False)
+        return self._store(dst or 'images', _pack(items), channels_first=False)
 
     @action
     def dump(self, dst: str | os.PathLike, fmt: str | None = 'png', src: str = 'images') -> ImagesBatch:

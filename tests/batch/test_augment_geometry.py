@@ -115,6 +115,18 @@ def test_a_chain_of_warps_is_one_resampling(monkeypatch):
     assert batch.images.shape == (4, 10, 14, 3) and calls == [1]
 
 
+def test_noise_and_flip_behind_a_warp_give_what_they_give_after_it():
+    images = random_images(n=8)
+    noise = ('normal', 0, 5)
+    fused = make_batch(images, seed=2).rotate(30).additive_noise(noise, clip=True, preserve_type=True).flip(p=0.5)
+    assert len(fused._pending['images'].after) == 2          # noise and flip wait in the warp's pass
+    separate = make_batch(images, seed=2).rotate(30)
+    assert separate.images.dtype == np.uint8                  # resampled here, rounded to uint8 ...
+    separate.additive_noise(noise, clip=True, preserve_type=True).flip(p=0.5)
+    difference = fused.images.astype(int) - separate.images.astype(int)
+    assert np.abs(difference).max() <= 1                      # ... which the fused pass does once, at the end
+
+
 def test_fused_rotations_undo_each_other_where_sequential_ones_would_lose_corners():
     images = random_images(n=2, height=16, width=16, dtype=np.float32)
     out = make_batch(images).rotate(30).rotate(-30).images

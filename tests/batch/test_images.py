@@ -5,25 +5,7 @@ import pytest
 from flowpipe.batch import ImagesBatch
 from flowpipe.batch import images_kernels, images_warp
 
-
-def make_batch(images, labels=None, seed=0):
-    n = len(images)
-    batch = ImagesBatch(np.arange(n), data={'images': images,
-                                            'labels': np.arange(n) if labels is None else labels})
-    batch.seed = seed
-    return batch
-
-
-def random_images(n=4, height=10, width=14, channels=3, seed=0):
-    return np.random.default_rng(seed).integers(0, 256, (n, height, width, channels)).astype(np.uint8)
-
-
-def ragged(*shapes, seed=0):
-    rng = np.random.default_rng(seed)
-    items = np.empty(len(shapes), dtype=object)
-    for i, shape in enumerate(shapes):
-        items[i] = rng.integers(0, 256, shape).astype(np.uint8)
-    return items
+from .image_cases import make_batch, ragged, random_images
 
 
 @pytest.fixture

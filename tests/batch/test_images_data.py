@@ -46,6 +46,15 @@ def test_resize_with_one_side_keeps_the_aspect_ratio():
     assert [item.shape for item in out] == [(5, 10, 3), (20, 10, 3)]
 
 
+def test_load_reads_in_memory_data_as_batch_load_and_files_with_fmt_image():
+    images = random_images(n=6)
+    batch = make_batch(images[:2])
+    batch.load(src=images, dst='images')                  # rows at the batch's item ids 0 and 1
+    assert np.array_equal(batch.images, images[:2])
+    with pytest.raises(TypeError, match='FilesIndex'):
+        make_batch(images).load(fmt='image')
+
+
 def test_dump_writes_uint8_images(tmp_path):
     image_module = pytest.importorskip('PIL.Image')
     images = random_images(n=2)
