@@ -1,11 +1,13 @@
-"""Make the figures in ``img/`` used by ``docs/pipelines.md`` and the tutorials.
+"""Make the figures in ``img/`` used by ``docs/pipelines.md``, ``docs/images.md`` and the tutorials.
 
-Needs matplotlib, which flowpipe does not depend on: ``pip install matplotlib``, then
-``python tutorials/make_figures.py`` from anywhere. Runs in well under a minute on a CPU.
+Needs matplotlib, which flowpipe does not depend on: ``pip install flowpipe[figures]`` (or ``pip install
+matplotlib``), then ``python tutorials/make_figures.py [name ...]`` from anywhere, with names among
+``loss_curve``, ``batchnorm_shards``, ``augmentations`` (all by default). Runs in well under a minute on a CPU.
 
 - ``img/loss_curve.png``: the training loss of the run in ``tutorials/02_training.ipynb`` (same model, data and seeds).
 - ``img/batchnorm_shards.png``: how far one training step on several devices or micro-batches lands from the
   single-device step, for a network with and without BatchNorm.
+- ``img/augmentations.png``: one Digits image, coloured and enlarged, under each image action of ``docs/images.md``.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flowpipe import B, D, V, Pipeline  # noqa: E402  (after the path set-up above)
+from flowpipe import B, D, ImagesBatch, V, Pipeline  # noqa: E402  (after the path set-up above)
 from flowpipe.models.torch import SimpleCNN  # noqa: E402
 from flowpipe.opensets import Digits  # noqa: E402
 
@@ -106,17 +108,105 @@ def plot_differences(found: dict[bool, list[float]], path: Path) -> None:
     plt.close(figure)
 
 
-def main() -> None:
+AUGMENTATIONS = [
+    ('original', lambda b: b),
+    ('rotate(30)', lambda b: b.rotate(30)),
+    ('rotate(30, expand=True)', lambda b: b.rotate(30, expand=True)),
+    ('scale(0.7,\npreserve_shape=True)', lambda b: b.scale(0.7, preserve_shape=True)),
+    ('scale((1.5, 1),\npreserve_shape=True)', lambda b: b.scale((1.5, 1), preserve_shape=True)),
+    ('shift((16, 8))', lambda b: b.shift((16, 8))),
+    ("shift((40, 0),\nmode='wrap')", lambda b: b.shift((40, 0), mode='wrap')),
+    ("flip('lr')", lambda b: b.flip('lr')),
+    ("flip('ud')", lambda b: b.flip('ud')),
+    ("transform('affine',\nshear 0.3)", lambda b: b.transform('affine', (1, 0.3, -14, 0, 1, 0))),
+    ("transform('perspective')", lambda b: b.transform('perspective', (1, 0.1, -5, 0, 1.1, -8, 0.004, 0.002))),
+    ('elastic_transform(120, 8)', lambda b: b.elastic_transform(120, 8)),
+    ("crop('center', (64, 64))", lambda b: b.crop('center', (64, 64))),
+    ("pad(16, mode='reflect')", lambda b: b.pad(16, mode='reflect')),
+    ('put_on_background(grey,\norigin=(40, 8))', lambda b: b.put_on_background(np.full((128, 144, 3), 90, np.uint8),
+                                                                             (40, 8))),
+    ("cutout('center', 40, 0)", lambda b: b.cutout('center', 40, 0)),
+    ('invert()', lambda b: b.invert()),
+    ('clip(70, 180)', lambda b: b.clip(70, 180)),
+    ('posterize(2)', lambda b: b.posterize(2)),
+    ("enhance('h', 0)", lambda b: b.enhance('h', 0)),
+    ("enhance('c', 2)", lambda b: b.enhance('c', 2)),
+    ("enhance('b', 0.5)", lambda b: b.enhance('b', 0.5)),
+    ("pil_convert('L')", lambda b: b.pil_convert('L')),
+    ("additive_noise(\n('normal', 0, 30))", lambda b: b.additive_noise(('normal', 0, 30), clip=True,
+                                                                       preserve_type=True)),
+    ("multiplicative_noise(\n('uniform', 0.5, 1.5))", lambda b: b.multiplicative_noise(('uniform', 0.5, 1.5),
+                                                                                       clip=True, preserve_type=True)),
+    ('salt(0.02, size=3)', lambda b: b.salt(0.02, size=3)),
+    ("filter('BLUR')", lambda b: b.filter('BLUR')),
+    ("filter('FIND_EDGES')", lambda b: b.filter('FIND_EDGES')),
+    ("filter('EMBOSS')", lambda b: b.filter('EMBOSS')),
+    ("filter('MedianFilter', 7)", lambda b: b.filter('MedianFilter', 7)),
+    ("rotate(20).scale(1.2, True)\n.shift((6, 0)).flip()", lambda b: b.rotate(20).scale(1.2, True).shift((6, 0)).flip()),
+    ('split_to_patches(48)\n(the first of 4)', lambda b: b.split_to_patches(48, stride=48)),
+]
+
+
+def sample_image(digits: Digits) -> np.ndarray:
+    """A 96x96 RGB image: a Digits '2' enlarged 8 times, in white on a colour gradient, with a marked corner."""
+    some = digits.train.create_batch(digits.train.indices[:30])
+    two = some.images[np.flatnonzero(some.labels == 2)[0]]
+    strokes = ImagesBatch(1, data={'images': two[None]}).resize((64, 64), mode='nearest').pad(16)
+    strokes = strokes.filter('SMOOTH').images[0, :, :, 0]
+    ys, xs = np.mgrid[0:96, 0:96] / 95
+    background = np.stack([200 * (1 - xs) + 30, 60 + 120 * ys, 80 + 150 * xs], axis=-1)
+    image = background * (1 - strokes[..., None] / 255) + 255 * (strokes[..., None] / 255)
+    image[4:20, 4:20] = [250, 210, 0]   # a yellow square marks the top-left corner
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def augmented(image: np.ndarray, make) -> np.ndarray:
+    """``image`` after ``make(batch)`` on a batch of it (the first patch of patches; grey shown as RGB)."""
+    batch = ImagesBatch(1, data={'images': image[None]})
+    batch.seed = 3
+    out = make(batch).images[0]
+    out = out[0] if out.ndim == 4 else out
+    return np.repeat(out, 3, axis=2) if out.shape[2] == 1 else out
+
+
+def plot_augmentations(digits: Digits, path: Path) -> None:
+    import matplotlib.pyplot as plt
+    image = sample_image(digits)
+    columns = 8
+    rows = -(-len(AUGMENTATIONS) // columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(1.45 * columns, 1.8 * rows), dpi=60)
+    for axes, (title, make) in zip(grid.ravel(), AUGMENTATIONS):
+        axes.imshow(augmented(image, make), interpolation='nearest')
+        axes.set_title(title, fontsize=6.5)
+    for axes in grid.ravel():
+        axes.set_axis_off()
+    figure.tight_layout(pad=0.4, h_pad=1.2)
+    figure.savefig(path)
+    plt.close(figure)
+
+
+FIGURES = ('loss_curve', 'batchnorm_shards', 'augmentations')
+
+
+def main(names: list[str]) -> None:
+    unknown = sorted(set(names) - set(FIGURES))
+    if unknown:
+        raise SystemExit(f"Expected figure names among {FIGURES}. Received: {unknown}.")
+    names = names or list(FIGURES)
     IMG.mkdir(exist_ok=True)
     digits = Digits()
-    plot_losses(training_losses(digits), IMG / 'loss_curve.png')
-    found = layout_differences(digits)
-    for batch_norm, values in found.items():
-        print('batch_norm' if batch_norm else 'no batch norm', ['%.1e' % value for value in values])
-    plot_differences(found, IMG / 'batchnorm_shards.png')
-    for name in ('loss_curve.png', 'batchnorm_shards.png'):
-        print(f"wrote img/{name}: {(IMG / name).stat().st_size // 1024} KB")
+    if 'loss_curve' in names:
+        plot_losses(training_losses(digits), IMG / 'loss_curve.png')
+    if 'batchnorm_shards' in names:
+        found = layout_differences(digits)
+        for batch_norm, values in found.items():
+            print('batch_norm' if batch_norm else 'no batch norm', ['%.1e' % value for value in values])
+        plot_differences(found, IMG / 'batchnorm_shards.png')
+    if 'augmentations' in names:
+        plot_augmentations(digits, IMG / 'augmentations.png')
+    for name in names:
+        print(f"wrote img/{name}.png: {(IMG / f'{name}.png').stat().st_size // 1024} KB")
 
 
 if __name__ == '__main__':
-    main()
+    main(sys.argv[1:])
