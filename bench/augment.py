@@ -140,9 +140,9 @@ def main() -> None:
     print(f'same parameters, median |flowpipe - loop| inside the border: {check_same_work(images):.1f} grey levels')
     ours, loop = measure(images, args.device, args.iters, args.repeats)
     ratios = [b / a for a, b in zip(ours, loop)]
-    print(f'flowpipe {1000 * statistics.median(ours):8.1f} ms/batch   per-item loop {1000 * statistics.median(loop):8.1f} '
-          f'ms/batch   loop / flowpipe: {statistics.median(ratios):.2f}x (blocks: '
-          f'{", ".join(f"{r:.2f}" for r in ratios)})')
+    print(f'flowpipe {1000 * statistics.median(ours):8.1f} ms/batch   '
+          f'per-item loop {1000 * statistics.median(loop):8.1f} ms/batch   '
+          f'loop / flowpipe: {statistics.median(ratios):.2f}x (blocks: {", ".join(f"{r:.2f}" for r in ratios)})')
 
 
 if __name__ == '__main__':

@@ -142,7 +142,8 @@ AUGMENTATIONS = [
     ("filter('FIND_EDGES')", lambda b: b.filter('FIND_EDGES')),
     ("filter('EMBOSS')", lambda b: b.filter('EMBOSS')),
     ("filter('MedianFilter', 7)", lambda b: b.filter('MedianFilter', 7)),
-    ("rotate(20).scale(1.2, True)\n.shift((6, 0)).flip()", lambda b: b.rotate(20).scale(1.2, True).shift((6, 0)).flip()),
+    ("rotate(20).scale(1.2, True)\n.shift((6, 0)).flip()",
+     lambda b: b.rotate(20).scale(1.2, True).shift((6, 0)).flip()),
     ('split_to_patches(48)\n(the first of 4)', lambda b: b.split_to_patches(48, stride=48)),
 ]
 

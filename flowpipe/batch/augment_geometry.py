@@ -154,11 +154,11 @@ class GeometryActions(ImagesBase):
         picked = np.ones(len(self), dtype=bool) if chosen is None else chosen
 
         def flipped(values: Any, positions: np.ndarray, dtype: Any = None) -> Any:
-            import torch
+            from .images_data import put, take
             if picked[positions].all():
                 return values.flip(3 - axis)
-            which = torch.as_tensor(np.flatnonzero(picked[positions]), device=values.device)
-            values[which] = values[which].flip(3 - axis)   # a fresh tensor of the warp's pass
+            which = np.flatnonzero(picked[positions])
+            put(values, which, take(values, which).flip(3 - axis))   # a fresh tensor of the warp's pass
             return values
         for source, target in self._pairs(src, dst):
             pending = self._pending[source] if source == target and self._is_pending(source) else None

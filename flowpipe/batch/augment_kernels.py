@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .images_data import Groups
+from .images_data import Groups, put, take
 
 __all__ = ['LUMA', 'as_dtype', 'background_of', 'blend', 'fill_boxes', 'gray', 'pad_by_mode', 'paste_with_mask',
            'patches_of', 'top_value', 'write_patches']
@@ -47,11 +47,11 @@ def pad_by_mode(images: torch.Tensor, borders: np.ndarray, mode: str) -> torch.T
         return F.pad(images, (left, right, top, bottom), mode=mode)
     out = None
     for k, (left, top, right, bottom) in enumerate(unique.tolist()):
-        picked = torch.as_tensor(np.flatnonzero(which.ravel() == k), device=images.device)
-        padded = F.pad(images[picked], (left, right, top, bottom), mode=mode)
+        picked = np.flatnonzero(which.ravel() == k)
+        padded = F.pad(take(images, picked), (left, right, top, bottom), mode=mode)
         out = torch.empty((len(images), *padded.shape[1:]), dtype=images.dtype, device=images.device) \
             if out is None else out
-        out[picked] = padded
+        put(out, picked, padded)
     return out
 
 

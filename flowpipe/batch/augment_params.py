@@ -13,7 +13,8 @@ import numpy as np
 
 from flowpipe.expr import PerItem
 
-__all__ = ['ORIGINS', 'channel_values', 'check_size', 'is_per_item', 'origins', 'pair', 'per_item', 'probability', 'size_pair']
+__all__ = ['ORIGINS', 'channel_values', 'check_size', 'is_per_item', 'origins', 'pair', 'per_item', 'probability',
+           'size_pair']
 
 ORIGINS = ('center', 'top_left', 'top_right', 'bottom_left', 'bottom_right', 'random')
 _CORNERS = {'center': (0.5, 0.5), 'top_left': (0.0, 0.0), 'top_right': (1.0, 0.0), 'bottom_left': (0.0, 1.0),

@@ -85,7 +85,8 @@ class PixelActions(ImagesBase):
                                {'low': low, 'high': high}, n, preserve_type=True)
 
         def kernel(images: Any, positions: np.ndarray) -> Any:
-            bounds = [channel_values(v, n, images.shape[1], name)[positions] for v, name in ((low, 'low'), (high, 'high'))]
+            bounds = [channel_values(value, n, images.shape[1], name)[positions]
+                      for value, name in ((low, 'low'), (high, 'high'))]
             if images.is_floating_point() or any(not np.array_equal(b, np.round(b)) for b in bounds):
                 return in_float(images, positions)
             info = torch.iinfo(images.dtype)   # whole bounds clip integer images in their own dtype

@@ -105,7 +105,8 @@ class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
 
         def kernel(images: Any, positions: np.ndarray) -> Any:
             height, width = images.shape[2:]
-            target = (size[0] or max(1, int(width * size[1] / height)), size[1] or max(1, int(height * size[0] / width)))
+            target = (size[0] or max(1, int(width * size[1] / height)),
+                      size[1] or max(1, int(height * size[0] / width)))
             return resize(images, target, mode)
         return self._apply(kernel, src, dst, p)
 

@@ -214,7 +214,7 @@ class ImagesBase(Batch):
         ``out_sizes(sizes)`` gives every item's output ``(width, height)`` from the ``(N, 2)`` input sizes; items
         ``chosen`` leaves out keep their images.
         """
-        import torch
+        from .images_data import take
         for source, target in self._pairs(src, dst):
             read = self._read(source)
             out = out_sizes(self._sizes(source))
@@ -224,7 +224,7 @@ class ImagesBase(Batch):
                 keys = np.concatenate([out[positions], picked[positions, None]], axis=1)
                 for key in np.unique(keys, axis=0):
                     local = np.flatnonzero((keys == key).all(axis=1))
-                    part = tensor[torch.as_tensor(local, device=tensor.device)]
+                    part = take(tensor, local)
                     done = kernel(part, positions[local], (int(key[0]), int(key[1]))) if key[2] else part
                     results.append((positions[local], done))
             self._write(source, target, results, read)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ['Groups', 'chunk_items', 'chunked', 'is_ragged', 'on_chosen', 'read', 'stacked', 'write']
+__all__ = ['Groups', 'chunk_items', 'chunked', 'is_ragged', 'on_chosen', 'put', 'read', 'stacked', 'take', 'write']
 
 
 @dataclass(frozen=True)
@@ -88,22 +88,54 @@ def read(value: Any, channels_first: bool, name: str = 'images') -> Groups:
     return Groups(len(items), groups, as_torch)
 
 
+def _layout_of(tensor: torch.Tensor) -> torch.memory_format:
+    if tensor.ndim == 4 and tensor.shape[1] > 1 and tensor.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+def take(tensor: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+    """``tensor[rows]``: whole items, copied one by one on the CPU, where an image is one block of memory.
+
+    torch's index kernels move images tens of times slower than plain copies of each (17 ms against 0.3 ms
+    for 32 of 64 uint8 images of 224x224x3); on other devices one index call is the fast way.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    if tensor.device.type != 'cpu':
+        return tensor[torch.as_tensor(rows, device=tensor.device)]
+    if len(rows) and np.array_equal(rows, np.arange(rows[0], rows[0] + len(rows))):
+        return tensor[int(rows[0]):int(rows[0]) + len(rows)]
+    out = torch.empty((len(rows), *tensor.shape[1:]), dtype=tensor.dtype, memory_format=_layout_of(tensor))
+    for k, row in enumerate(rows.tolist()):
+        out[k] = tensor[row]
+    return out
+
+
+def put(out: torch.Tensor, rows: np.ndarray, values: torch.Tensor) -> None:
+    """``out[rows] = values``, item by item on the CPU (see ``take``)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if out.device.type != 'cpu':
+        out[torch.as_tensor(rows, device=out.device)] = values
+        return
+    for k, row in enumerate(rows.tolist()):
+        out[row] = values[k]
+
+
 def stacked(results: list, size: int) -> torch.Tensor | None:
     """One ``(size, C, H, W)`` tensor of result groups in batch order, or ``None`` when they cannot stack."""
     if len(results) == 1 and len(results[0][0]) == size:
         positions, tensor = results[0]
         if np.array_equal(positions, np.arange(size)):
             return tensor
-        return tensor[torch.as_tensor(np.argsort(positions), device=tensor.device)]
+        return take(tensor, np.argsort(positions))
     first = results[0][1] if results else None
     if first is None or any(t.shape[1:] != first.shape[1:] or t.dtype != first.dtype or t.device != first.device
                             for _, t in results):
         return None
-    layout = torch.channels_last if first.shape[1] > 1 and first.is_contiguous(memory_format=torch.channels_last) \
-        else torch.contiguous_format
-    out = torch.empty((size, *first.shape[1:]), dtype=first.dtype, device=first.device, memory_format=layout)
+    out = torch.empty((size, *first.shape[1:]), dtype=first.dtype, device=first.device,
+                      memory_format=_layout_of(first))
     for positions, tensor in results:
-        out[torch.as_tensor(positions, device=first.device)] = tensor
+        put(out, positions, tensor)
     return out
 
 
@@ -159,9 +191,8 @@ def chunked(kernel: Any, images: torch.Tensor, positions: np.ndarray) -> torch.T
     if step >= len(images):
         return kernel(images, positions)
     first = kernel(images[:step], positions[:step])
-    layout = torch.channels_last if first.shape[1] > 1 and first.is_contiguous(memory_format=torch.channels_last) \
-        else torch.contiguous_format
-    out = torch.empty((len(images), *first.shape[1:]), dtype=first.dtype, device=first.device, memory_format=layout)
+    out = torch.empty((len(images), *first.shape[1:]), dtype=first.dtype, device=first.device,
+                      memory_format=_layout_of(first))
     out[:step] = first
     for start in range(step, len(images), step):
         out[start:start + step] = kernel(images[start:start + step], positions[start:start + step])
@@ -180,11 +211,9 @@ def on_chosen(kernel: Any, positions: np.ndarray, tensor: torch.Tensor, chosen: 
     if not picked.any():
         return [(positions, tensor)]
     inside, outside = np.flatnonzero(picked), np.flatnonzero(~picked)
-    index = torch.as_tensor(inside, device=tensor.device)
-    done = chunked(kernel, tensor[index], positions[inside])
+    done = chunked(kernel, take(tensor, inside), positions[inside])
     if done.shape[1:] == tensor.shape[1:] and done.dtype == tensor.dtype:
         out = tensor.clone(memory_format=torch.preserve_format)
-        out[index] = done
+        put(out, inside, done)
         return [(positions, out)]
-    kept = tensor[torch.as_tensor(outside, device=tensor.device)].to(done.dtype)
-    return [(positions[inside], done), (positions[outside], kept)]
+    return [(positions[inside], done), (positions[outside], take(tensor, outside).to(done.dtype))]

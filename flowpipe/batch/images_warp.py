@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .augment_maps import is_translation
-from .images_data import chunk_items
+from .images_data import chunk_items, put, take
 
 __all__ = ['apply_maps', 'elastic_field', 'gaussian_kernel', 'translate', 'warp']
 
@@ -114,15 +114,20 @@ def translate(images: torch.Tensor, dx: np.ndarray, dy: np.ndarray, size: tuple[
     which = which.ravel()
     out = _canvas(images, (n, channels, out_height, out_width), 0 if wrap else fill)
     for k, (x, y) in enumerate(unique.tolist()):
-        items = slice(None) if len(unique) == 1 else torch.as_tensor(np.flatnonzero(which == k),
-                                                                      device=images.device)
-        if wrap:
-            out[items] = torch.roll(images[items], (y, x), dims=(2, 3))
-            continue
-        top, bottom, left, right = max(y, 0), min(y + height, out_height), max(x, 0), min(x + width, out_width)
-        if top < bottom and left < right:
-            out[items, :, top:bottom, left:right] = images[items, :, top - y:bottom - y, left - x:right - x]
+        for items in _runs(np.flatnonzero(which == k)):
+            if wrap:
+                out[items] = torch.roll(images[items], (y, x), dims=(2, 3))
+                continue
+            top, bottom, left, right = max(y, 0), min(y + height, out_height), max(x, 0), min(x + width, out_width)
+            if top < bottom and left < right:
+                out[items, :, top:bottom, left:right] = images[items, :, top - y:bottom - y, left - x:right - x]
     return out
+
+
+def _runs(rows: np.ndarray) -> list[slice]:
+    """``rows`` as slices of consecutive items (sliced copies, not index kernels: see ``images_data.take``)."""
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    return [slice(int(run[0]), int(run[-1]) + 1) for run in np.split(rows, breaks) if len(run)]
 
 
 def apply_maps(images: torch.Tensor, maps: np.ndarray, fill: float = 0.0, resample: str = 'bilinear') -> torch.Tensor:
@@ -135,8 +140,8 @@ def apply_maps(images: torch.Tensor, maps: np.ndarray, fill: float = 0.0, resamp
     if moved.all():
         return warp(images, maps, fill=fill, resample=resample)
     out = images.clone(memory_format=torch.preserve_format)
-    picked = torch.as_tensor(np.flatnonzero(moved), device=images.device)
-    out[picked] = warp(images[picked], maps[moved], fill=fill, resample=resample)
+    picked = np.flatnonzero(moved)
+    put(out, picked, warp(take(images, picked), maps[moved], fill=fill, resample=resample))
     return out
 
 

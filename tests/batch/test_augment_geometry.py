@@ -55,7 +55,8 @@ def test_scale_without_preserving_shape_resizes_by_per_item_factors():
 
 def test_scale_preserving_shape_places_the_picture_at_the_origin():
     images = ramp(1, height=6, width=8)
-    enlarged = make_batch(images).scale(2, preserve_shape=True, origin='top_left', resample='nearest').images[0, :, :, 0]
+    enlarged = make_batch(images).scale(2, preserve_shape=True, origin='top_left', resample='nearest')
+    enlarged = enlarged.images[0, :, :, 0]
     assert np.array_equal(enlarged, images[0, np.arange(6) // 2][:, np.arange(8) // 2, 0])
     shrunk = make_batch(images).scale(0.5, preserve_shape=True, origin='bottom_right', fill=255).images[0, :, :, 0]
     assert (shrunk[:3] == 255).all() and (shrunk[:, :4] == 255).all() and (shrunk[3:, 4:] != 255).all()
