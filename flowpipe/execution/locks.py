@@ -85,6 +85,24 @@ class OrderedLocks:
             state.released.add(seq)
             self._cond.notify_all()
 
+    def enter(self, key: Hashable, seq: int) -> None:
+        """``acquire``, unless ``seq`` holds ``key`` already (an ordered region entered at several points)."""
+        with self._cond:
+            state = self._keys.get(key)
+            if state is not None and state.holder == seq:
+                return
+        self.acquire(key, seq)
+
+    def leave(self, key: Hashable, seq: int) -> None:
+        """Mark ``seq`` done with ``key``: release it if held, else let later batches pass without ``seq``."""
+        with self._cond:
+            state = self._key_state(key)
+            if state.holder == seq:
+                state.holder = None
+            if seq >= state.mark and seq >= self._finished_mark:
+                state.released.add(seq)
+            self._cond.notify_all()
+
     def finish(self, seq: int) -> None:
         """Mark ``seq`` done with every key: the keys it holds are released, the others passed."""
         with self._cond:

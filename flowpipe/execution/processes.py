@@ -3,7 +3,8 @@
 Each worker process gets, once, a dill copy of the stage's runner (dataset, config, variables and models as
 they are when the run starts) and sends back only the processed batches. Whatever an action changes in a
 worker's copy of the variables or models stays there, so the actions whose whole point is to change shared
-state in order (``use_lock=True``, model actions, ``join``/``merge``) are refused before the run starts.
+state (writes to variables or config, ``use_lock=True``, model actions, ``join``/``merge``) are refused before
+the run starts rather than silently lost.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Iterator
 from ..pipeline import model_actions
 from ..pipeline.records import ActionRecord, MaybeRecord
 from ..pipeline.registry import get_builtin
-from .steps import default_use_lock
+from .ordering import access_of
 
 __all__ = ['InProcess', 'check_processes', 'reattached']
 
@@ -27,10 +28,13 @@ def check_processes(pipeline: Any, profile: bool) -> None:
                          "would stay in the worker processes. Profile with target='threads'.")
     batch_class = getattr(pipeline.dataset, 'batch_class', None)
     for record in _first_stage(pipeline.actions):
+        access = access_of(record, batch_class)
         if record.name in _STATEFUL:
             why = "its models or batches of other pipelines"
-        elif record.use_lock or (record.use_lock is None and default_use_lock(batch_class, record.name)):
+        elif access.lock:
             why = "a use_lock=True action's changes to variables or models"
+        elif access.writes:
+            why = "its writes to pipeline variables or config"
         else:
             continue
         raise ValueError(f"Expected actions that change no shared state with target='processes'. Received: "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import numbers
+import weakref
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping
@@ -21,7 +22,7 @@ from .prefetch import TARGETS, Prefetcher
 from .processes import InProcess, check_processes, reattached
 from .profile import Profiler
 from .rebatch import rebatch_stage
-from .runner import BatchRunner, run_steps
+from .runner import BatchRunner, deferred_stage, run_steps
 from .steps import compile_plan
 
 __all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline']
@@ -87,7 +88,7 @@ def _check_count(name: str, value: Any, allow_none: bool, minimum: int = 1) -> N
 
 def run_pipeline(pipeline: Any, args: RunArgs, reset: Any = None) -> Any:
     """Process every batch of the run; returns ``pipeline``."""
-    batches = iterate(pipeline, args, reset)
+    batches = iterate(pipeline, args, reset, ahead=True)
     try:
         for _ in batches:
             pass
@@ -104,13 +105,20 @@ def next_batch(pipeline: Any, args: RunArgs, reset: Any = None) -> Any:
             pipeline.reset(*_targets(reset))
         if state.iterator is None or state.iterator_args != args:
             state.close_iterator()
-            state.iterator = iterate(pipeline, args, infinite=True)
+            # A weak proxy: the state holds this iterator, which must not keep the pipeline alive in turn.
+            state.iterator = iterate(weakref.proxy(pipeline), args, infinite=True)
             state.iterator_args = args
         return next(state.iterator)
 
 
-def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = False) -> Iterator[Any]:
-    """A generator of the run's processed batches; bad arguments raise here, before any batch."""
+def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = False,
+            ahead: bool = False) -> Iterator[Any]:
+    """A generator of the run's processed batches; bad arguments raise here, before any batch.
+
+    With prefetch, ``ahead=True`` (``run``: every batch is asked for) lets workers run every action of the first
+    stage, stateful ones in batch order; otherwise (``gen_batch``, ``next_batch``) workers run only the actions
+    before the first stateful one, and the rest runs when the caller asks for the batch.
+    """
     if reset is not None:
         pipeline.reset(*_targets(reset))
     dataset = pipeline.dataset
@@ -136,7 +144,7 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
         raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
-    return _batches(pipeline, args, indices, total, root)
+    return _batches(pipeline, args, indices, total, root, ahead)
 
 
 def _root_seed(args: RunArgs) -> int:
@@ -155,31 +163,20 @@ def _targets(reset: Any) -> tuple:
     return (reset,) if isinstance(reset, str) else tuple(reset)
 
 
-def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None, root: int) -> Iterator[Any]:
-    state = pipeline.state
+def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None, root: int,
+             ahead: bool) -> Iterator[Any]:
+    # Only `pipeline` is kept here, never its state: next_batch passes a weak proxy, so that the iterator its state
+    # holds does not keep the pipeline (and the prefetch workers) alive once the user drops it.
+    in_processes = args.prefetch > 0 and args.target == 'processes'
     locks = OrderedLocks() if args.prefetch else None
-    profiler = Profiler() if args.profile else None
-    if profiler is not None:
-        state.profiler = profiler
-    plan = compile_plan(pipeline.actions, getattr(pipeline.dataset, 'batch_class', None), locks, args.batch_size)
-    firsts = itertools.accumulate((len(steps) for steps in plan.stages), initial=0)
-    runners = [BatchRunner(pipeline, steps, root, stage, total if stage == 0 else None,
-                           locks if stage == 0 and plan.locked else None, profiler, first, _seed_given(args))
-               for stage, (steps, first) in enumerate(zip(plan.stages, firsts))]
+    plan = compile_plan(pipeline.actions, getattr(pipeline.dataset, 'batch_class', None), locks, args.batch_size,
+                        defer=args.prefetch > 0 and not ahead and not in_processes)
+    runners = _runners(pipeline, args, plan, locks, total, root)
     sections = runners[0].section_context()
-    state.declare_variables(pipeline.all_records(), sections)
+    pipeline.state.declare_variables(pipeline.all_records(), sections)
     if not _run_section(pipeline.before.actions, sections):
         return
-    in_processes = args.prefetch > 0 and args.target == 'processes'
-    process = InProcess(runners[0]) if in_processes else runners[0].process
-    try:
-        prefetcher = Prefetcher(indices, process, args.prefetch, target=args.target,
-                                on_close=None if locks is None else locks.close)
-    except Exception as error:
-        if in_processes:
-            error.add_note("flowpipe: target='processes' sends the dataset, config, variables and models to "
-                           "every worker with dill; use target='threads' for state that cannot be pickled.")
-        raise
+    prefetcher = _prefetcher(args, indices, runners[0], locks, bool(plan.deferred))
     stream: Iterator[Any] = iter(prefetcher)
     if in_processes:
         stream = reattached(stream, pipeline.dataset)
@@ -187,11 +184,13 @@ def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None,
     # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
     prefetched = args.prefetch > 0
     try:
+        if plan.deferred:
+            stream = deferred_stage(stream, runners.pop(1))
         for runner, options in zip(runners[1:], plan.rebatches):
             stream = rebatch_stage(stream, runner, **options)
-        progress = _progress(args.bar, total, state.variables)
+        progress = _progress(args.bar, total, pipeline.state.variables)
         for batch in stream:
-            state.batches += 1
+            pipeline.state.batches += 1
             if progress is not None:
                 progress.update(1, ready=prefetcher.ready if prefetched else None)
             yield batch
@@ -201,6 +200,35 @@ def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None,
         if progress is not None:
             progress.close()
     _run_section(pipeline.after.actions, sections)
+
+
+def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | None, root: int) -> list:
+    """A runner per stage; with deferred steps, theirs comes second (stage 0 too, so the same seeds)."""
+    profiler = Profiler() if args.profile else None
+    if profiler is not None:
+        pipeline.state.profiler = profiler
+    parts = [(0, plan.stages[0], locks if plan.locked else None)]
+    if plan.deferred:
+        parts.append((0, plan.deferred, None))
+    parts += [(stage, steps, None) for stage, steps in enumerate(plan.stages[1:], 1)]
+    firsts = itertools.accumulate((len(steps) for _, steps, _ in parts), initial=0)
+    return [BatchRunner(pipeline, steps, root, stage, total if stage == 0 else None, stage_locks, profiler, first,
+                        _seed_given(args))
+            for (stage, steps, stage_locks), first in zip(parts, firsts)]
+
+
+def _prefetcher(args: RunArgs, indices: Iterator, runner: BatchRunner, locks: Any, started: bool) -> Prefetcher:
+    """The prefetcher of the first stage: whole batches, or (``started``) contexts for the deferred steps."""
+    in_processes = args.prefetch > 0 and args.target == 'processes'
+    process = InProcess(runner) if in_processes else runner.start if started else runner.process
+    try:
+        return Prefetcher(indices, process, args.prefetch, target=args.target,
+                          on_close=None if locks is None else locks.close)
+    except Exception as error:
+        if in_processes:
+            error.add_note("flowpipe: target='processes' sends the dataset, config, variables and models to "
+                           "every worker with dill; use target='threads' for state that cannot be pickled.")
+        raise
 
 
 def _run_section(records: tuple, ctx: Any) -> bool:

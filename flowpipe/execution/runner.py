@@ -2,25 +2,29 @@
 
 ``BatchRunner.process(seq, index)`` creates the batch from its sub-index, gives it the seed of batch ``seq``
 from the run's seed tree, builds the ``Context`` and runs every step. It is what the prefetcher calls, in the
-caller's thread (``prefetch=0``) or in a worker.
+caller's thread (``prefetch=0``) or in a worker. When ``gen_batch``/``next_batch`` keep the stateful steps for
+the caller, the prefetcher calls ``start`` instead (it returns the batch's ``Context``) and ``deferred_stage``
+runs the rest with ``resume`` on that same context, in the caller's thread, when the batch is asked for.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import SkipBatch, StopPipeline
 from ..expr.context import Context
 from .seeds import batch_seed
 
-__all__ = ['BatchRunner', 'NOTE_PREFIX', 'ProfiledStep', 'run_steps']
+__all__ = ['BatchRunner', 'NOTE_PREFIX', 'ProfiledStep', 'deferred_stage', 'run_steps']
 
 NOTE_PREFIX = 'flowpipe: raised in action'
 
 
-def run_steps(steps: tuple, ctx: Any) -> None:
-    """Run ``steps`` on ``ctx`` in order; an error gets a note naming the action and the batch."""
-    for position, step in enumerate(steps):
+def run_steps(steps: tuple, ctx: Any, first: int = 0) -> None:
+    """Run ``steps`` on ``ctx`` in order; an error gets a note naming the action (numbered from ``first``) and
+    the batch."""
+    for position, step in enumerate(steps, first):
         try:
             step(ctx)
         except (SkipBatch, StopPipeline):
@@ -75,7 +79,7 @@ class BatchRunner:
         self.seed_given = seed_given
         self.dataset, self.config, state = pipeline.dataset, pipeline.config, pipeline.state
         self.variables, self.models = state.variables, state.models
-        self.total, self.locks, self.profiler = total, locks, profiler
+        self.total, self.locks, self.profiler, self.first = total, locks, profiler, first
         if profiler is not None:
             self.steps = tuple(ProfiledStep(step, profiler, f"{first + position}: {step.name}")
                                for position, step in enumerate(steps))
@@ -86,18 +90,46 @@ class BatchRunner:
 
     def apply(self, seq: int, batch: Any) -> Any:
         """Run the steps on ``batch`` as batch number ``seq`` of the stage; returns the processed batch."""
+        return self._run(seq, batch).batch
+
+    def start(self, seq: int, index: Any) -> Context:
+        """``process``, returning the batch's ``Context`` for ``resume`` to carry on with."""
+        return self._run(seq, self.dataset.create_batch(index))
+
+    def resume(self, ctx: Context) -> Any:
+        """Run the steps on a context that another runner of the stage ``start``-ed; returns the batch."""
+        run_steps(self.steps, ctx, self.first)
+        return ctx.batch
+
+    def _run(self, seq: int, batch: Any) -> Context:
         seed = batch_seed(self.root, self.stage, seq, self.seed_given)
         batch.seed = seed
         ctx = Context(batch, self.dataset, self.config, self.variables, self.models, seq, self.total, seed,
                       self.pipeline)
         if self.locks is None:
-            run_steps(self.steps, ctx)
+            run_steps(self.steps, ctx, self.first)
         else:
             with self.locks.running(seq):
-                run_steps(self.steps, ctx)
-        return ctx.batch
+                run_steps(self.steps, ctx, self.first)
+        return ctx
 
     def section_context(self) -> Context:
         """A context without a batch, for the ``before``/``after`` sections."""
         return Context(None, self.dataset, self.config, self.variables, self.models, 0, self.total, None,
                        self.pipeline)
+
+
+def deferred_stage(contexts: Iterator[Context], runner: BatchRunner) -> Iterator[Any]:
+    """Finish each started batch with ``runner.resume`` as the caller asks for it; ``SkipBatch`` drops it,
+    ``StopPipeline`` ends the stage."""
+    try:
+        for ctx in contexts:
+            try:
+                batch = runner.resume(ctx)
+            except SkipBatch:
+                continue
+            except StopPipeline:
+                return
+            yield batch
+    finally:
+        contexts.close()

@@ -8,16 +8,19 @@ whether the step takes an ordered lock. Running a step is then one call: ``step(
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..expr import contains_expressions, evaluate
 from ..pipeline.names import batch_action_names, unknown_action
 from ..pipeline.records import ActionRecord, MaybeRecord
 from ..pipeline.registry import get_builtin
+from .ordering import (Access, OrderedTarget, Ordering, access_of, default_use_lock, deferred_from, order_units,
+                       written)
 from .runner import run_steps
 
-__all__ = ['Plan', 'Step', 'compile_plan', 'default_use_lock', 'pull_batch']
+__all__ = ['OrderedStep', 'Plan', 'Step', 'compile_plan', 'default_use_lock', 'pull_batch']
 
 
 class Step:
@@ -65,11 +68,12 @@ class BatchStep(Step):
 
 class BuiltinStep(Step):
     """A built-in action: ``func(ctx, *args, **kwargs)``; a returned batch replaces the current one."""
-    __slots__ = ('func', 'args', 'kwargs', 'kept', 'dynamic', 'join_at')
+    __slots__ = ('func', 'args', 'kwargs', 'kept', 'dynamic', 'join_at', 'targets')
 
     def __init__(self, record: ActionRecord):
         spec = get_builtin(record.name)
         self.name, self.label, self.func, self.join_at = record.name, repr(record), spec.func, spec.join_at
+        self.targets = spec.keep
         kept = spec.keep if spec.evaluate else tuple(record.kwargs)
         self.kept = {key: value for key, value in record.kwargs.items() if key in kept}
         self.kwargs = {key: value for key, value in record.kwargs.items() if key not in kept}
@@ -86,6 +90,13 @@ class BuiltinStep(Step):
         if result is not None:
             ctx.batch = result
 
+    def gate_writes(self, wrap: Callable[[Any], Any]) -> None:
+        """Replace each assignment target that writes shared state by ``wrap(target)``."""
+        for store in (self.kept, self.kwargs):
+            for name in self.targets:
+                if name in store and written(store[name]):
+                    store[name] = wrap(store[name])
+
     def call_with(self, ctx: Any, lead: tuple) -> None:
         args, kwargs = self.args, self.kwargs
         if self.dynamic:
@@ -96,26 +107,28 @@ class BuiltinStep(Step):
             ctx.batch = result
 
 
-class LockedStep(Step):
-    """Runs ``inner`` for one batch at a time, in batch order (``use_lock=True``)."""
-    __slots__ = ('inner', 'locks', 'key')
+class OrderedStep(Step):
+    """A member of an ordered group (see ``ordering``): enters the group's lock before ``inner`` unless it enters
+    at its write, and leaves the group after ``inner`` when it is the group's last member."""
+    __slots__ = ('inner', 'locks', 'key', 'enter', 'leave')
 
-    def __init__(self, inner: Step, locks: Any, key: int):
+    def __init__(self, inner: Step, locks: Any, key: int, enter: bool, leave: bool):
         self.name, self.label, self.inner, self.locks, self.key = inner.name, inner.label, inner, locks, key
+        self.enter, self.leave = enter, leave
 
     def __call__(self, ctx: Any) -> None:
-        self.locks.acquire(self.key, ctx.iteration)
-        try:
-            self.inner(ctx)
-        finally:
-            self.locks.release(self.key, ctx.iteration)
+        self.call_with(ctx, None)
 
-    def call_with(self, ctx: Any, lead: tuple) -> None:
-        self.locks.acquire(self.key, ctx.iteration)
-        try:
+    def call_with(self, ctx: Any, lead: tuple | None) -> None:
+        # On an error or SkipBatch the runner's `locks.running(seq)` releases what the batch holds.
+        if self.enter:
+            self.locks.enter(self.key, ctx.iteration)
+        if lead is None:
+            self.inner(ctx)
+        else:
             self.inner.call_with(ctx, lead)
-        finally:
-            self.locks.release(self.key, ctx.iteration)
+        if self.leave:
+            self.locks.leave(self.key, ctx.iteration)
 
 
 class MaybeStep(Step):
@@ -184,90 +197,105 @@ class Plan:
         stages: steps of each stage.
         rebatches: the ``rebatch`` record's options before each stage after the first.
         locked: whether any step of the first stage takes an ordered lock.
+        deferred: with ``defer=True``, the first stage's steps from its first stateful one on, which run in the
+            caller's thread when the batch is asked for (``stages[0]`` holds the steps before them).
     """
     stages: list[tuple[Step, ...]] = field(default_factory=list)
     rebatches: list[dict] = field(default_factory=list)
     locked: bool = False
+    deferred: tuple[Step, ...] = ()
 
 
-def compile_plan(records: tuple, batch_class: type | None, locks: Any, pull_size: int) -> Plan:
+@dataclass(frozen=True)
+class _Unit:
+    """One step to be: an action (or ``p @ prob`` block) with the batches of the ``join`` before it, if any."""
+    record: Any
+    joining: ActionRecord | None = None
+
+    def access(self, batch_class: type | None) -> Access:
+        access = access_of(self.record, batch_class)
+        return access if self.joining is None else replace(access, pulls=True)
+
+
+def compile_plan(records: tuple, batch_class: type | None, locks: Any, pull_size: int,
+                 defer: bool = False) -> Plan:
     """Compile the main records into stages of steps.
 
     Args:
         records: the pipeline's main records.
         batch_class: the dataset's batch class (for ``@action(use_lock=True)`` defaults), if known.
-        locks: the run's ``OrderedLocks`` for the first stage (prefetched), or ``None`` (no locking at all).
+        locks: the run's ``OrderedLocks`` for the first stage (prefetched), or ``None`` (no ordering at all).
         pull_size: batch size for pulling batches of joined or merged pipelines without lazy run arguments.
+        defer: split the first stage at its first stateful step (``gen_batch``/``next_batch``): the steps
+            before it may run ahead in workers, the rest (``Plan.deferred``) runs when the caller asks.
     """
-    plan, keys, current = Plan(), itertools.count(), []
+    plan, keys, stages, current = Plan(), itertools.count(), [], []
     for record in records:
         if isinstance(record, ActionRecord) and record.name == 'rebatch':
-            plan.stages.append(tuple(current))
+            stages.append(_units(current))
             plan.rebatches.append(dict(record.kwargs))
             current = []
             continue
         current.append(record)
-    plan.stages.append(tuple(current))
+    stages.append(_units(current))
+    compiler = _Compiler(batch_class, pull_size, keys, plan)
+    first = stages[0]
+    if defer:
+        cut = deferred_from([unit.access(batch_class) for unit in first])
+        first, plan.deferred = first[:cut], compiler.steps(first[cut:], None)
     # Only the first stage is prefetched; later stages run in the caller's thread, in order, without locks.
-    plan.stages = [_compile_steps(stage, batch_class, locks if i == 0 else None, pull_size, keys, plan)
-                   for i, stage in enumerate(plan.stages)]
+    plan.stages = [compiler.steps(first, None if defer else locks)]
+    plan.stages += [compiler.steps(stage, None) for stage in stages[1:]]
     return plan
 
 
-def _compile_steps(records: tuple, batch_class: type | None, locks: Any, pull_size: int,
-                   keys: itertools.count, plan: Plan) -> tuple[Step, ...]:
-    steps: list[Step] = []
-    joining: ActionRecord | None = None
+def _units(records: tuple | list) -> list[_Unit]:
+    units, joining = [], None
     for record in records:
-        if isinstance(record, MaybeRecord):
-            inner = _compile_steps(record.actions, batch_class, locks, pull_size, keys, plan)
-            step: Step = MaybeStep(inner, record.prob, repr(record))
-        elif record.name == 'rebatch':
+        if isinstance(record, ActionRecord) and record.name == 'rebatch':
             raise ValueError(f"Expected rebatch() in the main chain. Received: it inside {record!r}; "
                              "'@' and sections cannot change the batch size.")
-        elif record.name == 'join':
-            if joining is not None:
-                joining = ActionRecord('join', joining.args + record.args)
-            else:
-                joining = record
+        if isinstance(record, ActionRecord) and record.name == 'join':
+            joining = record if joining is None else ActionRecord('join', joining.args + record.args)
             continue
-        elif record.name == 'merge':
-            step = MergeStep(record, locks, next(keys), pull_size)
-            plan.locked |= locks is not None
-        else:
-            step = _action_step(record, batch_class, locks, keys, plan)
-            if step is None:
-                continue
-        if joining is not None:
-            step = JoinStep(joining, step, locks, next(keys), pull_size)
-            plan.locked |= locks is not None
-            joining = None
-        steps.append(step)
+        spec = get_builtin(record.name) if isinstance(record, ActionRecord) else None
+        if spec is not None and not spec.per_batch:
+            continue
+        units.append(_Unit(record, joining))
+        joining = None
     if joining is not None:
         raise ValueError(f"Expected an action after {joining!r} to receive the joined batches. Received: "
                          "nothing after it. Add the action that takes them, e.g. .call(func, B()).")
-    return tuple(steps)
+    return units
 
 
-def _action_step(record: ActionRecord, batch_class: type | None, locks: Any, keys: itertools.count,
-                 plan: Plan) -> Step | None:
-    spec = get_builtin(record.name)
-    if spec is not None and not spec.per_batch:
-        return None
-    step: Step = BuiltinStep(record) if spec is not None else BatchStep(record)
-    use_lock = record.use_lock
-    if use_lock is None:
-        use_lock = spec is None and default_use_lock(batch_class, record.name)
-    if use_lock and locks is not None:
-        plan.locked = True
-        return LockedStep(step, locks, next(keys))
-    return step
+class _Compiler:
+    """Turns units into steps: ordered groups (with locks), ``join``/``merge`` pulls, ``p @ prob`` blocks."""
 
+    def __init__(self, batch_class: type | None, pull_size: int, keys: Iterator[int], plan: Plan):
+        self.batch_class, self.pull_size, self.keys, self.plan = batch_class, pull_size, keys, plan
 
-def default_use_lock(batch_class: type | None, name: str) -> bool:
-    """The ``use_lock`` an ``@action`` declared for itself (``False`` when unknown)."""
-    spec = getattr(getattr(batch_class, name, None), 'action', None)
-    if isinstance(spec, dict):
-        return bool(spec.get('use_lock', False))
-    return bool(getattr(spec, 'use_lock', False))
+    def steps(self, units: list[_Unit], locks: Any, order: bool = True) -> tuple[Step, ...]:
+        orderings: list = [None] * len(units)
+        if locks is not None and order:
+            orderings = order_units([unit.access(self.batch_class) for unit in units], self.keys)
+        return tuple(self._step(unit, ordering, locks) for unit, ordering in zip(units, orderings))
 
+    def _step(self, unit: _Unit, ordering: Ordering | None, locks: Any) -> Step:
+        record = unit.record
+        if isinstance(record, MaybeRecord):
+            # The block is ordered as a whole; its own steps pull (join/merge) in order but take no group lock.
+            step: Step = MaybeStep(self.steps(_units(record.actions), locks, order=False), record.prob, repr(record))
+        elif record.name == 'merge':
+            step = MergeStep(record, locks, next(self.keys), self.pull_size)
+        else:
+            step = BuiltinStep(record) if get_builtin(record.name) is not None else BatchStep(record)
+        if ordering is not None and ordering.at_write:
+            step.gate_writes(lambda target, key=ordering.key: OrderedTarget(target, locks, key))
+        if unit.joining is not None:
+            step = JoinStep(unit.joining, step, locks, next(self.keys), self.pull_size)
+        self.plan.locked |= locks is not None and (ordering is not None or unit.joining is not None
+                                                   or isinstance(step, MergeStep))
+        if ordering is not None and (not ordering.at_write or ordering.leave):
+            step = OrderedStep(step, locks, ordering.key, enter=not ordering.at_write, leave=ordering.leave)
+        return step

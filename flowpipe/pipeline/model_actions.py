@@ -183,19 +183,19 @@ def _step(ctx: Context, method: str, name: str, args: tuple, kwargs: dict, save_
         assign(save_to, result, ctx)
 
 
-@builtin(keep=('save_to',), on_declare=_declare_step)
+@builtin(keep=('save_to',), on_declare=_declare_step, model_access='write')
 def train_model(ctx: Context, name: str, *args: Any, save_to: Any = None, **kwargs: Any) -> None:
     """Train the model ``name`` on one batch; fetched values go to ``save_to`` (``V('loss', mode='a')``)."""
     _step(ctx, 'train', name, args, kwargs, save_to)
 
 
-@builtin(keep=('save_to',), on_declare=_declare_step)
+@builtin(keep=('save_to',), on_declare=_declare_step, model_access='read')
 def predict_model(ctx: Context, name: str, *args: Any, save_to: Any = None, **kwargs: Any) -> None:
     """Predict with the model ``name`` on one batch (``fetches='predictions'`` by default)."""
     _step(ctx, 'predict', name, args, kwargs, save_to)
 
 
-@builtin()
+@builtin(model_access='read')
 def save_model(ctx: Context, name: str, path: Any) -> None:
     """Save the model ``name`` to ``path`` (atomically)."""
     get_model(ctx, name).save(path)

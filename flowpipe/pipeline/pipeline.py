@@ -36,7 +36,7 @@ class Pipeline(PipelineAliases):
     ``join``, ``merge``, model actions) is available as a method that returns a new pipeline; so are the
     functions of namespaces added by ``add_namespace``. batchflow's method names are aliases (``PipelineAliases``).
     """
-    __slots__ = (*_DEFINITION, '_state')
+    __slots__ = (*_DEFINITION, '_state', '__weakref__')
 
     def __init__(self, dataset: Any = None, config: Mapping | None = None):
         if config is not None and not isinstance(config, Mapping):

@@ -23,12 +23,16 @@ class Builtin:
         evaluate: evaluate named expressions in the arguments before calling ``func``.
         on_declare: optional ``(args, kwargs) -> (args, kwargs)`` run when the action is added to a pipeline,
             to validate or normalise arguments early (errors then point at the user's chain, not at a run).
-        keep: keyword arguments passed unevaluated even when ``evaluate`` is true (assignment targets such
-            as ``save_to=V('x')``).
+        keep: keyword arguments passed unevaluated even when ``evaluate`` is true: the action's assignment
+            targets (``save_to=V('x')``). Under prefetch they may arrive wrapped so that a write to a variable
+            waits for its batch's turn: write through them with ``assign(target, value, ctx)`` or ``.set``.
         per_batch: ``False`` for declarations (``init_variable``) that the pipeline applies once, before
             the first batch, instead of on every batch.
         join_at: where the batches of a preceding ``join`` go among the positional arguments (``call``
             puts them after the function).
+        model_access: ``'write'`` or ``'read'`` for a model step that changes or only uses the model named by
+            its first argument (``train_model``, ``predict_model``); ``None`` otherwise. The execution engine
+            orders model steps by it and never runs one ahead of the caller (see ``docs/design.md``).
     """
     name: str
     func: Callable[..., Any]
@@ -37,6 +41,7 @@ class Builtin:
     keep: tuple[str, ...] = ()
     per_batch: bool = True
     join_at: int = 0
+    model_access: str | None = None
 
 
 _BUILTINS: dict[str, Builtin] = {}
@@ -44,16 +49,21 @@ _BUILTINS: dict[str, Builtin] = {}
 
 def builtin(name: str | None = None, *, evaluate: bool = True,
             on_declare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None,
-            keep: tuple[str, ...] = (), per_batch: bool = True, join_at: int = 0) -> Callable:
+            keep: tuple[str, ...] = (), per_batch: bool = True, join_at: int = 0,
+            model_access: str | None = None) -> Callable:
     """Register ``func`` as the built-in action ``name`` (the function's name by default).
 
     The keyword options are the fields of ``Builtin``.
     """
+    if model_access not in (None, 'read', 'write'):
+        raise ValueError(f"Expected model_access 'read', 'write' or None. Received: model_access={model_access!r}")
+
     def register(func: Callable) -> Callable:
         action_name = name or func.__name__
         if action_name in _BUILTINS:
             raise ValueError(f"Expected a new built-in action name. Received: name={action_name!r}, already registered")
-        _BUILTINS[action_name] = Builtin(action_name, func, evaluate, on_declare, tuple(keep), per_batch, join_at)
+        _BUILTINS[action_name] = Builtin(action_name, func, evaluate, on_declare, tuple(keep), per_batch, join_at,
+                                         model_access)
         return func
     return register
 

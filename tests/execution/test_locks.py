@@ -171,3 +171,21 @@ def test_start_offset():
     locks.release('train', 10)
     locks.finish(10)
     locks.acquire('train', 11)
+
+
+@pytest.mark.timeout(20)
+def test_enter_is_idempotent_and_leave_releases_or_passes():
+    locks = OrderedLocks()
+    locks.enter('group', 0)
+    locks.enter('group', 0)           # a second write point of the same batch: already inside
+    entered = threading.Event()
+    thread = _start(lambda: (locks.enter('group', 2), entered.set()))
+    locks.leave('group', 0)
+    assert not entered.wait(0.2), "batch 2 entered before batch 1 left"
+    locks.leave('group', 1)           # batch 1 never entered (its write did not happen): it lets batch 2 pass
+    assert entered.wait(WAIT)
+    _join(thread)
+    locks.leave('group', 2)
+    locks.leave('group', 2)           # idempotent
+    locks.enter('group', 3)
+    locks.finish(3)

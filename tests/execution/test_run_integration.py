@@ -2,7 +2,7 @@
 import pytest
 
 from flowpipe.execution import run as run_module
-from flowpipe.expr import R, V
+from flowpipe.expr import B, R, V
 
 from tests.pipeline.helpers import make_dataset
 
@@ -74,20 +74,19 @@ def test_profile_summary_before_a_profiled_run_says_how_to_get_one():
 
 
 @pytest.mark.timeout(120)
-def test_processes_target_gives_the_batches_of_a_threaded_run_and_keeps_worker_state_there():
-    pipeline = (make_dataset().p.init_variable('seen', 0).add(R('integers', 0, 100)).scale(2)
-                .update(V('seen'), V('seen') + 1))
+def test_processes_target_gives_the_batches_of_a_threaded_run_and_reads_variables_as_the_run_starts():
+    pipeline = (make_dataset().p.init_variable('offset', 5).add(R('integers', 0, 100)).scale(2)
+                .update(B('shifted'), B('x') + V('offset')))
     batches = list(pipeline.gen_batch(3, prefetch=2, seed=4, target='processes'))
-    # Worker processes changed their own copies of the variable; the caller's is untouched.
-    assert pipeline.v('seen') == 0
-    threaded = [batch.x.tolist() for batch in pipeline.gen_batch(3, prefetch=2, seed=4)]
-    assert pipeline.v('seen') == 4
-    assert [batch.x.tolist() for batch in batches] == threaded
+    threaded = [(batch.x.tolist(), batch.shifted.tolist()) for batch in pipeline.gen_batch(3, prefetch=2, seed=4)]
+    assert [(batch.x.tolist(), batch.shifted.tolist()) for batch in batches] == threaded
     assert all(batch.dataset is pipeline.dataset for batch in batches)
 
 
 @pytest.mark.parametrize('chain, named', [
     (lambda p: p.add(1).update(V('n'), 1, use_lock=True), 'update'),
+    (lambda p: p.add(1).update(V('n', mode='a'), 1), 'update'),          # the write would be lost
+    (lambda p: p.call(divmod, B('x'), 2, save_to=[B('y'), V('n')], use_lock=False), 'call'),
     (lambda p: p.record([]), 'record'),
     (lambda p: p.init_model('net', object), 'init_model'),
     (lambda p: (p.add(1) @ 0.5).scale(2).join(make_dataset().p).absorb(), 'join'),

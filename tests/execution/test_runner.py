@@ -5,7 +5,7 @@ import pytest
 
 from flowpipe.errors import SkipBatch, StopPipeline
 from flowpipe.execution import OrderedLocks, compile_plan
-from flowpipe.execution.steps import BatchStep, BuiltinStep, LockedStep, MaybeStep
+from flowpipe.execution.steps import BatchStep, BuiltinStep, MaybeStep, OrderedStep
 from flowpipe.expr import B, R, V
 from flowpipe.pipeline import Pipeline
 
@@ -28,10 +28,10 @@ def test_constant_arguments_are_not_marked_for_evaluation():
 def test_locks_wrap_locked_steps_only_when_prefetching():
     records = Pipeline().add(1).record([]).call(print, use_lock=True).add(2, use_lock=True).actions
     unlocked = compile_plan(records, NumBatch, None, 4)
-    assert not unlocked.locked and not any(isinstance(step, LockedStep) for step in unlocked.stages[0])
+    assert not unlocked.locked and not any(isinstance(step, OrderedStep) for step in unlocked.stages[0])
     locked = compile_plan(records, NumBatch, OrderedLocks(), 4)
     assert locked.locked
-    assert [isinstance(step, LockedStep) for step in locked.stages[0]] == [False, True, True, True]
+    assert [isinstance(step, OrderedStep) for step in locked.stages[0]] == [False, True, True, True]
 
 
 def test_maybe_and_rebatch_compile_into_stages():
