@@ -1,9 +1,14 @@
 """run / gen_batch / next_batch through whole pipelines."""
+import threading
+import time
+
 import numpy as np
 import pytest
 
+from flowpipe import Dataset, ImagesBatch
 from flowpipe.errors import SkipBatch, StopPipeline, UnknownActionError
 from flowpipe.expr import B, C, I, V
+from flowpipe.models.torch import MLP
 from flowpipe.pipeline import Pipeline
 
 from tests.pipeline.helpers import make_dataset
@@ -214,3 +219,89 @@ def test_dir_lists_actions():
 def test_total_is_known_for_n_iters():
     pipeline = make_dataset(10).p.init_variable('m', []).update(V('m', mode='a'), I('m'))
     assert pipeline.run(4, n_iters=3).v('m') == [3, 3, 3]
+
+
+# ----- what runs ahead of the caller -----
+
+def _prefetch_threads():
+    return [thread for thread in threading.enumerate() if thread.name.startswith('flowpipe-')]
+
+
+def _wait_until(condition):
+    deadline = time.monotonic() + 10.0
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
+def _training(prepared):
+    rng = np.random.default_rng(0)
+    dataset = Dataset(24, batch_class=ImagesBatch, preloaded={'images': rng.random((24, 1, 4, 4), dtype=np.float32),
+                                                               'labels': rng.integers(0, 3, 24)})
+    config = {'inputs/images/shape': (1, 4, 4), 'inputs/labels/classes': 3, 'initial_block/inputs': 'images'}
+    return (Pipeline().init_variable('loss', []).init_model('dynamic', MLP, 'mlp', config=config)
+            .call(lambda c: prepared.append(c), I('c'))                  # preprocessing: may run ahead
+            .train_model('mlp', fetches='loss', images=B.images, labels=B.labels, save_to=V('loss', mode='a'))
+            ) << dataset
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('prefetch', [1, 3])
+def test_next_batch_never_trains_ahead_of_the_caller(prefetch):
+    prepared = []
+    pipeline = _training(prepared)
+    for asked in range(1, 5):
+        pipeline.next_batch(2, prefetch=prefetch, seed=0)
+        assert pipeline.m('mlp').iteration == asked and len(pipeline.v('loss')) == asked
+    # Preprocessing ran ahead meanwhile, up to `prefetch` batches.
+    assert _wait_until(lambda: len(prepared) == 4 + prefetch - 1) and pipeline.m('mlp').iteration == 4
+    sequential = _training([])
+    for _ in range(4):
+        sequential.next_batch(2, seed=0)
+    assert pipeline.v('loss') == sequential.v('loss')
+
+
+@pytest.mark.timeout(60)
+def test_gen_batch_never_trains_ahead_of_the_caller():
+    prepared = []
+    pipeline = _training(prepared)
+    for asked, _ in enumerate(pipeline.gen_batch(2, prefetch=3, seed=0), 1):
+        assert pipeline.m('mlp').iteration == asked
+        if asked == 3:
+            break
+    assert pipeline.m('mlp').iteration == 3 and not _prefetch_threads()
+
+
+@pytest.mark.timeout(60)
+def test_next_batch_workers_end_when_the_pipeline_is_reset_or_dropped():
+    pipeline = make_dataset(20).p.add(1).update(V('seen', mode='e'), B.indices.tolist())
+    pipeline.next_batch(2, prefetch=3)
+    assert _prefetch_threads()
+    pipeline.reset('iter')
+    assert not _prefetch_threads() and pipeline.v('seen') == [0, 1]
+    pipeline.next_batch(2, prefetch=3)
+    assert pipeline.next_batch(2, prefetch=3).indices.tolist() == [2, 3] and pipeline.v('seen') == [0, 1, 0, 1, 2, 3]
+    del pipeline                # no gc.collect(): nothing but the user held it
+    assert _wait_until(lambda: not _prefetch_threads())
+
+
+@pytest.mark.timeout(60)
+def test_control_flow_and_errors_in_the_actions_the_caller_runs():
+    def control(c):
+        if c == 1:
+            raise SkipBatch
+        if c == 3:
+            raise KeyError('three')
+        if c == 5:
+            raise StopPipeline
+    pipeline = make_dataset(20).p.add(1).update(V('seen', mode='a'), I('c')).call(control, I('c'))
+    batches = pipeline.gen_batch(1, prefetch=2)
+    assert [next(batches).indices[0] for _ in range(2)] == [0, 2]
+    with pytest.raises(KeyError, match='three') as info:
+        next(batches)
+    assert any('#2 call' in note and 'batch 3' in note for note in info.value.__notes__)
+    assert pipeline.v('seen') == [0, 1, 2, 3] and not _prefetch_threads()
+    stopped = (make_dataset(20).p.add(1).update(V('seen', mode='a'), I('c')).call(control, I('c') + 4)
+               .after.update(V('closed'), True))
+    assert [batch.indices[0] for batch in stopped.gen_batch(1, prefetch=2)] == [0]
+    assert stopped.v('seen') == [0, 1] and stopped.v('closed') is True

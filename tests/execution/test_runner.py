@@ -34,6 +34,16 @@ def test_locks_wrap_locked_steps_only_when_prefetching():
     assert [isinstance(step, OrderedStep) for step in locked.stages[0]] == [False, True, True, True]
 
 
+def test_writes_are_gated_and_deferral_splits_the_first_stage():
+    records = Pipeline().add(1).update(V('x', mode='a'), B.x).scale(2).rebatch(3).add(V('x')).actions
+    ordered = compile_plan(records, NumBatch, OrderedLocks(), 4)
+    assert ordered.locked and [type(step) for step in ordered.stages[0]] == [BatchStep, OrderedStep, BatchStep]
+    assert ordered.stages[0][1].enter is False       # the group is entered at the write itself
+    deferred = compile_plan(records, NumBatch, OrderedLocks(), 4, defer=True)
+    assert not deferred.locked and [step.name for step in deferred.stages[0]] == ['add']
+    assert [step.name for step in deferred.deferred] == ['update', 'scale'] and len(deferred.stages) == 2
+
+
 def test_maybe_and_rebatch_compile_into_stages():
     records = (Pipeline().add(1) @ 0.5 + Pipeline().rebatch(3).scale(2)).actions
     plan = compile_plan(records, NumBatch, None, 4)
