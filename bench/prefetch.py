@@ -1,30 +1,36 @@
-"""What prefetch buys on a preprocessing-heavy run: prefetch 0 vs 2 vs 4, and a hand-written PyTorch loop.
+"""What prefetch buys on a preprocessing-heavy run, with ordered writes on: prefetch 0 vs 2 vs 4, and a hand loop.
 
 Preprocessing is torch kernels that release the GIL (resize by interpolation, a depthwise blur convolution,
-normalisation) on a batch of images; training is a small CNN step taken with ``use_lock=True``. The hand-written
-loop does the same work, batch after batch, in one thread. All variants are measured alternately in one run
-(round robin, shuffled), so that a change in machine load hits them alike; the median per variant is reported,
-with the cores the process kept busy (CPU time / wall time): on a machine shared with other work that number,
-and the 2-thread ceiling printed first, say how much parallelism was there to be had.
+normalisation) on a batch of images; training is a small CNN step taken with ``use_lock=True``. The third arm
+also writes to pipeline variables the way a notebook does, ordered by default: the loss history
+(``save_to=V('loss', mode='a')``) and per-image statistics (``update(V('stats', mode='e'), F(summary)(B.images))``,
+whose value is computed concurrently and only the write waits for its batch's turn); its last line compares
+those ordered writes with the same writes in finish order (``use_lock=False``). The hand-written loop does the
+same work, batch after batch, in one thread.
+
+Every ratio is measured in the same process in alternating blocks (A B B A, so a drift in machine load hits both
+sides alike), ``rounds`` times; the median of the per-block ratios is printed, with the cores the faster side kept
+busy (CPU time / wall time): on a machine shared with other work that number, and the 2-thread ceiling printed
+first, say how much parallelism was there to be had.
 Run: ``.venv/bin/python bench/prefetch.py [n_batches] [rounds]``.
 
 Targets on 2 cores: preprocessing alone >= 1.6x faster with prefetch than without; preprocessing + training
->= 1.3x faster than the hand-written sequential loop.
+>= 1.3x faster than the hand-written sequential loop, with ordered writes too.
 """
-import random
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as TF
 
 from flowpipe.batch import Batch, action
 from flowpipe.data import Dataset
 from flowpipe.execution import Prefetcher
-from flowpipe.expr import B
+from flowpipe.expr import B, F, V
 from flowpipe.pipeline import Pipeline
 
 # One thread per kernel: the cores are shared out by prefetching whole batches in parallel, which is what this
@@ -38,10 +44,10 @@ BATCH_SIZE, SOURCE, TARGET, N_CLASSES = 32, 128, 96, 10
 def preprocess(images: np.ndarray) -> torch.Tensor:
     """Resize, blur and normalise a batch of images (N, 3, H, W)."""
     x = torch.from_numpy(images)
-    x = F.interpolate(x, size=(TARGET, TARGET), mode='bicubic', align_corners=False)
+    x = TF.interpolate(x, size=(TARGET, TARGET), mode='bicubic', align_corners=False)
     kernel = torch.full((3, 1, 5, 5), 1.0 / 25.0)
-    x = F.conv2d(x, kernel, padding=2, groups=3)
-    x = F.conv2d(x, kernel, padding=2, groups=3)
+    x = TF.conv2d(x, kernel, padding=2, groups=3)
+    x = TF.conv2d(x, kernel, padding=2, groups=3)
     return (x - x.mean(dim=(2, 3), keepdim=True)) / (x.std(dim=(2, 3), keepdim=True) + 1e-6)
 
 
@@ -67,7 +73,7 @@ class Trainer:
         self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.01)
 
     def step(self, images: torch.Tensor, labels: np.ndarray) -> float:
-        loss = F.cross_entropy(self.net(images), torch.as_tensor(labels))
+        loss = TF.cross_entropy(self.net(images), torch.as_tensor(labels))
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
@@ -81,39 +87,52 @@ def make_dataset(n_items: int) -> Dataset:
                    preloaded={'images': images, 'labels': rng.integers(0, N_CLASSES, n_items)})
 
 
-def hand_loop(dataset: Dataset, n_batches: int, train: bool) -> None:
-    """The same work without flowpipe: draw indices, slice the arrays, preprocess, train."""
+def summary(images: torch.Tensor) -> list:
+    """Per-image mean and standard deviation: a value computed per batch and written to a variable."""
+    return torch.stack([images.mean(dim=(1, 2, 3)), images.std(dim=(1, 2, 3))], dim=1).tolist()
+
+
+def hand_loop(dataset: Dataset, n_batches: int, train: bool, writes: bool = False) -> None:
+    """The same work without flowpipe: draw indices, slice the arrays, preprocess, train, record."""
     images, labels = dataset.preloaded['images'], dataset.preloaded['labels']
-    trainer = Trainer()
+    trainer, losses, stats = Trainer(), [], []
     for start in range(0, n_batches * BATCH_SIZE, BATCH_SIZE):
         positions = np.arange(start, start + BATCH_SIZE) % len(images)
         x = preprocess(images[positions])
+        if writes:
+            stats.extend(summary(x))
         if train:
-            trainer.step(x, labels[positions])
+            losses.append(trainer.step(x, labels[positions]))
 
 
-def pipeline_run(dataset: Dataset, n_batches: int, train: bool, prefetch: int) -> None:
+def pipeline_run(dataset: Dataset, n_batches: int, train: bool, prefetch: int, writes: bool = False,
+                 ordered: bool = True) -> None:
     pipeline = Pipeline().prepare()
+    if writes:
+        # Ordered by default; use_lock=False gives the finish order, for comparison.
+        pipeline = pipeline.update(V('stats', mode='e'), F(summary)(B.images), use_lock=None if ordered else False)
     if train:
-        pipeline = pipeline.call(Trainer().step, B.images, B.labels, use_lock=True)
+        pipeline = pipeline.call(Trainer().step, B.images, B.labels, use_lock=True,
+                                 save_to=V('loss', mode='a') if writes else None)
     (pipeline << dataset).run(BATCH_SIZE, n_iters=n_batches, prefetch=prefetch)
 
 
-def measure(variants: dict, rounds: int, n_batches: int) -> dict:
-    """Median (ms per batch, cores used) of each variant, measured round robin in a shuffled order."""
-    times: dict = {name: [] for name in variants}
-    cores: dict = {name: [] for name in variants}
-    order = list(variants)
-    rng = random.Random(0)
+def timed(work: Callable[[], None]) -> tuple[float, float]:
+    """Wall seconds of ``work()`` and the cores it kept busy."""
+    start, cpu = time.perf_counter(), time.process_time()
+    work()
+    wall = time.perf_counter() - start
+    return wall, (time.process_time() - cpu) / wall
+
+
+def abba(slow: Callable[[], None], fast: Callable[[], None], rounds: int) -> tuple[float, float]:
+    """Median over ``rounds`` blocks (A B B A) of time(slow) / time(fast), and the median cores ``fast`` used."""
+    ratios, cores = [], []
     for _ in range(rounds):
-        rng.shuffle(order)
-        for name in order:
-            start, cpu = time.perf_counter(), time.process_time()
-            variants[name]()
-            wall = time.perf_counter() - start
-            times[name].append(wall / n_batches * 1e3)
-            cores[name].append((time.process_time() - cpu) / wall)
-    return {name: (statistics.median(times[name]), statistics.median(cores[name])) for name in variants}
+        a1, b1, b2, a2 = timed(slow), timed(fast), timed(fast), timed(slow)
+        ratios.append((a1[0] + a2[0]) / (b1[0] + b2[0]))
+        cores += [b1[1], b2[1]]
+    return statistics.median(ratios), statistics.median(cores)
 
 
 def thread_ceiling(dataset: Dataset, n_batches: int, rounds: int) -> float:
@@ -131,8 +150,7 @@ def thread_ceiling(dataset: Dataset, n_batches: int, rounds: int) -> float:
         for thread in threads:
             thread.join()
 
-    results = measure({'one': lambda: work(n_batches), 'two': two_threads}, rounds, n_batches)
-    return results['one'][0] / results['two'][0]
+    return abba(lambda: work(n_batches), two_threads, rounds)[0]
 
 
 def handoff_cost(n_items: int = 3000) -> None:
@@ -146,27 +164,37 @@ def handoff_cost(n_items: int = 3000) -> None:
     print("prefetcher hand-off cost per item (no-op work): " + ', '.join(costs))
 
 
+ARMS = {'preprocessing only': {'train': False},
+        'preprocessing + training': {'train': True},
+        'preprocessing + training + ordered writes': {'train': True, 'writes': True}}
+
+
+def compare(name: str, slow: Callable[[], None], fast: Callable[[], None], rounds: int) -> None:
+    ratio, cores = abba(slow, fast, rounds)
+    print(f"  {name:44s} {ratio:5.2f}x   ({cores:4.2f} cores busy)")
+
+
 def main(n_batches: int = 40, rounds: int = 5) -> None:
     dataset = make_dataset(BATCH_SIZE * 8)
     print(f"torch threads per kernel: {torch.get_num_threads()}; "
           f"2 bare threads vs 1 on the preprocessing: {thread_ceiling(dataset, n_batches, rounds):.2f}x "
           "(the ceiling for prefetch on this machine now)")
-    for train in (False, True):
-        variants = {'hand-written loop': lambda: hand_loop(dataset, n_batches, train)}
-        for prefetch in (0, 2, 4):
-            variants[f'prefetch={prefetch}'] = lambda p=prefetch: pipeline_run(dataset, n_batches, train, p)
-        measure(variants, 1, 4)                         # warm-up: first calls allocate and load kernels
-        results = measure(variants, rounds, n_batches)
-        base, hand = results['prefetch=0'][0], results['hand-written loop'][0]
-        print(f"\n{'preprocessing + training' if train else 'preprocessing only'} "
-              f"({n_batches} batches of {BATCH_SIZE}, median of {rounds} rounds)")
-        for name, (ms, used) in results.items():
-            print(f"  {name:18s} {ms:7.2f} ms/batch   {base / ms:5.2f}x vs prefetch=0   {hand / ms:5.2f}x vs hand loop"
-                  f"   {used:4.2f} cores busy")
+    for title, options in ARMS.items():
+        def run(prefetch: int, ordered: bool = True, options: dict = options) -> Callable[[], None]:
+            return lambda: pipeline_run(dataset, n_batches, prefetch=prefetch, ordered=ordered, **options)
+        hand = lambda options=options: hand_loop(dataset, n_batches, **options)  # noqa: E731
+        for work in (hand, run(0), run(2)):                  # warm-up: first calls allocate and load kernels
+            work()
+        print(f"\n{title} ({n_batches} batches of {BATCH_SIZE}; median of {rounds} ABBA blocks; time ratio)")
+        for prefetch in (2, 4):
+            compare(f'prefetch={prefetch} vs prefetch=0', run(0), run(prefetch), rounds)
+        compare('prefetch=2 vs the hand-written loop', hand, run(2), rounds)
+        if options.get('writes'):
+            compare('prefetch=2: ordered vs finish-order writes', run(2, ordered=False), run(2), rounds)
     print()
     handoff_cost()
     print("targets on 2 cores: preprocessing only >= 1.6x vs prefetch=0; "
-          "preprocessing + training >= 1.3x vs the hand-written loop")
+          "preprocessing + training (with or without ordered writes) >= 1.3x vs the hand-written loop")
 
 
 if __name__ == '__main__':

@@ -5,8 +5,10 @@ Batches are numbered in delivery order (``seq`` 0, 1, 2...). ``OrderedLocks.acqu
 with prefetch updates models and variables in exactly the order of a run without it. With prefetch off the
 batches arrive in order and nobody ever waits.
 
-Use one key per locked action (for example its position in the pipeline): releasing a key means the batch is
-done with it. The runner wraps each batch in ``running(seq)``, which finishes the batch however it ends.
+Use one key per locked action or ordered group of actions: releasing a key means the batch is done with it.
+``enter``/``leave`` serve a group entered at several points: ``enter`` does nothing when the batch is inside
+already, ``leave`` also lets later batches pass a batch that never entered. The runner wraps each batch in
+``running(seq)``, which finishes the batch however it ends.
 """
 from __future__ import annotations
 
