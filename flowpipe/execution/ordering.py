@@ -100,7 +100,10 @@ def access_of(record: Any, batch_class: type | None) -> Access:
 def _builtin_access(record: ActionRecord, spec: Any) -> Access:
     targets = [value for key, value in record.kwargs.items() if key in spec.keep]
     others = {key: value for key, value in record.kwargs.items() if key not in spec.keep}
-    reads, writes = set(references((record.args, others))), set(written(targets))
+    # A built-in that takes its arguments unevaluated (init_model: its config is read when the model is built)
+    # reads nothing through them per batch.
+    reads = set(references((record.args, others))) if spec.evaluate else set()
+    writes = set(written(targets))
     gate = bool(writes) and record.use_lock is None and spec.model_access != 'write'
     if spec.model_access is not None:
         name = record.args[0] if record.args else record.kwargs.get('name')
