@@ -139,7 +139,8 @@ print(counting.v('seen'))"""),
 ## A pipeline of image actions
 
 `ImagesBatch` actions: `resize`, `crop`, `flip`, `rotate`, `multiply`, `add`, `normalize`, `to_array`,
-`load` (image files). Sizes are `(width, height)` like PIL. Geometric actions keep `uint8` images `uint8`;
+`load` (image files), and batchflow's augmentations (`scale`, `shift`, `pad`, `elastic_transform`, `salt`,
+noise, filters, ...: `docs/images.md`). Sizes are `(width, height)` like PIL. Geometric actions keep `uint8` images `uint8`;
 `to_array` changes the dtype and layout (channels first by default) but does not rescale, so scale with
 `multiply(1 / 255)` or `normalize(mean, std)`.
 

@@ -1,8 +1,8 @@
 """Geometric image actions: rotate, scale, shift, flip, transform and elastic_transform.
 
-Each builds one 3x3 map per item (``augment_maps``) and warps all images of a shape in one ``grid_sample``
-call. Consecutive actions that keep the image size are fused into one resampling (see ``images_base``).
-Whole-pixel shifts and flips copy pixels instead of resampling them.
+Each builds one 3x3 map per item (``augment_maps``) and warps all images of a shape together through
+``grid_sample``. Consecutive actions that keep the image size are fused into one resampling (see
+``images_base``). Whole-pixel shifts and flips copy pixels instead of resampling them.
 """
 from __future__ import annotations
 

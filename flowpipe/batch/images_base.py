@@ -1,7 +1,8 @@
 """``ImagesBase``: what every image action shares — layouts, reading and writing components, ``p=``, and warps.
 
-Actions read a component as torch groups of equal-shaped images (``images_data``), run one kernel call per group
-on the items ``p=`` chose, and write the result back in the component's kind and layout.
+Actions read a component as torch groups of equal-shaped images (``images_data``), run their kernel on each group
+(on the CPU in pieces of about 2 MB, which stay in cache) for the items ``p=`` chose, and write the result back in
+the component's kind and layout.
 
 Consecutive geometric actions (``rotate``, ``scale(preserve_shape=True)``, ``shift``, ``flip``, ``transform``)
 on one component are *fused*: each multiplies a per-item map into a pending warp, and the images are resampled
