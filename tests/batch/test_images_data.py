@@ -74,3 +74,13 @@ def test_actions_on_cuda_tensors_stay_there_and_match_the_cpu():
     gpu = gpu.filter('SHARPEN').images
     assert gpu.is_cuda and gpu.dtype == torch.uint8
     assert np.abs(gpu.cpu().numpy().astype(int) - cpu.astype(int)).max() <= 1
+
+
+def test_importing_flowpipe_and_its_image_actions_does_not_import_torch():
+    import subprocess
+    import sys
+    code = ("import sys, flowpipe; from flowpipe import ImagesBatch; ImagesBatch.action_names(); "
+            "print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == 'False'
