@@ -313,11 +313,15 @@ class Batch:
         return batch
 
     @classmethod
-    def merge(cls, batches: Sequence[Batch], batch_size: int | None = None) -> tuple[Batch, Batch | None]:
+    def merge(cls, batches: Sequence[Batch], batch_size: int | None = None, components: Any = None,
+              batch_class: type | None = None) -> tuple[Batch, Batch | None]:
         """Concatenate ``batches``; with ``batch_size``, the first ``batch_size`` items and the rest (or ``None``).
+
+        ``components`` (a name or a list) keeps only those components; ``batch_class`` makes batches of that
+        class instead of the first batch's.
 
         Raises:
             ValueError: no batches, batches with different components, or ``batch_size < 1``.
         """
         from .merge import merge_batches
-        return merge_batches(batches, batch_size)
+        return merge_batches(batches, batch_size, components, batch_class)

@@ -71,12 +71,13 @@ class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
         return batch
 
     @classmethod
-    def merge(cls, batches: Sequence[Batch], batch_size: int | None = None) -> tuple[Batch, Batch | None]:
+    def merge(cls, batches: Sequence[Batch], batch_size: int | None = None,
+              **options: Any) -> tuple[Batch, Batch | None]:
         """Concatenate ``batches`` (see ``Batch.merge``), keeping the first batch's layouts."""
         for batch in batches:
             if isinstance(batch, ImagesBatch):
                 batch._materialize_all()
-        merged = super().merge(batches, batch_size)
+        merged = super().merge(batches, batch_size, **options)
         for batch in merged:
             if batch is not None and batches:
                 batch._channels_first = getattr(batches[0], '_channels_first', frozenset())

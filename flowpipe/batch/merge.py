@@ -25,8 +25,12 @@ def concat_values(parts: Sequence[Any]) -> Any:
     return object_array([item for part in parts for item in part])
 
 
-def merge_batches(batches: Sequence[Any], batch_size: int | None = None) -> tuple[Any, Any]:
+def merge_batches(batches: Sequence[Any], batch_size: int | None = None, components: Any = None,
+                  batch_class: type | None = None) -> tuple[Any, Any]:
     """Concatenate ``batches`` (components and indices); split off everything past ``batch_size`` items.
+
+    ``components`` (a name or a sequence) keeps only those; ``batch_class`` is the class of the result (the first
+    batch's by default).
 
     Returns:
         ``(merged, rest)``: ``merged`` holds the first ``batch_size`` items (all of them when ``batch_size`` is
@@ -39,22 +43,31 @@ def merge_batches(batches: Sequence[Any], batch_size: int | None = None) -> tupl
                                    or batch_size < 1):
         raise ValueError(f"Expected batch_size to be a positive int or None. Received: batch_size={batch_size!r}")
     first = batches[0]
+    names = first.components if components is None else _names(components, batches)
     for batch in batches[1:]:
-        if batch.components != first.components:
+        if components is None and batch.components != first.components:
             raise ValueError(f"Expected batches with the same components. Received {first.components!r} and "
                              f"{batch.components!r}; add the missing components before merging")
-    data = {name: _merge_component(name, [getattr(batch, name) for batch in batches])
-            for name in first.components}
+    data = {name: _merge_component(name, [getattr(batch, name) for batch in batches]) for name in names}
     ids = np.concatenate([batch.indices for batch in batches]) if len(batches) > 1 else first.indices
     index = DatasetIndex._from_ids(ids, parent=first.index)
-    merged = type(first)(index, data=data, dataset=first.dataset, check=False)
-    merged.components = first.components
+    merged = (batch_class or type(first))(index, data=data, dataset=first.dataset, check=False)
+    merged.components = names
     raw = [batch._raw for batch in batches]
     if any(part is not None for part in raw):
         merged._raw = _merge_component('data', raw)
     if batch_size is None or len(merged) <= batch_size:
         return merged, None
     return merged.subset(slice(0, batch_size)), merged.subset(slice(batch_size, None))
+
+
+def _names(components: Any, batches: list) -> tuple[str, ...]:
+    names = (components,) if isinstance(components, str) else tuple(components)
+    missing = sorted({name for batch in batches for name in names if name not in batch.components})
+    if missing:
+        raise ValueError(f"Expected every batch to have the components to merge {names!r}. Received batches "
+                         f"without {missing!r}")
+    return names
 
 
 def _merge_component(name: str, parts: list) -> Any:

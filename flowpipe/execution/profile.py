@@ -1,7 +1,10 @@
 """Per-action timing of a run (``run(..., profile=True)``, then ``pipeline.profile_info``).
 
 The runner calls ``Profiler.record(action_name, seq, seconds)`` after each action of each batch, from any
-worker thread. ``info`` aggregates per action; ``rows`` keeps one row per (batch, action).
+worker thread. ``info`` aggregates per action; ``rows`` keeps one row per (batch, action). A detailed profiler
+(``run(..., profile='detailed')``) also runs every action under ``cProfile`` and keeps, per batch and action, the
+functions called (``calls``: ``id``, ``ncalls``, ``tottime``, ``cumtime``); ``flowpipe.execution.profile_tables``
+turns both into ``pandas`` tables.
 """
 from __future__ import annotations
 
@@ -15,11 +18,27 @@ __all__ = ['Profiler']
 
 
 class Profiler:
-    """Thread-safe collector of action timings."""
+    """Thread-safe collector of action timings; ``detailed=True`` also keeps function statistics per action."""
 
-    def __init__(self):
+    def __init__(self, detailed: bool = False):
+        self.detailed = detailed
         self._lock = threading.Lock()
         self._rows: list[tuple[str, int, float]] = []
+        self._calls: list[dict[str, Any]] = []
+
+    def record_calls(self, action_name: str, seq: int, stats: Any) -> None:
+        """Add the ``pstats.Stats`` of one action on batch ``seq``: one entry per function called."""
+        calls = [{'batch': seq, 'action': action_name, 'id': f'{function}::{file}:{line}', 'ncalls': values[1],
+                  'tottime': values[2], 'cumtime': values[3]}
+                 for (file, line, function), values in stats.stats.items()]
+        with self._lock:
+            self._calls.extend(calls)
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """Function statistics of a detailed profile, one entry per batch, action and function."""
+        with self._lock:
+            return list(self._calls)
 
     def record(self, action_name: str, seq: int, seconds: float) -> None:
         """Add one timing: action ``action_name`` took ``seconds`` on batch ``seq``."""
@@ -39,6 +58,7 @@ class Profiler:
         """Forget every timing."""
         with self._lock:
             self._rows.clear()
+            self._calls.clear()
 
     def __len__(self) -> int:
         return len(self._rows)

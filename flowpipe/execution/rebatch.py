@@ -5,6 +5,7 @@ re-cut batches are numbered 0, 1, 2... within their stage; their seeds come from
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterator
 
 from ..errors import SkipBatch, StopPipeline
@@ -13,7 +14,7 @@ __all__ = ['rebatch_stage']
 
 
 def rebatch_stage(stream: Iterator[Any], runner: Any, batch_size: int, merge: Callable | None = None,
-                  drop_last: bool = False) -> Iterator[Any]:
+                  drop_last: bool = False, options: dict | None = None) -> Iterator[Any]:
     """Yield batches of ``batch_size`` items cut from ``stream`` and processed by ``runner``.
 
     Args:
@@ -22,7 +23,10 @@ def rebatch_stage(stream: Iterator[Any], runner: Any, batch_size: int, merge: Ca
         batch_size: items per re-cut batch.
         merge: ``merge(batches, batch_size) -> (batch, rest)``; the batch class's ``merge`` by default.
         drop_last: drop the final batch when it has fewer than ``batch_size`` items.
+        options: keywords of the batch class's ``merge`` (``components``, ``batch_class``).
     """
+    if merge is None:
+        merge = functools.partial(_class_merge, options=options or {})
     pending: list = []
     count = seq = 0
     try:
@@ -53,9 +57,11 @@ def rebatch_stage(stream: Iterator[Any], runner: Any, batch_size: int, merge: Ca
 _SKIP, _STOP = object(), object()
 
 
-def _merge(merge: Callable | None, batches: list, batch_size: int | None) -> tuple[Any, Any]:
-    if merge is None:
-        merge = type(batches[0]).merge
+def _class_merge(batches: list, batch_size: int | None, options: dict) -> tuple[Any, Any]:
+    return type(batches[0]).merge(batches, batch_size, **options)
+
+
+def _merge(merge: Callable, batches: list, batch_size: int | None) -> tuple[Any, Any]:
     return merge(batches, batch_size)
 
 

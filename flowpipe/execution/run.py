@@ -204,7 +204,7 @@ def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None,
 
 def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | None, root: int) -> list:
     """A runner per stage; with deferred steps, theirs comes second (stage 0 too, so the same seeds)."""
-    profiler = Profiler() if args.profile else None
+    profiler = Profiler(detailed=args.profile in ('detailed', 2)) if args.profile else None
     if profiler is not None:
         pipeline.state.profiler = profiler
     parts = [(0, plan.stages[0], locks if plan.locked else None)]

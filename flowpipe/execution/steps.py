@@ -157,17 +157,22 @@ class JoinStep(Step):
 
 
 class MergeStep(Step):
-    """``merge(*pipelines)``: the batch and the next batch of each pipeline become one batch."""
-    __slots__ = ('pipelines', 'locks', 'key', 'pull_size')
+    """``merge(*pipelines)``: the batch and the next batch of each pipeline become one batch (``fn(batches)`` or
+    the batch class's ``merge`` with the record's ``components``/``batch_class``)."""
+    __slots__ = ('pipelines', 'locks', 'key', 'pull_size', 'fn', 'options')
 
     def __init__(self, record: ActionRecord, locks: Any, key: int, pull_size: int):
         self.name, self.label = record.name, repr(record)
         self.pipelines, self.locks, self.key, self.pull_size = record.args, locks, key, pull_size
+        self.fn, self.options = record.kwargs.get('fn'), record.kwargs.get('options', {})
 
     def __call__(self, ctx: Any) -> None:
         others = _pull_in_order(self.pipelines, self.pull_size, self.locks, self.key, ctx.iteration)
         batch = ctx.batch
-        merged, _ = type(batch).merge([batch, *others], None)
+        if self.fn is not None:
+            merged, _ = self.fn([batch, *others])
+        else:
+            merged, _ = type(batch).merge([batch, *others], None, **self.options)
         ctx.batch = merged
 
 

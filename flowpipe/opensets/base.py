@@ -41,7 +41,8 @@ class Openset(Dataset):
 
     Args:
         path: the folder with the publisher's files (see ``data_folder`` for the default).
-        bar: show a progress bar while files are downloaded and read.
+        bar: show a progress bar while files are downloaded and read (batchflow's ``'t'``/``'n'`` work too).
+        batch_class: the class of its batches, ``ImagesBatch`` or a subclass of it (the default).
 
     Attributes:
         train: the training items, a subset sharing this set's data (``create_subset``).
@@ -57,8 +58,12 @@ class Openset(Dataset):
     name: str = ''
     CLASSES: tuple[str, ...] = ()
 
-    def __init__(self, path: str | os.PathLike | None = None, bar: bool = False):
+    def __init__(self, path: str | os.PathLike | None = None, bar: Any = False, batch_class: type | None = None):
         from ..batch.images import ImagesBatch  # flowpipe.batch imports flowpipe.data: keep this import lazy
+        batch_class = ImagesBatch if batch_class is None else batch_class
+        if not (isinstance(batch_class, type) and issubclass(batch_class, ImagesBatch)):
+            raise TypeError(f"Expected batch_class to be ImagesBatch or a subclass of it: an open set's items are "
+                            f"images and labels. Received: batch_class={batch_class!r}")
         for taken in ('classes', 'num_classes'):
             if hasattr(type(self), taken):
                 raise TypeError(f"Expected {type(self).__name__} to declare its class names as CLASSES. Received: "
@@ -71,7 +76,7 @@ class Openset(Dataset):
         preloaded = _join_splits(splits)
         del splits  # the per-split arrays go now: only the joined store stays
         classes = tuple(self.CLASSES)
-        super().__init__(len(preloaded['labels']), batch_class=ImagesBatch, preloaded=preloaded,
+        super().__init__(len(preloaded['labels']), batch_class=batch_class, preloaded=preloaded,
                          num_classes=len(classes), classes=classes)
         self.train = self.create_subset(np.arange(n_train))
         self.test = self.create_subset(np.arange(n_train, len(self)))

@@ -29,12 +29,13 @@ class Digits(Openset):
     Args:
         path: a folder with ``digits.csv.gz``; by default the copy shipped inside flowpipe.
         bar: accepted as by every open set; Digits loads in milliseconds, so no bar is shown.
+        batch_class: ``ImagesBatch`` (the default) or a subclass of it.
     """
     name = 'digits'
     CLASSES = tuple(str(digit) for digit in range(10))
 
-    def __init__(self, path: str | os.PathLike | None = None, bar: bool = False):
-        super().__init__(path=_SHIPPED.parent if path is None else path, bar=bar)
+    def __init__(self, path: str | os.PathLike | None = None, bar: Any = False, batch_class: type | None = None):
+        super().__init__(path=_SHIPPED.parent if path is None else path, bar=bar, batch_class=batch_class)
 
     def _load(self) -> dict[str, tuple[Any, np.ndarray]]:
         images, labels = read_digits(self.path / _FILE)

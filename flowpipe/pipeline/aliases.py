@@ -138,6 +138,15 @@ class PipelineAliases:
         """A pipeline holding the run arguments (same as ``run(..., lazy=True)``)."""
         return self.run(*args, lazy=True, **kwargs)
 
+    def show_profile_info(self, per_iter: bool = False, detailed: bool = False, sortby: Any = None,
+                          limit: int | None = 10) -> Any:
+        """A ``pandas`` table of the last profiled run (``flowpipe.execution.profile_tables.profile_table``)."""
+        from ..execution.profile_tables import profile_table
+        if self.profiler is None:
+            raise ValueError("Expected a run with profile=True (or 'detailed') first. Received: no profiled run "
+                             "yet; call pipeline.run(..., profile=True)")
+        return profile_table(self.profiler, per_iter, detailed, sortby, limit)
+
     @property
     def num_actions(self) -> int:
         """The number of main actions."""

@@ -100,16 +100,35 @@ def _declare_pipelines(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 def _declare_rebatch(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    def normalise(batch_size: int, merge: Callable | None = None, drop_last: bool = False) -> dict:
+    def normalise(batch_size: int, merge: Callable | None = None, components: Any = None,
+                  batch_class: type | None = None, drop_last: bool = False) -> dict:
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"Expected rebatch's batch_size to be a positive int. Received: {batch_size!r}")
         if merge is not None and not callable(merge):
             raise TypeError(f"Expected merge to be a callable merge(batches, batch_size) -> (batch, rest). "
                             f"Received: merge={merge!r}")
-        return {'batch_size': int(batch_size), 'merge': merge, 'drop_last': bool(drop_last)}
+        return {'batch_size': int(batch_size), 'merge': merge, 'drop_last': bool(drop_last),
+                'options': _merge_options(components, batch_class)}
     return (), normalise(*args, **kwargs)
 
 
+def _merge_options(components: Any, batch_class: type | None) -> dict:
+    """``Batch.merge``'s keywords: which components to keep and the class of the merged batch."""
+    if batch_class is not None and not isinstance(batch_class, type):
+        raise TypeError(f"Expected batch_class to be a Batch class. Received: batch_class={batch_class!r}")
+    return {key: value for key, value in (('components', components), ('batch_class', batch_class))
+            if value is not None}
+
+
+def _declare_merge(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def normalise(fn: Callable | None = None, components: Any = None, batch_class: type | None = None) -> dict:
+        if fn is not None and not callable(fn):
+            raise TypeError(f"Expected fn to be a callable fn(batches) -> (batch, rest). Received: fn={fn!r}")
+        return {'fn': fn, 'options': _merge_options(components, batch_class)}
+    _declare_pipelines(args, {})
+    return args, normalise(**kwargs)
+
+
 builtin('join', on_declare=_declare_pipelines)(_structural)
-builtin('merge', on_declare=_declare_pipelines)(_structural)
+builtin('merge', on_declare=_declare_merge)(_structural)
 builtin('rebatch', on_declare=_declare_rebatch)(_structural)

@@ -43,13 +43,19 @@ class PendingModel:
         from torch's global generator, so ``torch.manual_seed`` decides as in plain PyTorch.
         """
         config = evaluate(self.config, ctx) if contains_expressions(self.config) else self.config
+        model_class = evaluate(self.model_class, ctx) if contains_expressions(self.model_class) else self.model_class
+        if model_class is None:
+            model_class = _default_class()
+        if not callable(model_class):
+            raise TypeError(f"Expected {self.model_class!r} to give a model class such as ResNet18. Received: "
+                            f"{model_class!r}.")
         root = getattr(ctx.seed, 'entropy', None)
         if root is None or not getattr(ctx.seed, 'given', True):
-            return self.model_class(config)
+            return model_class(config)
         import torch
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(model_seed(root, self.name))
-            return self.model_class(config)
+            return model_class(config)
 
     def __repr__(self) -> str:
         return (f"PendingModel({self.name!r}, {getattr(self.model_class, '__name__', self.model_class)}: "
@@ -105,16 +111,19 @@ def _declare_init(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         raise TypeError(f"Expected a model name (a non-empty str) in init_model. Received: name={name!r}.")
     if mode not in MODES:
         raise ValueError(f"Expected init_model mode in {MODES}. Received: mode={mode!r}.")
-    model_class = found['model_class'] or _default_class()
-    if not callable(model_class):
+    model_class = found['model_class']
+    if model_class is None and mode == 'static':
+        model_class = _default_class()
+    if model_class is not None and not callable(model_class):
         raise TypeError(f"Expected a model class such as ResNet18 in init_model. Received: {model_class!r}.")
     if config is not None and not isinstance(config, Mapping) and not contains_expressions(config):
         raise TypeError(f"Expected the model config as a dict or Config. Received: config={config!r}.")
     static = None
     if mode == 'static':
-        if contains_expressions(config):
-            raise ValueError(f"Expected a static model config without named expressions: a static model is built "
-                             f"when the pipeline is declared. Received: config={config!r}. Use mode='dynamic'.")
+        if contains_expressions(config) or contains_expressions(model_class):
+            raise ValueError(f"Expected a static model class and config without named expressions: a static model is "
+                             f"built when the pipeline is declared. Received: model_class={model_class!r}, "
+                             f"config={config!r}. Use mode='dynamic'.")
         static = StaticModel(model_class(config))
     return (), {'name': name, 'model_class': model_class, 'mode': mode, 'config': config, 'static': static}
 

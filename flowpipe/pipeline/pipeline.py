@@ -296,9 +296,16 @@ class Pipeline(PipelineAliases):
 
     @property
     def profile_info(self) -> Any:
-        """Per action of the last profiled run: ``count``, ``total``, ``mean``, ``max`` seconds (or ``None``)."""
+        """Per action of the last profiled run: ``count``, ``total``, ``mean``, ``max`` seconds, as a
+        ``pandas.DataFrame`` when pandas is installed, else a dict (``None`` before a profiled run)."""
         profiler = self._state.profiler
-        return None if profiler is None else profiler.info
+        if profiler is None:
+            return None
+        try:
+            from ..execution.profile_tables import info_frame
+            return info_frame(profiler)
+        except ImportError:
+            return profiler.info
 
     @property
     def profile_rows(self) -> Any:

@@ -194,6 +194,6 @@ def test_leaving_gen_batch_early_stops_the_workers():
 def test_profile_info_after_a_prefetched_run():
     pipeline = _augment(Pipeline()) << _dataset()
     pipeline.run(BATCH, prefetch=2, profile=True)
-    info = pipeline.profile_info
+    info = pipeline.profiler.info
     assert len(info) == 4                   # flip, jitter and the two updates
     assert all(entry['count'] == N_ITEMS // BATCH for entry in info.values())

@@ -82,3 +82,27 @@ def test_to_frame():
     else:
         frame = profiler.to_frame()
         assert list(frame.columns) == ['batch', 'action', 'seconds'] and len(frame) == 1
+
+
+def test_detailed_profile_tables():
+    pd = pytest.importorskip('pandas')
+    from flowpipe import B, Dataset
+    pipeline = Dataset(6).p.call(lambda batch: sorted(range(100), reverse=True), B()).do_nothing()
+    pipeline.run(2, profile='detailed')
+    assert set(pipeline.profile_info.index) == {'0: call', '1: do_nothing'}
+    over = pipeline.show_profile_info()
+    assert list(over.columns) == [('total_time', 'sum'), ('total_time', 'mean'), ('total_time', 'max')]
+    assert len(pipeline.show_profile_info(per_iter=True)) == 6
+    functions = pipeline.show_profile_info(detailed=True, limit=2)
+    assert isinstance(functions, pd.DataFrame) and functions.index.names == ['action', 'id']
+    assert functions.groupby(level='action').size().max() <= 2
+    everything = pipeline.show_profile_info(detailed=True, limit=None)
+    assert any('sorted' in name for name in everything.loc['0: call'].index)
+    per_batch = pipeline.show_profile_info(per_iter=True, detailed=True, sortby='ncalls', limit=1)
+    assert per_batch.index.names == ['iter', 'action', 'id'] and len(per_batch) == 6
+    plain = Dataset(6).p.do_nothing()
+    plain.run(2, profile=True)
+    with pytest.raises(ValueError, match="profile='detailed'"):
+        plain.show_profile_info(detailed=True)
+    with pytest.raises(ValueError, match='profile=True'):
+        Dataset(6).p.show_profile_info()

@@ -57,8 +57,8 @@ def test_profiled_run_exposes_stats_rows_profiler_and_a_table():
     assert pipeline.profiler is None and pipeline.profile_rows is None and pipeline.profile_info is None
     pipeline.run(3, profile=True)
     # Steps are numbered through the whole run, so the two `add`s of different stages stay apart.
-    assert list(pipeline.profile_info) == ['0: add', '1: scale', '2: add']
-    assert [pipeline.profile_info[name]['count'] for name in pipeline.profile_info] == [4, 3, 3]
+    assert list(pipeline.profile_info.index) == ['0: add', '1: scale', '2: add']
+    assert list(pipeline.profile_info['count']) == [4, 3, 3]
     rows = pipeline.profile_rows
     assert len(rows) == 10 and set(rows[0]) == {'batch', 'action', 'seconds'}
     assert [row['batch'] for row in rows if row['action'] == '0: add'] == [0, 1, 2, 3]

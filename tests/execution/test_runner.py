@@ -48,7 +48,7 @@ def test_maybe_and_rebatch_compile_into_stages():
     records = (Pipeline().add(1) @ 0.5 + Pipeline().rebatch(3).scale(2)).actions
     plan = compile_plan(records, NumBatch, None, 4)
     assert len(plan.stages) == 2 and isinstance(plan.stages[0][0], MaybeStep)
-    assert plan.rebatches == [{'batch_size': 3, 'merge': None, 'drop_last': False}]
+    assert plan.rebatches == [{'batch_size': 3, 'merge': None, 'drop_last': False, 'options': {}}]
 
 
 def test_locked_action_runs_in_batch_order_with_prefetch():
@@ -115,7 +115,7 @@ def test_profile_records_time_per_action():
     with pytest.raises(ValueError, match='profile=True'):
         pipeline.profile_summary()
     pipeline.run(2, profile=True)
-    info = pipeline.profile_info
+    info = pipeline.profiler.info
     assert list(info) == ['0: add', '1: scale']
     assert info['0: add']['count'] == 4
     assert 'scale' in pipeline.profile_summary()

@@ -9,6 +9,10 @@ Keys read here (everything else is kept for the network classes, e.g. ``body/fil
 - ``loss``, ``optimizer``, ``decay``: see ``flowpipe.models.torch.losses`` and ``.optimizers``.
 - ``device``, ``microbatch``, ``device_weights``, ``device_map``, ``amp``: passed to ``flowpipe.parallel``.
 - ``model``: a ready ``nn.Module`` (or a class / zero-argument callable that makes one).
+- ``profile``: time every training step per torch operation (``TorchModel.show_profile_info``).
+
+batchflow's keys are read as their flowpipe equivalents: ``microbatch_size`` is ``microbatch``, ``inputs_shapes``
+is ``inputs/images/shape`` and ``classes`` is ``inputs/labels/classes`` (when the config declares no such input).
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from typing import Any
 __all__ = ['ModelSpec', 'get_path', 'nest', 'parse_config']
 
 _TOP_KEYS = ('amp', 'body', 'decay', 'device', 'device_map', 'device_weights', 'head', 'initial_block', 'inputs',
-             'loss', 'microbatch', 'model', 'optimizer', 'batch_norm')
+             'loss', 'microbatch', 'model', 'optimizer', 'batch_norm', 'dtype', 'profile')
 
 
 def nest(config: Mapping | None) -> dict:
@@ -125,7 +129,7 @@ def parse_config(config: Mapping | None) -> ModelSpec:
     if config is not None and not isinstance(config, Mapping):
         raise TypeError(f"Expected a model config as a dict or flowpipe.Config. Received: {type(config).__name__} "
                         f"{config!r}. Pass e.g. {{'inputs/images/shape': (3, 32, 32)}}.")
-    nested = nest(config)
+    nested = _from_batchflow(nest(config))
     _check_top_keys(nested)
     declared = nested.get('inputs') or {}
     if not isinstance(declared, Mapping):
@@ -141,6 +145,33 @@ def parse_config(config: Mapping | None) -> ModelSpec:
     input_names = _network_inputs(nested, declared, classes)
     target_names = tuple(name for name in declared if name not in input_names)
     return ModelSpec(nested, input_names, target_names, shapes, classes)
+
+
+def _from_batchflow(nested: dict) -> dict:
+    """``nested`` with batchflow's key names replaced by flowpipe's (see the module docstring)."""
+    aliases = [key for key in ('microbatch_size', 'inputs_shapes', 'classes') if key in nested]
+    if not aliases:
+        return nested
+    nested = dict(nested)
+    if 'microbatch_size' in nested:
+        size = nested.pop('microbatch_size')
+        if nested.get('microbatch') not in (None, size):
+            raise ValueError(f"Expected microbatch or microbatch_size (the same key), not both. Received: "
+                             f"microbatch={nested['microbatch']!r}, microbatch_size={size!r}.")
+        nested['microbatch'] = size
+    declared = {name: dict(value) if isinstance(value, Mapping) else value
+                for name, value in (nested.get('inputs') or {}).items()}
+    described = [value for value in declared.values() if isinstance(value, Mapping)]
+    if 'inputs_shapes' in nested:
+        shape = nested.pop('inputs_shapes')
+        if not any(value.get('shape') is not None and value.get('classes') is None for value in described):
+            declared.setdefault('images', {})['shape'] = shape
+    if 'classes' in nested:
+        classes = nested.pop('classes')
+        if not any(value.get('classes') is not None for value in described):
+            declared.setdefault('labels', {})['classes'] = classes
+    nested['inputs'] = declared
+    return nested
 
 
 def _check_top_keys(nested: dict) -> None:

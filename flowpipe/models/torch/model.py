@@ -13,15 +13,16 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Callable, ClassVar
 
-import numpy as np
 import torch
 from torch import nn
 
 from ...parallel import build_engine, make_plan
 from . import io
 from .config import ModelSpec, nest, parse_config
+from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require, to_tensor
 from .losses import make_loss
 from .optimizers import make_decay, make_optimizer
+from .profiling import OpProfiler, profiled as _profiled
 
 __all__ = ['FETCHES', 'TorchModel', 'check_fetches']
 
@@ -56,6 +57,27 @@ class TorchModel:
         if overrides:
             self.config = nest({**_flat_paths(self.config), **overrides})
         self.spec: ModelSpec = parse_config(self.config)
+        self.engine = self.loss_fn = self.optimizer = self.decay = None
+        self.iteration = 0
+        self._last_batch_size: int | None = None
+        # Steps from concurrent threads (a prefetching run without use_lock) must not interleave gradients.
+        self._step_lock = threading.Lock()
+        self.profiler = OpProfiler() if self.spec.get('profile') else None
+        if self._shape_missing():
+            # A ready network without the input's shape: built by the first step, from the inputs it gets, with
+            # the weights the torch generator would give now (so the seed that governs this call still does).
+            self._pending_rng = torch.random.get_rng_state()
+        else:
+            self._build()
+
+    # building
+
+    def _shape_missing(self) -> bool:
+        name = self.spec.input_names[0] if self.spec.input_names else DEFAULT_INPUT
+        return (self.spec.get('model') is None and type(self).network_factory is not None
+                and name not in self.spec.shapes)
+
+    def _build(self) -> None:
         network = self._make_network()
         plan = make_plan(**{key: self.spec.get(key) for key in ('device', 'microbatch', 'device_weights',
                                                                  'device_map')}, amp=bool(self.spec.get('amp')))
@@ -63,12 +85,23 @@ class TorchModel:
         self.loss_fn = make_loss(self.spec.get('loss'), has_classes=bool(self.spec.classes))
         self.optimizer = make_optimizer(self.spec.get('optimizer'), self.engine.parameters())
         self.decay = make_decay(self.spec.get('decay'), self.optimizer)
-        self.iteration = 0
-        self._last_batch_size: int | None = None
-        # Steps from concurrent threads (a prefetching run without use_lock) must not interleave gradients.
-        self._step_lock = threading.Lock()
 
-    # building
+    def _build_for(self, inputs: list[torch.Tensor]) -> None:
+        """Build a network deferred for want of a shape: ``inputs/<first input>/shape`` is the first input's."""
+        name = self.spec.input_names[0] if self.spec.input_names else DEFAULT_INPUT
+        self.config.setdefault('inputs', {}).setdefault(name, {})['shape'] = tuple(inputs[0].shape[1:])
+        self.spec = parse_config(self.config)
+        with torch.random.fork_rng(devices=[]):
+            torch.random.set_rng_state(self._pending_rng)
+            self._build()
+        del self._pending_rng
+
+    def _built(self) -> Any:
+        if self.engine is None:
+            raise ValueError(f"Expected a built model. Received: a {type(self).__name__} that builds its network at "
+                             "the first train or predict step, from the inputs' shape (no 'inputs/<name>/shape' in "
+                             "its config). Run a step first, or give the shape.")
+        return self.engine
 
     def _make_network(self) -> nn.Module:
         ready = self.spec.get('model')
@@ -98,21 +131,21 @@ class TorchModel:
     @property
     def model(self) -> nn.Module:
         """The primary ``nn.Module`` (the replica that holds the optimizer's parameters)."""
-        return self.engine.module
+        return self._built().module
 
     @property
     def plan(self) -> Any:
         """The engine's frozen ``DevicePlan``."""
-        return self.engine.plan
+        return self._built().plan
 
     def device_plan(self, batch_size: int | None = None) -> str:
         """Readable placement: devices, shard sizes and micro-batch chunks for ``batch_size``."""
-        return self.engine.plan.describe(batch_size)
+        return self._built().plan.describe(batch_size)
 
     # steps
 
     def train(self, *args: Any, fetches: Any = None, inputs: Any = None, targets: Any = None,
-              **named_inputs: Any) -> Any:
+              outputs: Any = None, **named_inputs: Any) -> Any:
         """One optimizer step on a batch.
 
         Args:
@@ -120,15 +153,19 @@ class TorchModel:
             fetches: ``'loss'``, ``'predictions'``, ``'proba'``, ``'labels'``, a list of them, or ``None``.
             inputs: network input(s), instead of naming them.
             targets: target(s), instead of naming them.
+            outputs: batchflow's name for ``fetches``.
             **named_inputs: inputs and targets by their config names (``images=..., labels=...``).
 
         Returns:
             The fetched values (numpy arrays, the loss as a float), in the order asked; ``None`` without fetches.
         """
+        fetches = _fetches(fetches, outputs)
         names = check_fetches(fetches)
         net_inputs, net_targets = self._collect(args, inputs, targets, named_inputs, need_targets=True)
         wants_outputs = any(name != 'loss' for name in names)
-        with self._step_lock:
+        with self._step_lock, _profiled(self.profiler, self.iteration):
+            if self.engine is None:
+                self._build_for(net_inputs)
             result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
                                             return_outputs=wants_outputs)
             self.iteration += 1
@@ -137,15 +174,18 @@ class TorchModel:
                 self.decay.after_batch(self.iteration)
         return self._fetch(fetches, names, lambda: result.loss, result.outputs)
 
-    def predict(self, *args: Any, fetches: Any = 'predictions', inputs: Any = None, targets: Any = None,
-                **named_inputs: Any) -> Any:
+    def predict(self, *args: Any, fetches: Any = None, inputs: Any = None, targets: Any = None,
+                outputs: Any = None, **named_inputs: Any) -> Any:
         """Outputs for a batch in evaluation mode, without gradients; arguments as in ``train``.
 
-        Targets are needed only to fetch ``'loss'``.
+        ``fetches`` (or ``outputs``) is ``'predictions'`` by default; targets are needed only to fetch ``'loss'``.
         """
+        fetches = _fetches(fetches, outputs, 'predictions')
         names = check_fetches(fetches)
         net_inputs, net_targets = self._collect(args, inputs, targets, named_inputs, need_targets='loss' in names)
         with self._step_lock:
+            if self.engine is None:
+                self._build_for(net_inputs)
             outputs = self.engine.predict(net_inputs)
 
         def loss() -> float:
@@ -160,24 +200,25 @@ class TorchModel:
     def _collect(self, args: tuple, inputs: Any, targets: Any, named: dict,
                  need_targets: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Network input tensors and target tensors, from any of the accepted forms."""
-        values = _by_name(args, named, self.spec.input_names, self.spec.target_names)
-        input_names = self.spec.input_names or ('inputs',)
+        input_names = self.spec.input_names or (DEFAULT_INPUT,)
+        declared = self.spec.input_names or (input_names if self.spec.target_names else ())
+        values = by_name(args, named, declared, self.spec.target_names)
         if inputs is not None:
-            values.update(zip(input_names, _as_list(inputs)))
+            values.update(zip(input_names, as_list(inputs)))
         target_names = self.spec.target_names
         if targets is not None:
-            target_names = target_names or tuple(f'target{i}' for i in range(len(_as_list(targets))))
-            values.update(zip(target_names, _as_list(targets)))
+            target_names = target_names or tuple(f'target{i}' for i in range(len(as_list(targets))))
+            values.update(zip(target_names, as_list(targets)))
         elif not target_names:
             target_names = tuple(name for name in values if name not in input_names)
-        _require(input_names, values, 'the network inputs', 'inputs=')
+        require(input_names, values, 'the network inputs', 'inputs=')
         if need_targets:
-            _require(target_names, values, 'the targets for training or a loss', 'targets=')
-        return ([_to_tensor(values[name], name) for name in input_names],
+            require(target_names, values, 'the targets for training or a loss', 'targets=')
+        return ([to_tensor(values[name], name) for name in input_names],
                 [self._target(values[name], name) for name in target_names if name in values])
 
     def _target(self, value: Any, name: str) -> torch.Tensor:
-        tensor = _to_tensor(value, name)
+        tensor = to_tensor(value, name)
         if name in self.spec.classes and not tensor.is_floating_point() and tensor.dtype != torch.int64:
             tensor = tensor.long()  # class losses index with int64; int32/uint8 labels stay integer, widened
         return tensor
@@ -185,14 +226,15 @@ class TorchModel:
     def _fetch(self, fetches: Any, names: list[str], loss: Callable[[], float], outputs: Any) -> Any:
         if fetches is None:
             return None
-        values = [_fetch_value(name, loss, outputs) for name in names]
+        values = [fetch_value(name, loss, outputs) for name in names]
         if isinstance(fetches, str):
             return values[0]
         return type(fetches)(values) if isinstance(fetches, (list, tuple)) else values
 
     def close(self) -> None:
         """Stop the engine's replica worker threads; the model cannot train or predict afterwards."""
-        self.engine.close()
+        if self.engine is not None:
+            self.engine.close()
 
     def __enter__(self) -> 'TorchModel':
         return self
@@ -204,6 +246,7 @@ class TorchModel:
 
     def save(self, path: str) -> None:
         """Write the model (network, optimizer, scheduler, config) to ``path`` atomically, with dill."""
+        self._built()
         io.save(self, path)
 
     def load(self, path: str) -> 'TorchModel':
@@ -216,7 +259,25 @@ class TorchModel:
         """A new model from a file; ``overrides`` change config items such as ``device`` or ``microbatch``."""
         return io.load(path, model_class=None if cls is TorchModel else cls, **overrides)
 
+    def info(self) -> str:
+        """A printable summary: the repr (network, inputs, loss, optimizer, placement) and the config read."""
+        from ...config import Config
+        config = Config({key: value for key, value in self.spec.config.items() if key != 'model'}).flatten()
+        lines = [repr(self), '  config:'] + [f'    {key}: {value!r}' for key, value in config.items()]
+        return '\n'.join(lines)
+
+    def show_profile_info(self, per_iter: bool = False, limit: int | None = 10) -> Any:
+        """Time per torch operation of the profiled steps (config ``'profile': True``), slowest first: a
+        ``pandas.DataFrame`` (see ``flowpipe.models.torch.profiling``)."""
+        if self.profiler is None:
+            raise ValueError("Expected a model made with 'profile': True in its config. Received: no profiling; "
+                             "add 'profile': True to the model config")
+        return self.profiler.table(per_iter=per_iter, limit=limit)
+
     def __repr__(self) -> str:
+        if self.engine is None:
+            return (f'{type(self).__name__}(network built at the first step from its inputs\' shape, '
+                    f'targets: {", ".join(self.spec.target_names) or "?"})')
         inputs = ', '.join(f'{name} {self.spec.shapes.get(name, "")}'.strip() for name in self.spec.input_names)
         targets = ', '.join(f'{name} ({self.spec.classes[name]} classes)' if name in self.spec.classes else name
                             for name in self.spec.target_names)
@@ -228,6 +289,14 @@ class TorchModel:
                  f'trained on {self.iteration} batch{"" if self.iteration == 1 else "es"}',
                  *('  ' + line for line in self.device_plan(self._last_batch_size).splitlines())]
         return '\n'.join(lines)
+
+
+def _fetches(fetches: Any, outputs: Any, default: Any = None) -> Any:
+    if fetches is not None and outputs is not None:
+        raise ValueError(f"Expected fetches= or outputs= (the same option), not both. Received: fetches={fetches!r}, "
+                         f"outputs={outputs!r}.")
+    chosen = fetches if fetches is not None else outputs
+    return default if chosen is None else chosen
 
 
 def _flat_paths(config: Mapping, prefix: str = '') -> dict:
@@ -260,76 +329,6 @@ def check_fetches(fetches: Any) -> list[str]:
             hint = f" Did you mean {close[0]!r}?" if close else ''
             raise ValueError(f"Expected fetches among {list(FETCHES)}. Received: {name!r}.{hint}")
     return names
-
-
-def _by_name(args: tuple, named: dict, input_names: tuple, target_names: tuple) -> dict:
-    order = (*input_names, *target_names)
-    if order and len(args) > len(order):
-        raise ValueError(f"Expected at most {len(order)} positional inputs {list(order)}. "
-                         f"Received: {len(args)}. Pass the extra ones by name.")
-    values = dict(zip(order or ('inputs', *[f'target{i}' for i in range(len(args) - 1)]), args))
-    for name, value in named.items():
-        if order and name not in order:
-            close = difflib.get_close_matches(name, order, n=2)
-            hint = f" Did you mean {close}?" if close else ''
-            raise ValueError(f"Expected inputs named in the model config {list(order)}. Received: {name!r}."
-                             f"{hint} Declare it as 'inputs/{name}/shape' or rename it.")
-        if not order:
-            raise ValueError(f"Expected positional inputs or inputs=/targets=: the model config declares no "
-                             f"inputs. Received: {name!r}=... . Add 'inputs/{name}/...' to the config.")
-        values[name] = value
-    return values
-
-
-def _require(names: tuple, values: dict, what: str, keyword: str) -> None:
-    if any(name not in values for name in names):
-        raise ValueError(f"Expected {what} {list(names)!r}. Received: {sorted(values)!r}. "
-                         f"Pass them by name, positionally or as {keyword}.")
-
-
-def _as_list(value: Any) -> list:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def _to_tensor(value: Any, name: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    array = np.asarray(value)
-    if array.dtype == object:
-        raise TypeError(f"Expected {name!r} as a numeric array or tensor. Received: an object array of shape "
-                        f"{array.shape} (items of different shapes?). Make one array first, e.g. with to_array().")
-    if not array.flags.writeable:
-        array = array.copy()
-    return torch.from_numpy(array)
-
-
-def _fetch_value(name: str, loss: Callable[[], float], outputs: Any) -> Any:
-    if name == 'loss':
-        return loss()
-    if not isinstance(outputs, torch.Tensor):
-        if name == 'predictions':
-            return _to_numpy(outputs)
-        raise TypeError(f"Expected one output tensor to compute {name!r}. Received: {type(outputs).__name__}. "
-                        "Fetch 'predictions' instead.")
-    if name == 'predictions':
-        return _to_numpy(outputs)
-    if name == 'proba':
-        return _to_numpy(torch.softmax(outputs.float() if outputs.dtype in (torch.float16, torch.bfloat16)
-                                       else outputs, dim=1))
-    return _to_numpy(outputs.argmax(dim=1))
-
-
-def _to_numpy(outputs: Any) -> Any:
-    if isinstance(outputs, torch.Tensor):
-        tensor = outputs.detach()
-        if tensor.dtype in (torch.float16, torch.bfloat16):
-            tensor = tensor.float()
-        return tensor.cpu().numpy()
-    if isinstance(outputs, (list, tuple)):
-        return type(outputs)(_to_numpy(item) for item in outputs)
-    if isinstance(outputs, dict):
-        return {key: _to_numpy(value) for key, value in outputs.items()}
-    return outputs
 
 
 def _short(loss_fn: Any) -> str:

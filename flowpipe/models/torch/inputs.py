@@ -1,0 +1,83 @@
+"""Turning a step's arguments into tensors and its outputs into fetched numpy values."""
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+__all__ = ['DEFAULT_INPUT', 'as_list', 'by_name', 'fetch_value', 'require', 'to_numpy', 'to_tensor']
+
+#: The name of the network input when the config declares none (batchflow's ``images``).
+DEFAULT_INPUT = 'images'
+
+
+def by_name(args: tuple, named: dict, input_names: tuple, target_names: tuple) -> dict:
+    order = (*input_names, *target_names)
+    if order and len(args) > len(order):
+        raise ValueError(f"Expected at most {len(order)} positional inputs {list(order)}. "
+                         f"Received: {len(args)}. Pass the extra ones by name.")
+    values = dict(zip(order or (DEFAULT_INPUT, *[f'target{i}' for i in range(len(args) - 1)]), args))
+    for name, value in named.items():
+        if order and name not in order:
+            close = difflib.get_close_matches(name, order, n=2)
+            hint = f" Did you mean {close}?" if close else ''
+            raise ValueError(f"Expected inputs named in the model config {list(order)}. Received: {name!r}."
+                             f"{hint} Declare it as 'inputs/{name}/shape' or rename it.")
+        if not order:
+            raise ValueError(f"Expected positional inputs or inputs=/targets=: the model config declares no "
+                             f"inputs. Received: {name!r}=... . Add 'inputs/{name}/...' to the config.")
+        values[name] = value
+    return values
+
+
+def require(names: tuple, values: dict, what: str, keyword: str) -> None:
+    if any(name not in values for name in names):
+        raise ValueError(f"Expected {what} {list(names)!r}. Received: {sorted(values)!r}. "
+                         f"Pass them by name, positionally or as {keyword}.")
+
+
+def as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def to_tensor(value: Any, name: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    array = np.asarray(value)
+    if array.dtype == object:
+        raise TypeError(f"Expected {name!r} as a numeric array or tensor. Received: an object array of shape "
+                        f"{array.shape} (items of different shapes?). Make one array first, e.g. with to_array().")
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(array)
+
+
+def fetch_value(name: str, loss: Callable[[], float], outputs: Any) -> Any:
+    if name == 'loss':
+        return loss()
+    if not isinstance(outputs, torch.Tensor):
+        if name == 'predictions':
+            return to_numpy(outputs)
+        raise TypeError(f"Expected one output tensor to compute {name!r}. Received: {type(outputs).__name__}. "
+                        "Fetch 'predictions' instead.")
+    if name == 'predictions':
+        return to_numpy(outputs)
+    if name == 'proba':
+        return to_numpy(torch.softmax(outputs.float() if outputs.dtype in (torch.float16, torch.bfloat16)
+                                       else outputs, dim=1))
+    return to_numpy(outputs.argmax(dim=1))
+
+
+def to_numpy(outputs: Any) -> Any:
+    if isinstance(outputs, torch.Tensor):
+        tensor = outputs.detach()
+        if tensor.dtype in (torch.float16, torch.bfloat16):
+            tensor = tensor.float()
+        return tensor.cpu().numpy()
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(to_numpy(item) for item in outputs)
+    if isinstance(outputs, dict):
+        return {key: to_numpy(value) for key, value in outputs.items()}
+    return outputs
