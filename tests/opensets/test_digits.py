@@ -90,3 +90,16 @@ def test_pipeline_resize_to_array_and_reproducible_augmentation(digits):
     for pipeline, seed in zip(seeded, (1, 2)):  # same items, different augmentation draws
         pipeline.run(100, n_iters=1, shuffle=False, seed=seed)
     assert not np.array_equal(seeded[0].v('images')[0], seeded[1].v('images')[0])
+
+
+def test_batch_class_and_batchflow_bar_forms():
+    from flowpipe import ImagesBatch
+
+    class Patches(ImagesBatch):
+        components = ('images', 'labels', 'patches')
+
+    digits = Digits(batch_class=Patches, path=None, bar='t')
+    batch = digits.train.next_batch(2)
+    assert isinstance(batch, Patches) and batch.patches is None
+    with pytest.raises(TypeError, match='ImagesBatch or a subclass'):
+        Digits(batch_class=dict)
