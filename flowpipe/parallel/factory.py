@@ -1,13 +1,24 @@
-"""``build_engine``: the one place that turns a plan and a module into the engine that runs it."""
+"""``build_engine``: the one place that turns a plan and a module into the engine that runs it.
+
+``ENGINES`` is the registry from a plan's ``engine`` kind to the class that runs it; every class is built as
+``engine_class(module, plan, precision)``. A new way of running steps is one class and one entry here (and the
+rule in ``make_plan`` that chooses its kind).
+"""
 from __future__ import annotations
 
 from torch import nn
 
-from .engines import Engine, ReplicaEngine, SingleEngine
-from .model_parallel import place_module
-from .plan import DevicePlan
+from .engines import Engine, ModelParallelEngine, ReplicaEngine, SingleEngine
+from .plan import MODEL_PARALLEL, REPLICAS, SINGLE, DevicePlan
+from .precision import make_precision
 
-__all__ = ['build_engine']
+__all__ = ['ENGINES', 'build_engine']
+
+ENGINES: dict[str, type[Engine]] = {
+    SINGLE: SingleEngine,
+    REPLICAS: ReplicaEngine,
+    MODEL_PARALLEL: ModelParallelEngine,
+}
 
 
 def build_engine(module: nn.Module, plan: DevicePlan) -> Engine:
@@ -20,14 +31,16 @@ def build_engine(module: nn.Module, plan: DevicePlan) -> Engine:
 
     Raises:
         TypeError: ``module`` is not an ``nn.Module`` or ``plan`` not a ``DevicePlan``.
+        ValueError: ``plan.engine`` is not a registered kind.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f'Expected an nn.Module. Received: {module!r} of type {type(module).__name__}.')
     if not isinstance(plan, DevicePlan):
         raise TypeError(f'Expected a DevicePlan from make_plan(...). Received: {plan!r} of type '
                         f'{type(plan).__name__}.')
-    if plan.mode == 'replicas':
-        return ReplicaEngine(module, plan)
-    if plan.mode == 'model_parallel':
-        return SingleEngine(module, plan, placement=place_module(module, plan))
-    return SingleEngine(module, plan)
+    engine_class = ENGINES.get(plan.engine)
+    if engine_class is None:
+        raise ValueError(f'Expected plan.engine among the registered engine kinds {sorted(ENGINES)}. Received: '
+                         f'engine={plan.engine!r}. Build the plan with make_plan(...), or add the kind to '
+                         f'flowpipe.parallel.factory.ENGINES.')
+    return engine_class(module, plan, make_precision(plan))

@@ -2,7 +2,8 @@
 ``amp`` turned into one immutable object, once, by :func:`make_plan`.
 
 The plan is pure data plus pure arithmetic (which items go where); engines (``flowpipe.parallel.engines``)
-execute it. Three modes follow from the flags:
+execute it. Its ``engine`` field names the kind of engine that runs it, chosen here from the flags
+(``build_engine`` looks the kind up in its registry):
 
 - ``'single'``: one device;
 - ``'replicas'``: several devices, one model replica each, every batch split across them;
@@ -11,7 +12,7 @@ execute it. Three modes follow from the flags:
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .devices import LogicalDevice, parse_devices
@@ -20,6 +21,7 @@ from .split import Piece, chunk_sizes, shard_sizes, split_batch
 __all__ = ['DevicePlan', 'make_plan']
 
 AUTO = 'auto'
+SINGLE, REPLICAS, MODEL_PARALLEL = 'single', 'replicas', 'model_parallel'
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class DevicePlan:
         device_map: ``((part, device), ...)`` for model parallel, ``'auto'`` to balance parts at build time,
             or ``None``.
         amp: mixed precision on CUDA (autocast + one gradient scaler).
+        engine: the kind of engine that runs the plan (a key of ``flowpipe.parallel.factory.ENGINES``), given by
+            keyword: ``'single'``, ``'replicas'`` or ``'model_parallel'``.
     """
 
     devices: tuple[LogicalDevice, ...]
@@ -40,13 +44,18 @@ class DevicePlan:
     device_weights: tuple[float, ...] | None = None
     device_map: tuple[tuple[str, LogicalDevice], ...] | str | None = None
     amp: bool = False
+    engine: str = field(kw_only=True)
 
-    @property
-    def mode(self) -> str:
-        """``'single'``, ``'replicas'`` or ``'model_parallel'``."""
-        if self.device_map is not None:
-            return 'model_parallel'
-        return 'replicas' if len(self.devices) > 1 else 'single'
+    def __post_init__(self) -> None:
+        if not isinstance(self.engine, str) or not self.engine:
+            raise TypeError(f'Expected engine as the name of an engine kind, such as {SINGLE!r}. '
+                            f'Received: engine={self.engine!r}.')
+        mismatch = ((self.engine == MODEL_PARALLEL) != (self.device_map is not None)
+                    or self.engine == SINGLE and len(self.devices) != 1)
+        if mismatch:
+            raise ValueError(f'Expected a plan whose engine fits its devices. Received: engine={self.engine!r} with '
+                             f'{len(self.devices)} devices and device_map={self.device_map!r}. '
+                             f'Build plans with make_plan(...).')
 
     @property
     def primary(self) -> LogicalDevice:
@@ -56,7 +65,7 @@ class DevicePlan:
     @property
     def num_replicas(self) -> int:
         """How many copies of the model the batch is split across."""
-        return len(self.devices) if self.mode == 'replicas' else 1
+        return len(self.devices) if self.engine == REPLICAS else 1
 
     def chunk_sizes(self, batch_size: int) -> tuple[int, ...]:
         """Micro-batch chunk sizes of a batch."""
@@ -93,9 +102,9 @@ class DevicePlan:
 
     def _placement(self) -> str:
         names = ', '.join(d.name for d in self.devices)
-        if self.mode == 'single':
+        if self.engine == SINGLE:
             return f'single device {names}'
-        if self.mode == 'model_parallel':
+        if self.engine == MODEL_PARALLEL:
             if self.device_map == AUTO:
                 return f'model parallel, parts balanced by parameter bytes over {names}'
             parts = ', '.join(f'{part}->{dev.name}' for part, dev in self.device_map)
@@ -160,7 +169,10 @@ def _parse_device_map(device_map: Mapping, device: Any, num_gpus: int | None):
 
 def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = None, device_map: Any = None,
               amp: bool = False, *, num_gpus: int | None = None) -> DevicePlan:
-    """Turn the user's flags into a frozen :class:`DevicePlan`.
+    """Turn the user's flags into a frozen :class:`DevicePlan`, the engine kind included.
+
+    The kind: ``'model_parallel'`` with a ``device_map``, else ``'replicas'`` for several devices, else
+    ``'single'``.
 
     Args:
         device: a device spec (see ``flowpipe.parallel.devices``); several devices mean replicas.
@@ -179,16 +191,17 @@ def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = 
         raise TypeError(f'Expected amp as a bool. Received: {amp!r} of type {type(amp).__name__}.')
     if device_map is None:
         devices = parse_devices(device, num_gpus)
-        return DevicePlan(devices, chunk, _check_weights(device_weights, devices), None, amp)
+        kind = REPLICAS if len(devices) > 1 else SINGLE
+        return DevicePlan(devices, chunk, _check_weights(device_weights, devices), None, amp, engine=kind)
     if device_weights is not None:
         raise ValueError(f'Expected device_weights only with replicas. Received: device_weights={device_weights!r} '
                          f'with device_map={device_map!r}; a model-parallel model has one replica.')
     if isinstance(device_map, str):
         if device_map.lower() != AUTO:
             raise ValueError(f"Expected device_map as a mapping {{part: device}} or 'auto'. Received: {device_map!r}.")
-        return DevicePlan(parse_devices(device, num_gpus), chunk, None, AUTO, amp)
+        return DevicePlan(parse_devices(device, num_gpus), chunk, None, AUTO, amp, engine=MODEL_PARALLEL)
     if not isinstance(device_map, Mapping):
         raise TypeError(f"Expected device_map as a mapping {{part: device}} or 'auto'. "
                         f'Received: {device_map!r} of type {type(device_map).__name__}.')
     parts, devices = _parse_device_map(device_map, device, num_gpus)
-    return DevicePlan(devices, chunk, None, parts, amp)
+    return DevicePlan(devices, chunk, None, parts, amp, engine=MODEL_PARALLEL)

@@ -275,7 +275,7 @@ def test_amp_on_gpu_trains_with_one_scaler_step_per_batch():
         before = [p.detach().clone() for p in engine.parameters()]
         for _ in range(20):                 # the scaler may skip the first steps while it finds its scale
             result = engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
-        assert engine.scaler is not None and result.loss > 0
+        assert engine.precision.scaler is not None and result.loss > 0
         assert any(not torch.equal(a, b) for a, b in zip(before, engine.parameters()))
 
 
@@ -297,3 +297,84 @@ def test_modes_are_switched_only_when_the_top_level_flag_differs(device):
         engine.module.eval()            # the top-level flag differs: the whole model is switched back
         engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
         assert all(m.training for r in replicas for m in r.modules())
+
+
+def clipped_reference(model, inputs, targets, max_norm, steps=3):
+    """The hand-written loop with clipping: backward, clip_grad_norm_, step; returns the model and the norms."""
+    model = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    norms = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        F.cross_entropy(model(inputs.double()), targets).backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
+        optimizer.step()
+    return model, norms
+
+
+def clipped_engine(model, plan, inputs, targets, max_norm, steps=3):
+    with build_engine(copy.deepcopy(model), plan) as engine:
+        optimizer = torch.optim.SGD(engine.parameters(), lr=0.5, momentum=0.9)
+        for _ in range(steps):
+            engine.train_step([inputs], [targets], F.cross_entropy, optimizer, clip_grad_norm=max_norm)
+        return engine.module, engine.replicas
+
+
+MAX_NORM = 0.05
+
+
+def test_clipping_on_one_device_equals_the_hand_written_loop():
+    model, (inputs, targets) = mlp(), data(12)
+    expected, norms = clipped_reference(model, inputs, targets, MAX_NORM)
+    assert min(norms) > 2 * MAX_NORM                      # every step was clipped
+    actual, _ = clipped_engine(model, make_plan('CPU:0', num_gpus=0), inputs, targets, MAX_NORM)
+    assert_same_parameters(actual, expected)
+    unclipped, _, _ = engine_step(model, make_plan('CPU:0', num_gpus=0), inputs, targets, steps=3, lr=0.5,
+                                  momentum=0.9)
+    assert not torch.allclose(unclipped[0].weight, expected[0].weight)
+
+
+@pytest.mark.parametrize('device, microbatch, weights', [
+    ('CPU:0', 5, None), (['CPU:0', 'CPU:1'], None, None), (['CPU:0', 'CPU:1', 'CPU:2'], 5, None),
+    ('CPU:0x4', 3, None), (['CPU:0', 'CPU:1', 'CPU:2'], 4, [1, 5, 2])])
+def test_clipping_uses_the_full_batch_norm_whatever_the_split(device, microbatch, weights):
+    model, (inputs, targets) = mlp(), data(12)
+    expected, _ = clipped_reference(model, inputs, targets, MAX_NORM)
+    plan = make_plan(device, microbatch, device_weights=weights, num_gpus=0)
+    actual, replicas = clipped_engine(model, plan, inputs, targets, MAX_NORM)
+    for replica in replicas:
+        assert_same_parameters(replica, expected)
+
+
+def test_a_norm_limit_above_the_gradient_norm_changes_nothing():
+    model, (inputs, targets) = mlp(), data(12)
+    expected, _, _ = engine_step(model, make_plan(num_gpus=0), inputs, targets, steps=2, lr=0.5, momentum=0.9)
+    actual, _ = clipped_engine(model, make_plan(num_gpus=0), inputs, targets, 1e6, steps=2)
+    for a, b in zip(actual.parameters(), expected.parameters()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize('value, error', [(0, ValueError), (-1.0, ValueError), (float('nan'), ValueError),
+                                          ('1.0', TypeError), (True, TypeError)])
+def test_bad_clip_values_are_rejected_before_the_step(value, error):
+    model, (inputs, targets) = mlp(), data(4)
+    engine = build_engine(model, make_plan(num_gpus=0))
+    before = [p.detach().clone() for p in engine.parameters()]
+    with pytest.raises(error, match=r'clip_grad_norm as a positive number .* Received: '):
+        engine.train_step([inputs], [targets], F.cross_entropy, torch.optim.SGD(engine.parameters(), lr=1.0),
+                          clip_grad_norm=value)
+    assert all(torch.equal(a, b) for a, b in zip(before, engine.parameters()))
+
+
+def test_inputs_follow_the_parameters_dtype_when_the_module_is_cast_after_building():
+    model = nn.Sequential(nn.Linear(5, 3))
+    with build_engine(model, make_plan(num_gpus=0)) as engine:
+        inputs = torch.randn(4, 5, dtype=torch.float64)
+        assert engine.predict([inputs]).dtype == torch.float32
+        engine.module.double()
+        assert engine.predict([inputs.float()]).dtype == torch.float64
+        engine.train_step([inputs.float()], [torch.tensor([0, 1, 2, 0])], F.cross_entropy,
+                          torch.optim.SGD(engine.parameters(), lr=0.1))
+        assert engine.module[0].weight.dtype == torch.float64
+    with build_engine(nn.Flatten(), make_plan(num_gpus=0)) as engine:       # no parameters: inputs keep theirs
+        assert engine.compute_dtype() is None and engine.predict([inputs]).dtype == torch.float64

@@ -12,13 +12,13 @@ CPUS = ['CPU:0', 'CPU:1', 'CPU:2']
 
 def test_defaults_give_a_single_device_plan():
     plan = make_plan(num_gpus=0)
-    assert plan.mode == 'single' and plan.primary.name == 'cpu:0' and plan.num_replicas == 1
+    assert plan.engine == 'single' and plan.primary.name == 'cpu:0' and plan.num_replicas == 1
     assert plan.microbatch is None and plan.device_weights is None and plan.amp is False
 
 
 def test_several_devices_mean_replicas():
     plan = make_plan(CPUS, microbatch=4, num_gpus=0)
-    assert plan.mode == 'replicas' and plan.num_replicas == 3
+    assert plan.engine == 'replicas' and plan.num_replicas == 3
     assert plan.chunk_sizes(10) == (4, 4, 2) and plan.shard_sizes(10) == (4, 3, 3)
     assert [p.replica for p in plan.pieces(10)] == [0, 1, 2, 0, 1, 2, 0, 1]
 
@@ -71,7 +71,7 @@ def test_unavailable_device_raises_device_error():
 
 def test_device_map_gives_a_model_parallel_plan():
     plan = make_plan(device_map={'initial_block': 'CPU:0', 'body': 'CPU:1', 'head': 'cpu:1'}, num_gpus=0)
-    assert plan.mode == 'model_parallel' and plan.num_replicas == 1
+    assert plan.engine == 'model_parallel' and plan.num_replicas == 1
     assert [d.name for d in plan.devices] == ['cpu:0', 'cpu:1']
     assert [(part, dev.name) for part, dev in plan.device_map] == [
         ('initial_block', 'cpu:0'), ('body', 'cpu:1'), ('head', 'cpu:1')]
@@ -79,7 +79,7 @@ def test_device_map_gives_a_model_parallel_plan():
 
 def test_auto_device_map_keeps_the_device_list():
     plan = make_plan(CPUS, device_map='AUTO', num_gpus=0)
-    assert plan.device_map == 'auto' and len(plan.devices) == 3 and plan.mode == 'model_parallel'
+    assert plan.device_map == 'auto' and len(plan.devices) == 3 and plan.engine == 'model_parallel'
 
 
 @pytest.mark.parametrize('kwargs, error, match', [

@@ -1,7 +1,10 @@
-"""Engines: run training and prediction steps of one module as a :class:`~flowpipe.parallel.DevicePlan` says."""
-from .base import Engine, StepResult
-from .replicas import ReplicaEngine
-from .single import SingleEngine
+"""Engines: run training and prediction steps of one module as a :class:`~flowpipe.parallel.DevicePlan` says.
 
-__all__ = ['Engine', 'ReplicaEngine', 'SingleEngine', 'StepResult']
+``base.Engine`` holds the one training loop; ``single``, ``replicas`` specialize its hooks for their placement.
+"""
+from .base import Engine, StepResult, check_max_norm
+from .replicas import ReplicaEngine
+from .single import ModelParallelEngine, SingleEngine
+
+__all__ = ['Engine', 'ModelParallelEngine', 'ReplicaEngine', 'SingleEngine', 'StepResult', 'check_max_norm']
 assert __all__ == sorted(__all__)

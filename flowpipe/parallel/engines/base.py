@@ -1,26 +1,39 @@
-"""What every engine shares: the step result, batch checks, moving pieces to devices, one piece's
-forward/backward, and the optimizer step with or without a gradient scaler.
+"""The one training loop and prediction loop of every engine, and the hooks engines override.
 
-An engine owns the placement of one ``nn.Module`` (and its replicas) and runs training and prediction steps
-on sequences of batch-first tensors. It knows nothing of pipelines, batches or configs.
+An engine owns the placement of one ``nn.Module`` (its replicas, their devices) and runs training and prediction
+steps on sequences of batch-first tensors; it knows nothing of pipelines, batches or configs. The loop lives in
+:meth:`Engine.train_step`. A subclass places the module in ``__init__`` and overrides the hooks its placement
+needs (each is a no-op or the one-replica case here):
+
+- ``run_replicas(groups, work)``: how the replicas run their pieces (here one after another, in this thread);
+- ``zero_grad(optimizer)``: clear the gradients before a batch;
+- ``backward_sync(last)``: the context of each piece's forward and backward, ``last`` for a replica's last piece;
+- ``reduce_gradients(active)``: gather the full-batch gradient onto the primary;
+- ``broadcast(active)``: send the primary's new state to the replicas after the optimizer step;
+- ``close()``: release threads or process groups.
+
+Every piece goes through :meth:`Engine.run_piece` (training) or :meth:`Engine.predict_piece` (prediction).
 """
 from __future__ import annotations
 
 import contextlib
-import itertools
-import warnings
+import numbers
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
 
 from ..plan import DevicePlan
+from ..precision import Precision, make_precision
 from ..split import Piece
+from .tensors import BatchTensors, concat, device_of, first_floating, move, prepare_batch, set_mode, to_device
 
-__all__ = ['Engine', 'StepResult']
+__all__ = ['Engine', 'StepResult', 'check_max_norm']
 
 Tensors = Sequence[torch.Tensor]
+Groups = Mapping[int, Sequence[Piece]]
+_NO_CONTEXT = contextlib.nullcontext()     # reusable: entering it does nothing
 
 
 @dataclass(frozen=True)
@@ -31,126 +44,52 @@ class StepResult:
     outputs: Any = None
 
 
-def as_batch(tensors: Any, name: str) -> list[torch.Tensor]:
-    """Accept one tensor or a sequence of tensors (numpy arrays are converted) as a list of tensors."""
-    if isinstance(tensors, torch.Tensor) or hasattr(tensors, '__array__'):
-        tensors = [tensors]
-    if not isinstance(tensors, (list, tuple)):
-        raise TypeError(f'Expected {name} as a sequence of batch-first tensors. '
-                        f'Received: {tensors!r} of type {type(tensors).__name__}.')
-    return [t if isinstance(t, torch.Tensor) else torch.as_tensor(t) for t in tensors]
+def check_max_norm(value: Any) -> float | None:
+    """``clip_grad_norm`` as a float: ``None`` (no clipping) or a positive number, else a clear error."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f'Expected clip_grad_norm as a positive number (the largest total gradient norm) or None. '
+                        f'Received: {value!r} of type {type(value).__name__}.')
+    if not value > 0:
+        raise ValueError(f'Expected clip_grad_norm as a positive number (the largest total gradient norm) or None. '
+                         f'Received: clip_grad_norm={value!r}. Use None to turn clipping off.')
+    return float(value)
 
 
-def batch_size_of(inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> int:
-    """The common length of dimension 0; a clear error when tensors disagree or the batch is empty."""
-    if not inputs:
-        raise ValueError('Expected at least one input tensor. Received: an empty inputs sequence.')
-    sizes = [t.shape[0] if t.dim() else None for t in (*inputs, *targets)]
-    if len(set(sizes)) != 1 or sizes[0] is None:
-        raise ValueError(f'Expected batch-first tensors of one length. Received dimension-0 sizes {sizes} '
-                         f'(inputs first, then targets).')
-    if sizes[0] == 0:
-        raise ValueError('Expected a non-empty batch. Received tensors with 0 items.')
-    return sizes[0]
-
-
-def floating_dtype(module: nn.Module) -> torch.dtype | None:
-    """The dtype of the module's first floating parameter (inputs are cast to it), ``None`` if it has none."""
-    # lazily: the first floating parameter ends the search, so a step does not walk the whole module
-    for tensor in itertools.chain(module.parameters(), module.buffers()):
-        if tensor.is_floating_point():
-            return tensor.dtype
-    return None
-
-
-def set_mode(modules: Sequence[nn.Module], training: bool) -> None:
-    """Put ``modules`` in training (or evaluation) mode unless their top-level flags already say so.
-
-    ``Module.train()`` walks every submodule (about as long as a small layer's forward), so it is skipped when
-    nothing changed. Only the top-level flag is read: a submodule the user switched to evaluation mode inside a
-    training module (a frozen BatchNorm) stays so until the next switch from evaluation mode to training.
-    """
-    if any(module.training is not training for module in modules):
-        for module in modules:
-            module.train(training)
-
-
-def move(tensor: torch.Tensor, device: torch.device, dtype: torch.dtype | None,
-         piece: Piece | None = None) -> torch.Tensor:
-    """Slice a piece out of a batch tensor and move it; floating tensors take ``dtype``, others keep theirs."""
-    whole = piece is None or (piece.start == 0 and piece.stop == tensor.shape[0])
-    part = tensor if whole else tensor[piece.start:piece.stop]
-    cast = dtype if dtype is not None and part.is_floating_point() and part.dtype != dtype else None
-    if cast is None and part.device == device:
-        return part
-    # non-blocking only towards a GPU: a non-blocking copy to the CPU may be read before it lands
-    return part.to(device=device, dtype=cast, non_blocking=device.type == 'cuda')
-
-
-def device_of(outputs: Any, default: torch.device) -> torch.device:
-    """Where the (first tensor of the) outputs live: targets are moved there for the loss."""
-    if isinstance(outputs, torch.Tensor):
-        return outputs.device
-    if isinstance(outputs, (list, tuple)) and outputs:
-        return device_of(outputs[0], default)
-    if isinstance(outputs, dict) and outputs:
-        return device_of(next(iter(outputs.values())), default)
-    return default
-
-
-def to_device(outputs: Any, device: torch.device) -> Any:
-    """Detach and move a tensor or a (nested) tuple/list/dict of tensors."""
-    if isinstance(outputs, torch.Tensor):
-        return outputs.detach().to(device)
-    if isinstance(outputs, (list, tuple)):
-        return type(outputs)(to_device(o, device) for o in outputs)
-    if isinstance(outputs, dict):
-        return {k: to_device(v, device) for k, v in outputs.items()}
-    return outputs
-
-
-def concat(parts: list[Any]) -> Any:
-    """Concatenate per-piece outputs along dimension 0, keeping the structure of one output."""
-    first = parts[0]
-    if isinstance(first, torch.Tensor):
-        return torch.cat(parts) if len(parts) > 1 else first
-    if isinstance(first, (list, tuple)):
-        return type(first)(concat([p[i] for p in parts]) for i in range(len(first)))
-    if isinstance(first, dict):
-        return {k: concat([p[k] for p in parts]) for k in first}
-    return parts
-
-
-def autocast(enabled: bool, device: torch.device) -> contextlib.AbstractContextManager:
-    """CUDA autocast when mixed precision is on, else a no-op."""
-    if enabled and device.type == 'cuda':
-        return torch.autocast(device_type='cuda')
-    return contextlib.nullcontext()
+def in_batch_order(groups: Groups, results: Mapping[int, list]) -> list:
+    """Per-replica results (one per piece, as ``groups`` lists them) merged into the order of the batch."""
+    if len(results) == 1:
+        return next(iter(results.values()))
+    pairs = [(piece.start, value) for replica, values in results.items()
+             for piece, value in zip(groups[replica], values)]
+    pairs.sort(key=lambda pair: pair[0])
+    return [value for _, value in pairs]
 
 
 class Engine:
-    """The interface of every engine (single device, replicas, model parallel).
+    """Runs one module's training and prediction steps as ``plan`` says (see the module docstring for hooks).
 
-    Subclasses implement ``train_step``, ``predict`` and ``module``; ``train_step`` puts the replicas in
-    training mode and ``predict`` in evaluation mode.
+    Args:
+        plan: the frozen plan.
+        replicas: the modules pieces run on, the primary first (it holds the optimizer's parameters).
+        devices: the device each replica's inputs are moved to.
+        precision: autocast and loss scaling; ``None`` for ``make_precision(plan)``.
     """
 
-    def __init__(self, plan: DevicePlan):
+    def __init__(self, plan: DevicePlan, replicas: Sequence[nn.Module], devices: Sequence[torch.device],
+                 precision: Precision | None = None):
         self.plan = plan
-        self.amp = plan.amp and plan.primary.device.type == 'cuda'
-        if plan.amp and not self.amp:
-            warnings.warn('amp=True is ignored on CPU: mixed precision needs a CUDA device. '
-                          'Training runs in the parameters\' dtype.', RuntimeWarning, stacklevel=3)
-        self.scaler = torch.amp.GradScaler('cuda') if self.amp else None
-        self._pieces: dict[int, tuple[Piece, ...]] = {}
-        if self.scaler is not None:
-            # create the scale on the primary now, not lazily inside whichever replica thread comes first
-            self.scaler.scale(torch.zeros((), device=plan.primary.device))
+        self.replicas = list(replicas)
+        self.devices = list(devices)
+        self.precision = make_precision(plan) if precision is None else precision
+        self._groups: dict[int, dict[int, tuple[Piece, ...]]] = {}
+        self._dtype_source: torch.Tensor | None = None
 
     @property
     def module(self) -> nn.Module:
         """The primary replica: it holds the truth (``state_dict``, the optimizer's parameters)."""
-        raise NotImplementedError
+        return self.replicas[0]
 
     def parameters(self) -> Iterator[nn.Parameter]:
         """The primary's parameters: build the optimizer on these."""
@@ -160,17 +99,124 @@ class Engine:
         """The primary module's ``state_dict``."""
         return self.module.state_dict()
 
+    def compute_dtype(self) -> torch.dtype | None:
+        """The dtype floating inputs and targets are cast to: the primary's first floating parameter's.
+
+        The parameter is found once (a search costs about as much as a small layer's forward) and its dtype read
+        at every step, so a later ``module.double()`` is followed.
+        """
+        if self._dtype_source is None:
+            self._dtype_source = first_floating(self.module)
+            if self._dtype_source is None:
+                return None
+        return self._dtype_source.dtype
+
+    # the loops
+
     def train_step(self, inputs: Tensors, targets: Tensors, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                   *, return_outputs: bool = False) -> StepResult:
-        """One optimizer step on a whole batch, however the plan splits it."""
-        raise NotImplementedError
+                   *, return_outputs: bool = False, clip_grad_norm: float | None = None) -> StepResult:
+        """One optimizer step on the whole batch, however the plan splits it.
+
+        Args:
+            inputs: batch-first tensors fed to ``module(*inputs)``; floating ones are cast to the parameters' dtype.
+            targets: batch-first tensors passed as ``loss_fn(outputs, *targets)``; integer ones stay integer.
+            loss_fn: returns the mean loss of the items it is given.
+            optimizer: built on ``engine.parameters()``.
+            return_outputs: also return the outputs of the whole batch, in order, on the primary device.
+            clip_grad_norm: clip the full-batch gradient of the optimizer's parameters to this total 2-norm.
+        """
+        max_norm = None if clip_grad_norm is None else check_max_norm(clip_grad_norm)
+        batch = prepare_batch(inputs, targets, self.compute_dtype())
+        groups = self.groups(batch.size)            # {replica: its pieces}; a piece is one shard of one chunk
+        active = tuple(groups)
+        set_mode(self.replicas, True)
+        self.zero_grad(optimizer)
+
+        def work(replica: int, pieces: Sequence[Piece]) -> list[tuple[torch.Tensor, Any]]:
+            # each piece's loss is weighted by its share of the batch, so the gradients accumulated over all
+            # pieces add up to the full-batch gradient
+            return [self.run_piece(replica, piece, batch, loss_fn, return_outputs, last=piece is pieces[-1])
+                    for piece in pieces]
+
+        results = self.run_replicas(groups, work)
+        self.reduce_gradients(active)               # the full-batch gradient, on the primary
+        if max_norm is not None:                    # clipped as a whole: the same whatever the split
+            self.precision.unscale(optimizer)
+            torch.nn.utils.clip_grad_norm_(_optimized(optimizer), max_norm)
+        self.precision.step(optimizer)              # one optimizer step per batch
+        self.broadcast(active)                      # the new weights (and buffers) to the replicas
+        return self.step_result(in_batch_order(groups, results), return_outputs)
+
+    def run_piece(self, replica: int, piece: Piece, batch: BatchTensors, loss_fn: Callable, keep_outputs: bool,
+                  last: bool) -> tuple[torch.Tensor, Any]:
+        """Forward and backward of one piece on one replica; returns (weighted loss, detached outputs or None)."""
+        module, device = self.replicas[replica], self.devices[replica]
+        with self.backward_sync(last):
+            with self.precision.autocast(device):
+                outputs = module(*[move(t, device, batch.dtype, piece) for t in batch.inputs])
+                out_device = device_of(outputs, device)
+                loss = loss_fn(outputs, *[move(t, out_device, batch.dtype, piece) for t in batch.targets])
+            weighted = self.precision.convert_loss(loss)
+            if piece.weight != 1.0:     # a whole batch in one piece: multiplying by one is exact, and wasted work
+                weighted = weighted * piece.weight
+            self.precision.scale(weighted).backward()
+        return weighted.detach(), to_device(outputs, out_device) if keep_outputs else None
+
+    def step_result(self, ordered: list[tuple[torch.Tensor, Any]], keep_outputs: bool) -> StepResult:
+        """The full-batch loss (the sum of the weighted piece losses) and the outputs, on the primary device."""
+        primary = self.devices[0]
+        total = ordered[0][0] if len(ordered) == 1 else torch.stack([loss.to(primary) for loss, _ in ordered]).sum()
+        outputs = concat([to_device(out, primary) for _, out in ordered]) if keep_outputs else None
+        return StepResult(float(total), outputs)
 
     def predict(self, inputs: Tensors) -> Any:
-        """Outputs for a batch, in batch order, without gradients."""
-        raise NotImplementedError
+        """Outputs for a batch in evaluation mode, without gradients, in batch order, on the primary device."""
+        batch = prepare_batch(inputs, (), self.compute_dtype())
+        groups = self.groups(batch.size)
+        set_mode(self.replicas, False)
+        results = self.run_replicas(groups, lambda replica, pieces: [
+            self.predict_piece(replica, piece, batch) for piece in pieces])
+        return concat([to_device(out, self.devices[0]) for out in in_batch_order(groups, results)])
+
+    def predict_piece(self, replica: int, piece: Piece, batch: BatchTensors) -> Any:
+        """The outputs of one piece on one replica, without gradients."""
+        module, device = self.replicas[replica], self.devices[replica]
+        with torch.no_grad(), self.precision.autocast(device):      # both thread-local: entered per piece
+            return module(*[move(t, device, batch.dtype, piece) for t in batch.inputs])
+
+    def groups(self, batch_size: int) -> dict[int, tuple[Piece, ...]]:
+        """The plan's pieces of a batch by replica (replicas with pieces, ascending), computed once per size."""
+        groups = self._groups.get(batch_size)
+        if groups is None:
+            groups = {}
+            for piece in self.plan.pieces(batch_size):
+                groups.setdefault(piece.replica, []).append(piece)
+            groups = self._groups[batch_size] = {replica: tuple(pieces) for replica, pieces in sorted(groups.items())}
+        return groups
+
+    # hooks
+
+    def run_replicas(self, groups: Groups, work: Callable[[int, Sequence[Piece]], list]) -> dict[int, list]:
+        """``{replica: work(replica, its pieces)}`` for every replica in ``groups``: here in turn, in this thread."""
+        return {replica: work(replica, pieces) for replica, pieces in groups.items()}
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Clear the gradients before a batch (``set_to_none``)."""
+        optimizer.zero_grad(set_to_none=True)
+
+    def backward_sync(self, last: bool) -> contextlib.AbstractContextManager:
+        """The context of one piece's forward and backward; ``last``: the replica's last piece of the batch."""
+        return _NO_CONTEXT
+
+    def reduce_gradients(self, active: tuple[int, ...]) -> None:
+        """Make the primary's ``.grad`` the full-batch gradient; ``active``: the replicas that ran pieces."""
+
+    def broadcast(self, active: tuple[int, ...]) -> None:
+        """Copy the primary's state to the other replicas after the step; ``active`` as in ``reduce_gradients``."""
 
     def sync(self) -> None:
         """Copy the primary's parameters and buffers to the replicas (after loading weights)."""
+        self.broadcast((0,))
 
     def close(self) -> None:
         """Release worker threads; the engine must not be used afterwards."""
@@ -178,37 +224,12 @@ class Engine:
     def __enter__(self) -> 'Engine':
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}({self.plan.describe()})'
 
-    def pieces(self, batch_size: int) -> tuple[Piece, ...]:
-        """The plan's pieces of a batch, computed once per batch size (the plan is frozen)."""
-        pieces = self._pieces.get(batch_size)
-        if pieces is None:
-            pieces = self._pieces[batch_size] = self.plan.pieces(batch_size)
-        return pieces
 
-    def run_piece(self, module: nn.Module, device: torch.device, piece: Piece, batch: tuple, loss_fn: Callable,
-                  keep_outputs: bool) -> tuple[torch.Tensor, Any]:
-        """Forward and backward of one piece on one replica; returns (weighted loss, detached outputs)."""
-        inputs, targets, dtype = batch
-        with autocast(self.amp, device):
-            outputs = module(*[move(t, device, dtype, piece) for t in inputs])
-            out_device = device_of(outputs, device)
-            loss = loss_fn(outputs, *[move(t, out_device, dtype, piece) for t in targets])
-        weighted = loss.float() if self.amp else loss
-        if piece.weight != 1.0:     # a whole batch in one piece: multiplying by one is exact, and wasted work
-            weighted = weighted * piece.weight
-        (self.scaler.scale(weighted) if self.scaler else weighted).backward()
-        return weighted.detach(), to_device(outputs, out_device) if keep_outputs else None
-
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
-        """The one optimizer step of a batch (through the scaler under mixed precision)."""
-        if self.scaler is None:
-            optimizer.step()
-        else:
-            self.scaler.step(optimizer)
-            self.scaler.update()
+def _optimized(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [param for group in optimizer.param_groups for param in group['params']]

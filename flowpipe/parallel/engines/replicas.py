@@ -9,15 +9,15 @@ replicas persist between steps and nothing is re-scattered but the data.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
 from ..plan import DevicePlan
+from ..precision import Precision
 from ..split import Piece
-from .base import (Engine, StepResult, Tensors, as_batch, autocast, batch_size_of, concat, floating_dtype, move,
-                   set_mode, to_device)
+from .base import Engine, Groups
 from .workers import ReplicaWorkers
 
 __all__ = ['ReplicaEngine']
@@ -30,94 +30,46 @@ class ReplicaEngine(Engine):
     own CUDA stream on a GPU). Call ``close()`` (or use the engine as a context manager) to stop the threads.
     """
 
-    def __init__(self, module: nn.Module, plan: DevicePlan):
-        super().__init__(plan)
-        self.devices = [dev.device for dev in plan.devices]
-        primary = module.to(self.devices[0])
-        self.replicas = [primary] + [copy.deepcopy(primary).to(dev) for dev in self.devices[1:]]
+    def __init__(self, module: nn.Module, plan: DevicePlan, precision: Precision | None = None):
+        devices = [dev.device for dev in plan.devices]
+        primary = module.to(devices[0])
+        replicas = [primary] + [copy.deepcopy(primary).to(dev) for dev in devices[1:]]
+        super().__init__(plan, replicas, devices, precision)
         self._params = [list(replica.parameters()) for replica in self.replicas]
         self._buffers = [list(replica.buffers()) for replica in self.replicas]
         self._streams = [torch.cuda.Stream(dev) if dev.type == 'cuda' else None for dev in self.devices]
         self._workers = ReplicaWorkers(len(self.replicas) - 1)
 
-    @property
-    def module(self) -> nn.Module:
-        """The primary replica: the optimizer's parameters and the ``state_dict`` live here."""
-        return self.replicas[0]
-
-    def train_step(self, inputs: Tensors, targets: Tensors, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                   *, return_outputs: bool = False) -> StepResult:
-        """One optimizer step on the whole batch, split across the replicas and micro-batches.
-
-        Arguments as in ``SingleEngine.train_step``; outputs come back in batch order on the primary device.
-        """
-        inputs, targets = as_batch(inputs, 'inputs'), as_batch(targets, 'targets')
-        size = batch_size_of(inputs, targets)
-        batch = (inputs, targets, floating_dtype(self.module))
-        optimizer.zero_grad(set_to_none=True)
-        set_mode(self.replicas, True)
-        for replica in self.replicas:
-            replica.zero_grad(set_to_none=True)
-
-        def work(index: int, pieces: list[Piece]) -> list[tuple[torch.Tensor, Any]]:
-            replica, device = self.replicas[index], self.devices[index]
-            return [self.run_piece(replica, device, piece, batch, loss_fn, return_outputs) for piece in pieces]
-
-        results = self._run(self.pieces(size), work)
-        self._reduce_gradients(sorted(results))
-        self.step(optimizer)
-        self._broadcast(sorted(results))
-        ordered = self._in_batch_order(results)
-        total = float(torch.stack([loss.to(self.devices[0]) for loss, _ in ordered]).sum())
-        outputs = concat([to_device(out, self.devices[0]) for _, out in ordered]) if return_outputs else None
-        return StepResult(total, outputs)
-
-    def predict(self, inputs: Tensors) -> Any:
-        """Outputs of the whole batch in evaluation mode, in batch order, on the primary device."""
-        inputs = as_batch(inputs, 'inputs')
-        size = batch_size_of(inputs, [])
-        dtype = floating_dtype(self.module)
-        set_mode(self.replicas, False)
-
-        def work(index: int, pieces: list[Piece]) -> list[Any]:
-            replica, device = self.replicas[index], self.devices[index]
-            with torch.no_grad(), autocast(self.amp, device):
-                return [replica(*[move(t, device, dtype, piece) for t in inputs]) for piece in pieces]
-
-        results = self._run(self.pieces(size), work)
-        return concat([to_device(out, self.devices[0]) for out in self._in_batch_order(results)])
-
-    def sync(self) -> None:
-        """Copy the primary's parameters and buffers to every replica (after loading weights)."""
-        self._broadcast([0])
-
-    def close(self) -> None:
-        """Stop the worker threads."""
-        self._workers.close()
-
-    def _run(self, pieces: tuple[Piece, ...], work: Callable) -> dict[int, tuple[list[Piece], list]]:
-        """Run ``work(replica, its pieces)`` on every replica that has pieces; re-raise the first failure."""
-        assigned: dict[int, list[Piece]] = {}
-        for piece in pieces:
-            assigned.setdefault(piece.replica, []).append(piece)
-        futures = {index: self._workers.submit(index - 1, self._on_stream(index, work, chunk))
-                   for index, chunk in assigned.items() if index > 0}
+    def run_replicas(self, groups: Groups, work: Callable[[int, Sequence[Piece]], list]) -> dict[int, list]:
+        """Replica 0's work in this thread, the others' on their threads, concurrently; re-raise the first error."""
+        futures = {replica: self._workers.submit(replica - 1, self._on_stream(replica, work, pieces))
+                   for replica, pieces in groups.items() if replica > 0}
         results, error = {}, None
-        if 0 in assigned:
+        if 0 in groups:
             try:
-                results[0] = (assigned[0], work(0, assigned[0]))
+                results[0] = work(0, groups[0])
             except BaseException as failure:  # noqa: BLE001 - wait for the workers before re-raising
                 error = failure
-        for index, future in futures.items():
+        for replica, future in futures.items():
             try:
-                results[index] = (assigned[index], future.result())
+                results[replica] = future.result()
             except BaseException as failure:  # noqa: BLE001
                 error = error or failure
         if error is not None:
             raise error
         return results
 
-    def _on_stream(self, index: int, work: Callable, pieces: list[Piece]) -> Callable[[], list]:
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Clear the optimizer's gradients and every replica's."""
+        optimizer.zero_grad(set_to_none=True)
+        for replica in self.replicas:
+            replica.zero_grad(set_to_none=True)
+
+    def close(self) -> None:
+        """Stop the worker threads."""
+        self._workers.close()
+
+    def _on_stream(self, index: int, work: Callable, pieces: Sequence[Piece]) -> Callable[[], list]:
         """Wrap a replica's work so that on a GPU it runs on the replica's own stream, finished on return."""
         stream = self._streams[index]
         if stream is None:
@@ -132,14 +84,9 @@ class ReplicaEngine(Engine):
             return result
         return on_stream
 
-    @staticmethod
-    def _in_batch_order(results: dict[int, tuple[list[Piece], list]]) -> list:
-        pairs = [(piece.start, value) for pieces, values in results.values() for piece, value in zip(pieces, values)]
-        return [value for _, value in sorted(pairs, key=lambda pair: pair[0])]
-
     @torch.no_grad()
-    def _reduce_gradients(self, active: list[int]) -> None:
-        """Sum the replicas' gradients onto the primary, in replica order."""
+    def reduce_gradients(self, active: tuple[int, ...]) -> None:
+        """Sum the active replicas' gradients onto the primary, in replica order."""
         for i, param in enumerate(self._params[0]):
             for index in active:
                 grad = self._params[index][i].grad
@@ -151,7 +98,7 @@ class ReplicaEngine(Engine):
                     param.grad.add_(grad.to(param.device))
 
     @torch.no_grad()
-    def _broadcast(self, active: list[int]) -> None:
+    def broadcast(self, active: tuple[int, ...]) -> None:
         """Average floating buffers over ``active`` replicas onto the primary, then copy the primary everywhere.
 
         Integer buffers (e.g. ``num_batches_tracked``) are taken from the first active replica.

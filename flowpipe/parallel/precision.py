@@ -1,0 +1,134 @@
+"""Precision: how a training step computes (autocast) and protects small gradients (loss scaling).
+
+An engine holds one precision object and calls it at fixed points of its loop: ``autocast(device)`` around each
+piece's forward and loss, ``convert_loss`` and ``scale`` before each backward, ``unscale`` before gradients are
+clipped, ``step`` for the one optimizer step of a batch. ``state_dict`` / ``load_state_dict`` carry the scaler's
+state through a model file. :func:`make_precision` chooses the object from the plan (``amp``):
+
+- :class:`Precision`: the parameters' dtype, no autocast, no scaling (the default, and ``amp`` on a CPU);
+- :class:`MixedPrecision`: ``torch.autocast`` in ``float16`` and one ``GradScaler`` for the whole batch.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any
+
+import torch
+
+from .plan import DevicePlan
+
+__all__ = ['MixedPrecision', 'Precision', 'make_precision']
+
+_NO_CONTEXT = contextlib.nullcontext()     # reusable: entering it does nothing
+
+
+class Precision:
+    """Full precision: every hook is a no-op, and ``step`` is ``optimizer.step()``."""
+
+    #: the ``torch.amp.GradScaler`` of the batch, or ``None`` when losses are not scaled
+    scaler: torch.amp.GradScaler | None = None
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+        """The context of one piece's forward and loss on ``device``."""
+        return _NO_CONTEXT
+
+    def convert_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss in the dtype its weighting and backward start from."""
+        return loss
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        """The tensor to call ``backward()`` on."""
+        return loss
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring the optimizer's gradients to their true values (before clipping)."""
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """The one optimizer step of a batch."""
+        optimizer.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a model file keeps of the precision (nothing here)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict()``; the state of another precision (a scaler saved on a GPU) is ignored."""
+
+    def __repr__(self) -> str:
+        return f'{type(self).__name__}()'
+
+
+class MixedPrecision(Precision):
+    """Autocast to ``dtype`` on devices of ``device``'s type; ``float16`` also scales the loss (``GradScaler``).
+
+    Each piece's weighted loss is converted to float32 and multiplied by the scale before backward; the
+    gradients summed over the batch are unscaled once (before clipping, or by ``step``), and the scaler steps
+    the optimizer once per batch (skipping the step when a gradient is not finite) and updates its scale.
+
+    Args:
+        device: the primary device: autocast applies to pieces on devices of its type, the scale lives on it.
+        dtype: the autocast dtype; ``torch.bfloat16`` needs no loss scaling, so it gets no scaler.
+    """
+
+    def __init__(self, device: torch.device, dtype: torch.dtype = torch.float16):
+        self.device_type = torch.device(device).type
+        self.dtype = dtype
+        if dtype == torch.float16:
+            self.scaler = torch.amp.GradScaler(self.device_type)
+            # make the scale now, on the primary: not lazily in whichever replica thread scales a loss first
+            self.scaler.scale(torch.zeros((), device=device))
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+        """``torch.autocast`` on a device of the primary's type; a no-op elsewhere."""
+        if device.type != self.device_type:
+            return _NO_CONTEXT
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype)
+
+    def convert_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss in float32: a half-precision loss would round the piece weighting."""
+        return loss.float()
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss multiplied by the current scale."""
+        return loss if self.scaler is None else self.scaler.scale(loss)
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the optimizer's gradients by the scale (once per step) and note any non-finite value."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Step through the scaler (skipped when a gradient is not finite), then update the scale."""
+        if self.scaler is None:
+            optimizer.step()
+        else:
+            self.scaler.step(optimizer)
+            self.scaler.update()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The scaler's state: scale, growth tracker and factors (plain numbers)."""
+        return {} if self.scaler is None else {'scaler': self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the scaler; an empty state (saved without a scaler) keeps the fresh one."""
+        if self.scaler is not None and state.get('scaler'):
+            self.scaler.load_state_dict(state['scaler'])
+
+    def __repr__(self) -> str:
+        return f'{type(self).__name__}({self.device_type!r}, {self.dtype}, scaler={self.scaler is not None})'
+
+
+def make_precision(plan: DevicePlan) -> Precision:
+    """The precision a plan asks for: mixed precision for ``amp`` on CUDA, else full precision.
+
+    ``amp`` on a CPU is ignored with a ``RuntimeWarning``: autocast on a CPU is slow on most CPUs and would break
+    float64 exactness silently.
+    """
+    if not plan.amp:
+        return Precision()
+    if plan.primary.device.type == 'cuda':
+        return MixedPrecision(plan.primary.device)
+    warnings.warn("amp=True is ignored on CPU: mixed precision needs a CUDA device. Training runs in the "
+                  "parameters' dtype.", RuntimeWarning, stacklevel=3)
+    return Precision()
