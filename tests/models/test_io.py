@@ -120,3 +120,29 @@ def test_different_network_and_missing_file(tmp_path):
         mlp.load(tmp_path / 'cnn.pkl')
     with pytest.raises(FileNotFoundError, match='does not exist'):
         mlp.load(tmp_path / 'nothing.pkl')
+
+
+def test_the_precision_state_travels_with_the_file(tmp_path):
+    from flowpipe.parallel import MixedPrecision, Precision
+    model = _trained()
+    model.save(tmp_path / 'full.pkl')
+    assert io.read(tmp_path / 'full.pkl')['state']['precision'] == {}
+    model.engine.precision = MixedPrecision(torch.device('cpu'))   # CPU float16 autocast: the scaler's state
+    model.train(**_batch(4))
+    model.save(tmp_path / 'mixed.pkl')
+    saved = io.read(tmp_path / 'mixed.pkl')['state']['precision']
+    assert saved == model.engine.precision.state_dict() and saved['scaler']['_growth_tracker'] == 1
+    other = SimpleCNN(CONFIG)
+    other.engine.precision = MixedPrecision(torch.device('cpu'))
+    other.load(tmp_path / 'mixed.pkl')
+    assert other.engine.precision.state_dict() == saved
+    assert type(SimpleCNN.from_file(tmp_path / 'mixed.pkl').engine.precision) is Precision   # full precision here
+
+
+def test_a_file_without_precision_state_still_loads(tmp_path):
+    model = _trained()
+    payload = io._payload(model)
+    del payload['state']['precision']                   # as written before the precision state was saved
+    (tmp_path / 'old.pkl').write_bytes(dill.dumps(payload))
+    loaded = SimpleCNN.from_file(tmp_path / 'old.pkl')
+    np.testing.assert_array_equal(loaded.predict(**_batch(5)), model.predict(**_batch(5)))

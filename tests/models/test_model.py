@@ -177,3 +177,30 @@ def test_close_stops_replica_workers():
     model.close()
     with pytest.raises(RuntimeError, match='after close'):
         model.predict(x=_data()[0])
+
+
+def test_clip_grad_norm_clips_the_full_batch_gradient_whatever_the_devices():
+    x, y = _data(25)
+    clip = {'dtype': 'float64', 'clip_grad_norm': 0.05, 'optimizer': {'name': 'SGD', 'lr': 0.5}}
+    single, multi = _model(**clip), _model(**clip, device=['CPU:0', 'CPU:1'], microbatch=7)
+    free = _model(**{**clip, 'clip_grad_norm': None})
+    for _ in range(3):
+        assert single.train(x=x, y=y, fetches='loss') == pytest.approx(multi.train(x=x, y=y, fetches='loss'),
+                                                                       rel=1e-10)
+        free.train(x=x, y=y)
+    for a, b in zip(single.model.parameters(), multi.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(single.model.head.weight, free.model.head.weight)
+    assert single.clip_grad_norm == 0.05 and 'clip_grad_norm=0.05' in repr(single)
+    assert free.clip_grad_norm is None and 'clip_grad_norm' not in repr(free)
+    multi.close()
+
+
+@pytest.mark.parametrize('config, error, match', [
+    ({'clip_grad_norm': 0}, ValueError, r'positive number .* Received: clip_grad_norm=0\. Use None'),
+    ({'clip_grad_norm': '1.0'}, TypeError, r"positive number .* Received: '1.0' of type str"),
+    ({'clip_grad_nrom': 1.0}, ValueError, r"'clip_grad_nrom'. Did you mean \['clip_grad_norm'\]"),
+])
+def test_bad_clip_grad_norm_is_an_error_when_the_model_is_built(config, error, match):
+    with pytest.raises(error, match=match):
+        _model(**config)

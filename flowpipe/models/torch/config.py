@@ -7,6 +7,7 @@ Keys read here (everything else is kept for the network classes, e.g. ``body/fil
 - ``initial_block/inputs``: the input (or list of inputs) fed to the network; the other inputs are targets.
   Without it, the network's inputs are the declared inputs without ``classes``.
 - ``loss``, ``optimizer``, ``decay``: see ``flowpipe.models.torch.losses`` and ``.optimizers``.
+- ``clip_grad_norm``: the largest total gradient norm (``TorchModel`` checks it, the engine clips).
 - ``device``, ``microbatch``, ``device_weights``, ``device_map``, ``amp``: passed to ``flowpipe.parallel``.
 - ``model``: a ready ``nn.Module`` (or a class / zero-argument callable that makes one).
 - ``profile``: time every training step per torch operation (``TorchModel.show_profile_info``).
@@ -23,8 +24,8 @@ from typing import Any
 
 __all__ = ['ModelSpec', 'get_path', 'nest', 'parse_config']
 
-_TOP_KEYS = ('amp', 'body', 'decay', 'device', 'device_map', 'device_weights', 'head', 'initial_block', 'inputs',
-             'loss', 'microbatch', 'model', 'optimizer', 'batch_norm', 'dtype', 'profile')
+_TOP_KEYS = ('amp', 'body', 'clip_grad_norm', 'decay', 'device', 'device_map', 'device_weights', 'head',
+             'initial_block', 'inputs', 'loss', 'microbatch', 'model', 'optimizer', 'batch_norm', 'dtype', 'profile')
 
 
 def nest(config: Mapping | None) -> dict:

@@ -2,8 +2,9 @@
 
 A model file is one dill pickle of a dict: a format tag and version, the flowpipe and torch versions, the model
 class, the config (a ready ``nn.Module`` given as ``config['model']`` is stored as a CPU copy), and the state:
-network weights and buffers, optimizer and scheduler state, the batch counter. Every tensor is on the CPU, so a
-file saved from any device layout loads into any other: the engine places the weights again (``engine.sync``).
+network weights and buffers, optimizer and scheduler state, the precision's state (the gradient scaler under
+``amp``), the batch counter. Every tensor is on the CPU, so a file saved from any device layout loads into any
+other: the engine places the weights again (``engine.sync``).
 
 Saving is atomic: the file is written under a temporary name in the same folder, flushed to disk, then renamed
 over the target. Loading runs dill, which can execute code: load only files you trust.
@@ -59,6 +60,7 @@ def _payload(model: 'TorchModel') -> dict:
         'state': {'network': _to_cpu(model.model.state_dict()),
                   'optimizer': _to_cpu(model.optimizer.state_dict()),
                   'decay': model.decay.state_dict() if model.decay is not None else None,
+                  'precision': model.engine.precision.state_dict(),
                   'iteration': model.iteration},
     }
 
@@ -123,6 +125,7 @@ def load_into(model: 'TorchModel', payload: dict) -> None:
                              f"parameter groups. Received state that does not fit: {error}") from error
     if model.decay is not None and state.get('decay') is not None:
         model.decay.load_state_dict(state['decay'])
+    model.engine.precision.load_state_dict(state.get('precision') or {})
     model.iteration = state.get('iteration', 0)
     model.engine.sync()
 

@@ -3,8 +3,8 @@
 Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_loss`` the ``loss`` key,
 ``optimizers`` the ``optimizer`` and ``decay`` keys, ``flowpipe.parallel`` the ``device``, ``microbatch``,
 ``device_weights``, ``device_map`` and ``amp`` keys (one plan, one engine: every step is delegated to
-``self.engine``), ``io`` saving and loading. Ready networks (``ResNet18``...) are subclasses that only say how to
-make their ``nn.Module``.
+``self.engine``) and ``clip_grad_norm`` (checked here, applied in the engine's step), ``io`` saving and loading.
+Ready networks (``ResNet18``...) are subclasses that only say how to make their ``nn.Module``.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ...parallel import build_engine, make_plan
+from ...parallel.engines import check_max_norm
 from . import io
 from .config import ModelSpec, nest, parse_config
 from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require, to_tensor
@@ -44,6 +45,7 @@ class TorchModel:
         loss_fn: ``loss_fn(outputs, *targets)``.
         optimizer: the optimizer over ``engine.parameters()``.
         decay: the learning-rate scheduler wrapper, or ``None``.
+        clip_grad_norm: the largest total 2-norm of the full-batch gradient, or ``None`` for no clipping.
         iteration: training batches seen so far.
     """
 
@@ -58,6 +60,7 @@ class TorchModel:
             self.config = nest({**_flat_paths(self.config), **overrides})
         self.spec: ModelSpec = parse_config(self.config)
         self.engine = self.loss_fn = self.optimizer = self.decay = None
+        self.clip_grad_norm = check_max_norm(self.spec.get('clip_grad_norm'))
         self.iteration = 0
         self._last_batch_size: int | None = None
         # Steps from concurrent threads (a prefetching run without use_lock) must not interleave gradients.
@@ -167,7 +170,7 @@ class TorchModel:
             if self.engine is None:
                 self._build_for(net_inputs)
             result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
-                                            return_outputs=wants_outputs)
+                                            return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm)
             self.iteration += 1
             self._last_batch_size = int(net_inputs[0].shape[0])
             if self.decay is not None:
@@ -282,11 +285,12 @@ class TorchModel:
         targets = ', '.join(f'{name} ({self.spec.classes[name]} classes)' if name in self.spec.classes else name
                             for name in self.spec.target_names)
         parameters = sum(p.numel() for p in self.model.parameters())
+        clip = '' if self.clip_grad_norm is None else f'clip_grad_norm={self.clip_grad_norm}, '
         lines = [f'{type(self).__name__}(network={type(self.model).__name__}, {parameters:,} parameters, '
                  f'inputs: {inputs or "?"} -> targets: {targets or "?"})',
                  f'  loss={_short(self.loss_fn)}, optimizer={type(self.optimizer).__name__}'
                  f'(lr={self.optimizer.param_groups[0].get("lr")}), decay={self.decay}, '
-                 f'trained on {self.iteration} batch{"" if self.iteration == 1 else "es"}',
+                 f'{clip}trained on {self.iteration} batch{"" if self.iteration == 1 else "es"}',
                  *('  ' + line for line in self.device_plan(self._last_batch_size).splitlines())]
         return '\n'.join(lines)
 
