@@ -1,0 +1,108 @@
+"""Per-step cost of an engine's training step against the same step written by hand, on one device.
+
+Arms: ``engine.train_step(...)`` of a single-device engine, and the hand-written step (``zero_grad``, forward,
+loss, backward, ``step``, ``loss.item()``: the engine also returns the loss as a float). Two networks:
+``cnn`` (two conv + BatchNorm layers, batch 32 of 1x16x16 images, the setting of ``docs/parallel.md``) and
+``tiny`` (one linear layer, batch 8: the step is almost all framework, so the engine's own cost shows). Adam,
+float32, starting from the same weights. Blocks of ``--steps`` steps alternate ABBA between the arms, with a
+fixed torch thread count, timed in CPU time of the process (``time.process_time``: on a shared machine, time
+spent descheduled would swamp a cost of microseconds); the script prints, per network, the median over blocks of
+ms per step of each arm, the median of the per-block differences (the engine's cost per step, in µs) and of the
+per-block ratios. Use one torch thread (the default): with more, CPU time counts the threads' spinning too.
+
+Run: ``python bench/engine_step.py [--steps 100] [--blocks 21] [--threads 1] [--clip 1.0]``
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from flowpipe.parallel import build_engine, make_plan
+
+
+def cnn() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                        nn.Flatten(), nn.Linear(16, 10))
+    return net, torch.randn(32, 1, 16, 16), torch.randint(0, 10, (32,))
+
+
+def tiny() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return nn.Linear(16, 4), torch.randn(8, 16), torch.randint(0, 4, (8,))
+
+
+def hand_arm(net: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, clip: float | None):
+    net = copy.deepcopy(net)
+    optimizer = torch.optim.Adam(net.parameters())
+
+    def step() -> float:
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(net(inputs), targets)
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
+        optimizer.step()
+        return loss.item()
+    net.train()
+    return step
+
+
+def engine_arm(net: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, clip: float | None):
+    engine = build_engine(copy.deepcopy(net), make_plan('cpu'))
+    optimizer = torch.optim.Adam(engine.parameters())
+    options = {} if clip is None else {'clip_grad_norm': clip}   # the keyword is unknown to older engines
+
+    def step() -> float:
+        return engine.train_step([inputs], [targets], F.cross_entropy, optimizer, **options).loss
+    return step
+
+
+def block(step, steps: int) -> float:
+    """Seconds of CPU time per step (with one torch thread, time lost to other processes does not count)."""
+    start = time.process_time()
+    for _ in range(steps):
+        step()
+    return (time.process_time() - start) / steps
+
+
+def measure(make, steps: int, blocks: int, clip: float | None) -> dict[str, float]:
+    net, inputs, targets = make()
+    arms = {'hand': hand_arm(net, inputs, targets, clip), 'engine': engine_arm(net, inputs, targets, clip)}
+    for step in arms.values():
+        block(step, steps)                          # warm-up: kernels, allocator, Adam state
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    for index in range(blocks):
+        for name in (('hand', 'engine') if index % 2 == 0 else ('engine', 'hand')):
+            times[name].append(block(arms[name], steps))
+    pairs = list(zip(times['engine'], times['hand']))
+    return {'hand': statistics.median(times['hand']), 'engine': statistics.median(times['engine']),
+            'cost': statistics.median(e - h for e, h in pairs), 'ratio': statistics.median(e / h for e, h in pairs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--steps', type=int, default=100)
+    parser.add_argument('--blocks', type=int, default=21)
+    parser.add_argument('--threads', type=int, default=1)
+    parser.add_argument('--clip', type=float, default=None, help='clip_grad_norm in both arms (default: none)')
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, {args.blocks} blocks of {args.steps} '
+          f'steps per arm, ABBA, clip_grad_norm={args.clip}')
+    print(f"{'network':>8} {'hand ms':>8} {'engine ms':>10} {'cost us/step':>13} {'ratio':>6}")
+    for name, make in (('cnn', cnn), ('tiny', tiny)):
+        result = measure(make, args.steps, args.blocks, args.clip)
+        print(f"{name:>8} {1e3 * result['hand']:8.3f} {1e3 * result['engine']:10.3f} "
+              f"{1e6 * result['cost']:13.1f} {result['ratio']:6.3f}")
+
+
+if __name__ == '__main__':
+    main()
