@@ -10,11 +10,18 @@ from .config import Config
 from .data import Dataset, DatasetIndex, FilesIndex, make_rng
 from .errors import DeviceError, ExpressionError, ModelFileError, SkipBatch, StopPipeline, UnknownActionError
 from .expr import PP, B, C, D, F, I, L, M, P, R, V, W, PerItem, save_data_to
+from .gpus import set_gpus
 from .pipeline import Pipeline
+from .sampler import ConstantSampler, HistoSampler, NumpySampler, Sampler, ScipySampler
+from .progress import CPUMonitor, MemoryMonitor, Notifier, ResourceMonitor, notifier
 
-__all__ = ['B', 'Batch', 'C', 'Config', 'D', 'Dataset', 'DatasetIndex', 'DeviceError', 'ExpressionError', 'F',
-           'FilesIndex', 'I', 'ImagesBatch', 'L', 'M', 'ModelFileError', 'P', 'PP', 'PerItem', 'Pipeline', 'R',
-           'SkipBatch', 'StopPipeline', 'UnknownActionError', 'V', 'W', 'action', 'apply_parallel', 'make_rng',
-           'save_data_to']
+Monitor = ResourceMonitor  # batchflow's name for the resource monitor (flowpipe.progress.Monitor is the bar's)
+
+__all__ = ['B', 'Batch', 'C', 'CPUMonitor', 'Config', 'ConstantSampler', 'D', 'Dataset', 'DatasetIndex',
+           'DeviceError', 'ExpressionError', 'F', 'FilesIndex', 'HistoSampler', 'I', 'ImagesBatch', 'L', 'M',
+           'MemoryMonitor', 'ModelFileError', 'Monitor', 'Notifier', 'NumpySampler', 'P', 'PP', 'PerItem',
+           'Pipeline', 'R', 'ResourceMonitor', 'Sampler', 'ScipySampler', 'SkipBatch', 'StopPipeline',
+           'UnknownActionError', 'V', 'W', 'action', 'apply_parallel', 'make_rng', 'notifier', 'save_data_to',
+           'set_gpus']
 assert __all__ == sorted(__all__)
 __version__ = '0.1.0'

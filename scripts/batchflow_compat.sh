@@ -4,6 +4,9 @@
 # batchflow code is imported: scripts/batchflow_alias.py maps every `batchflow[.x]` import onto `flowpipe[.x]`.
 # Not part of the default suite (it needs the package index). Usage: bash scripts/batchflow_compat.sh [-v]
 # (-v also lists every failing test with the first line of its error).
+# bash scripts/batchflow_compat.sh --notebooks instead runs the code cells of batchflow's examples/ notebooks (from
+# its source distribution) on flowpipe, imports aliased and data swapped for Digits (scripts/batchflow_notebooks.py),
+# and compares with the cells that run on batchflow itself (scripts/batchflow_notebooks_reference.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -14,6 +17,25 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
 PIP="$PY -m pip -q --disable-pip-version-check"
+if [ "${1:-}" = "--notebooks" ]; then
+    NOTEBOOKS="01_batch_operations 02_pipeline_operations 03_ready_to_use_model_torch 04_image_augmentation 05_sampler 06_profiling 07_tracking"
+    $PIP download --no-deps --no-binary :all: "batchflow==$VERSION" -d "$TMP/dist" >"$TMP/pip.log" 2>&1 \
+        || { cat "$TMP/pip.log" >&2; echo "Could not download the batchflow $VERSION sources." >&2; exit 1; }
+    tar xzf "$TMP"/dist/*.tar.gz -C "$TMP"
+    # the notebooks draw with matplotlib, use pandas and scipy: installed into the temporary folder if absent
+    EXTRA=""
+    if ! "$PY" -c "import matplotlib, pandas, scipy" 2>/dev/null; then
+        $PIP install --target "$TMP/site" matplotlib pandas scipy >"$TMP/pip.log" 2>&1 || { cat "$TMP/pip.log" >&2; exit 1; }
+        rm -rf "$TMP"/site/numpy* "$TMP"/site/PIL "$TMP"/site/pillow*    # keep the environment's own
+        EXTRA=":$TMP/site"
+    fi
+    PYTHONPATH="$ROOT/scripts$EXTRA" timeout 1800 "$PY" "$ROOT/scripts/batchflow_notebooks.py" \
+        "$TMP"/batchflow-$VERSION/examples $NOTEBOOKS --json "$TMP/notebooks.json" 2>"$TMP/notebooks.log" \
+        || { tail -20 "$TMP/notebooks.log" >&2; exit 1; }
+    "$PY" "$ROOT/scripts/batchflow_report.py" --notebooks "$TMP/notebooks.json" \
+        "$ROOT/scripts/batchflow_notebooks_reference.json"
+    exit 0
+fi
 if ! $PIP download --no-deps --only-binary :all: "batchflow==$VERSION" -d "$TMP/dist" >"$TMP/pip.log" 2>&1; then
     cat "$TMP/pip.log" >&2
     echo "Could not download the batchflow $VERSION wheel (the check needs the package index)." >&2

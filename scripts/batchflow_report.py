@@ -1,8 +1,13 @@
-"""Summarizes a junit report of batchflow's test files run on flowpipe: passed/failed per file and in total.
+"""Summarizes batchflow's test files and tutorial notebooks run on flowpipe.
 
-``python batchflow_report.py REPORT.xml "config dataset ..." [-v]``. The reference counts are the tests each file
-collects, all passing, on batchflow 0.10.1 itself; a file that cannot be imported counts all its tests as failed.
+``python batchflow_report.py REPORT.xml "config dataset ..." [-v]``: passed/failed per test file and in total. The
+reference counts are the tests each file collects, all passing, on batchflow 0.10.1 itself; a file that cannot be
+imported counts all its tests as failed.
+
+``python batchflow_report.py --notebooks RESULTS.json REFERENCE.json``: per notebook, the code cells that run on
+flowpipe and on batchflow, and the cells that run on batchflow but not on flowpipe, with flowpipe's error.
 """
+import json
 import sys
 import xml.etree.ElementTree as ET
 
@@ -40,5 +45,19 @@ def main(report: str, files: str, verbose: str = '') -> None:
           f'of batchflow 0.10.1 core tests pass on flowpipe')
 
 
+def notebooks(results_file: str, reference_file: str) -> None:
+    results, reference = json.load(open(results_file)), json.load(open(reference_file))
+    print(f"{'notebook':<30}{'cells':>6}{'flowpipe':>10}{'batchflow':>11}{'both':>6}")
+    for name, cells in results.items():
+        ran = {int(cell) for cell, outcome in cells.items() if outcome == 'ok'}
+        theirs = set(reference[name]['ok'])
+        print(f'{name:<30}{len(cells):>6}{len(ran):>10}{len(theirs):>11}{len(ran & theirs):>6}')
+        for cell in sorted(theirs - ran):
+            print(f'    cell {cell} runs on batchflow only: {cells[str(cell)]}')
+
+
 if __name__ == '__main__':
-    main(*sys.argv[1:])
+    if sys.argv[1] == '--notebooks':
+        notebooks(*sys.argv[2:])
+    else:
+        main(*sys.argv[1:])

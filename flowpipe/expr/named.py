@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import threading
+from collections.abc import Mapping
 from typing import Any, Iterable
 
 from ..config import Config
@@ -41,7 +42,10 @@ def combine(current: Any, value: Any, mode: str, target: Any) -> Any:
             return [value]
         if mode == 'e':
             return list(value)
-        return set(value) if isinstance(value, (set, frozenset)) else dict(value)
+        if isinstance(value, (set, frozenset)):
+            return set(value)
+        # an object that gathers with update() (metrics) starts as itself
+        return dict(value) if isinstance(value, Mapping) or not callable(getattr(value, 'update', None)) else value
     name, expected = _MODE_METHODS[mode]
     method = getattr(current, name, None)
     if method is None:

@@ -8,7 +8,8 @@ Accepted forms of ``bar``:
 - ``'t'``: a text bar (tqdm); ``'n'``: a notebook bar, falling back to text without a kernel or ipywidgets;
 - a dict ``{'bar': <one of the above>, 'monitors': [...], 'desc': ...}``; other keys go to tqdm (``file``,
   ``ncols``, ``leave``, ``mininterval``...);
-- a tqdm-like object (has ``update`` and ``close``) or class (called with ``total=`` and ``desc=``).
+- a tqdm-like object (has ``update`` and ``close``) or class (called with ``total=`` and ``desc=``);
+- batchflow's ``Notifier`` (``flowpipe.progress.notifier``), which shows its own monitors.
 
 Monitors (see ``flowpipe.progress.monitors``) show the last value of chosen variables; the bar also shows
 ``ready=k``, how many batches wait in the prefetch queue: ``ready=0`` all along means the run is input-bound.
@@ -138,6 +139,8 @@ def make_progress(bar: Any, total: int | None, variables: Mapping[str, Any] | No
     Raises:
         ValueError: an unknown bar kind. TypeError: ``bar`` or a monitor of an unsupported type.
     """
+    if callable(getattr(bar, 'for_run', None)):
+        return bar.for_run(total, variables if variables is not None else {})
     options: dict[str, Any] = {}
     if isinstance(bar, Mapping):
         options = dict(bar)
