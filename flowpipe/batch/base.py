@@ -131,7 +131,11 @@ class Batch:
         self.check_component_names(tuple(data))
         checked = {}
         for name, values in data.items():
-            values = as_item_array(values, name=f"component {name!r}")
+            try:
+                values = as_item_array(values, name=f"component {name!r}")
+            except TypeError as error:
+                raise TypeError(f"{error}. A value for the whole batch is an attribute: update(B({name!r}), value) "
+                                "(see docs/porting.md#components-have-one-entry-per-item)") from None
             if values is not None and len(values) != len(self.index):
                 raise ValueError(f"Expected component {name!r} to have {len(self.index)} items, as the batch "
                                  f"index. Received {len(values)}; give every component the batch's length")
@@ -295,7 +299,7 @@ class Batch:
         if init not in (None, 'data') or post is not None:
             raise ValueError("Expected init=None and post=None: flowpipe's apply_parallel takes items from src and "
                              f"stacks the results. Received: init={init!r}, post={post!r}; make the items a "
-                             "component first, see docs/porting.md#apply_parallel")
+                             "component first (see docs/porting.md, Other differences)")
         apply_to_items(self, func, src, dst, p, args, kwargs, workers_for(target, workers), requires_rng)
         return self
 

@@ -297,7 +297,8 @@ def _check_unique(ids: np.ndarray) -> None:
         return
     unique, counts = np.unique(ids, return_counts=True)
     if len(unique) != len(ids):
-        raise ValueError(f"Expected unique item ids. Received duplicates: {unique[counts > 1][:5]!r}")
+        raise ValueError(f"Expected unique item ids. Received duplicates: {unique[counts > 1][:5]!r}; number the items "
+                         "and keep the names in a component (see docs/porting.md#item-ids-are-unique)")
 
 
 def _is_range(ids: np.ndarray) -> bool:

@@ -272,3 +272,13 @@ class TestBatchflowForms:
     def test_do_nothing(self):
         batch = make_batch()
         assert batch.do_nothing(1, key=2) is batch
+
+
+def test_scalar_component_points_to_a_batch_attribute():
+    with pytest.raises(TypeError, match=r"update\(B\('comp'\), value\).*porting"):
+        make_batch().add_components('comp', 0)
+
+
+def test_duplicate_ids_point_to_the_porting_guide():
+    with pytest.raises(ValueError, match='unique item ids.*porting'):
+        DatasetIndex([1, 1, 2])

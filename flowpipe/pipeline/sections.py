@@ -1,0 +1,60 @@
+"""``pipeline.before`` / ``pipeline.after`` sections, and the chained-call method every action name becomes."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .names import batch_action_names, unknown_action
+from .records import ActionRecord
+from .registry import get_builtin
+
+__all__ = ['SectionBuilder', 'adder', 'make_record']
+
+
+class SectionBuilder:
+    """``pipeline.before`` / ``pipeline.after``: its chained call adds a built-in to that section."""
+    __slots__ = ('_pipeline', '_section')
+
+    def __init__(self, pipeline: Any, section: str):
+        self._pipeline = pipeline
+        self._section = section
+
+    @property
+    def actions(self) -> tuple:
+        """The records of this section."""
+        return getattr(self._pipeline, '_' + self._section)
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith('_'):
+            raise AttributeError(f"'SectionBuilder' object has no attribute {name!r}")
+        if get_builtin(name) is None or name in ('join', 'merge', 'rebatch'):
+            batch_class = self._pipeline._batch_class()
+            if get_builtin(name) is None and name not in batch_action_names(batch_class or object):
+                error = unknown_action(name, batch_class)
+                if 'Did you mean' in str(error):
+                    raise error
+            raise ValueError(f"Expected a built-in action in the {self._section!r} section (it runs without a "
+                             f"batch). Received: {name!r}. Put batch actions in the main chain.")
+        return adder(self._pipeline, name, self._section)
+
+    def __repr__(self) -> str:
+        return f"<{self._section} section: {list(self.actions)!r}>"
+
+
+def adder(pipeline: Any, name: str, section: str) -> Callable[..., Any]:
+    """The method ``pipeline.<name>``: records the call and returns the new pipeline."""
+    def add(*args: Any, **kwargs: Any) -> Any:
+        return pipeline._with_record(section, make_record(name, args, kwargs))
+    add.__name__ = add.__qualname__ = name
+    return add
+
+
+def make_record(name: str, args: tuple, kwargs: dict) -> ActionRecord:
+    """The frozen record of ``name(*args, **kwargs)``, with ``use_lock`` taken out and built-ins validated."""
+    kwargs = dict(kwargs)
+    use_lock = kwargs.pop('use_lock', None)
+    if use_lock is not None and not isinstance(use_lock, bool):
+        raise TypeError(f"Expected use_lock to be True or False. Received: use_lock={use_lock!r}")
+    spec = get_builtin(name)
+    if spec is not None and spec.on_declare is not None:
+        args, kwargs = spec.on_declare(tuple(args), kwargs)
+    return ActionRecord(name, tuple(args), kwargs, use_lock)
