@@ -116,14 +116,18 @@ def gen_positions(size: int, batch_size: int, rng: np.random.Generator | None = 
 
     Arguments are assumed checked by ``check_batch_args``; ``rng`` draws one permutation per epoch.
     """
-    cursor = PositionCursor(size, rng, n_epochs, drop_last)
-    produced = 0
-    while n_iters is None or produced < n_iters:
-        positions = cursor.take(batch_size)
+    take = PositionCursor(size, rng, n_epochs, drop_last).take
+    if n_iters is None:
+        positions = take(batch_size)
+        while positions is not None:
+            yield positions
+            positions = take(batch_size)
+        return
+    for _ in range(n_iters):
+        positions = take(batch_size)
         if positions is None:
             return
         yield positions
-        produced += 1
 
 
 class PositionCursor:
@@ -147,6 +151,11 @@ class PositionCursor:
 
     def take(self, batch_size: int) -> np.ndarray | None:
         """The positions of the next batch, ``None`` when the epochs are exhausted (a last batch may be short)."""
+        start = self._start
+        end = start + batch_size
+        if end <= len(self._order):           # the common case: the batch lies within the current epoch
+            self._start = end
+            return self._order[start:end]
         if self._drop_last:
             while len(self._order) - self._start < batch_size:
                 if not self._next_epoch():
