@@ -6,11 +6,12 @@ data, images resized to 32x32, a prefetching run with a progress bar, then the h
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Sequence
 
-__all__ = ['demo', 'main']
+__all__ = ['demo', 'demo_main', 'main']
 
 MODELS = ('ResNet18', 'SimpleCNN', 'ResNet34', 'VGG7', 'MLP')
 
@@ -64,10 +65,25 @@ def demo(model: str = 'ResNet18', device: str | list[str] | None = None, microba
     return float(np.mean(np.asarray(test.v('predicted')) == np.asarray(test.v('true'))))
 
 
+DEMO_HELP = 'train a network on the shipped Digits data set and print its accuracy'
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='flowpipe', description='flowpipe command line.')
     commands = parser.add_subparsers(dest='command', required=True)
-    run = commands.add_parser('demo', help='train a network on the shipped Digits data set and print its accuracy')
+    _demo_options(commands.add_parser('demo', help=DEMO_HELP, description=DEMO_HELP[0].upper() + DEMO_HELP[1:]))
+    return parser
+
+
+def _demo_parser() -> argparse.ArgumentParser:
+    """The parser of the ``flowpipe-demo`` script: the demo's options without a command."""
+    parser = argparse.ArgumentParser(prog='flowpipe-demo', description=DEMO_HELP[0].upper() + DEMO_HELP[1:])
+    _demo_options(parser)
+    parser.set_defaults(command='demo')
+    return parser
+
+
+def _demo_options(run: argparse.ArgumentParser) -> None:
     run.add_argument('--device', type=_device, default=None,
                      help="'cpu', 'GPU:0', or a comma-separated list such as 'CPU:0,CPU:1' (default: best device)")
     run.add_argument('--microbatch', type=int, default=None, help='items per micro-batch (default: off)')
@@ -77,18 +93,42 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument('--model', choices=MODELS, default='ResNet18', help='network (default: ResNet18)')
     run.add_argument('--seed', type=int, default=0, help='seed of the weights and the shuffling (default: 0)')
     run.add_argument('--no-bar', action='store_true', help='no progress bar')
-    return parser
+
+
+def _placement_error(args: argparse.Namespace) -> str | None:
+    """The one-line error of a ``--device``/``--microbatch`` that cannot run here (it lists the devices), or None."""
+    from .parallel import make_plan
+    try:
+        make_plan(args.device, args.microbatch)
+    except (ValueError, TypeError) as error:      # DeviceError is a ValueError
+        return str(error)
+    return None
+
+
+def demo_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``flowpipe-demo`` script: the demo's options only; returns the exit status."""
+    return _run(_demo_parser(), list(sys.argv[1:] if argv is None else argv))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m flowpipe`` and ``flowpipe-demo``; returns the exit status."""
+    """Entry point of ``python -m flowpipe``; returns the exit status."""
+    if argv is None and os.path.basename(sys.argv[0]) == 'flowpipe-demo':
+        return demo_main()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0].startswith('-') and argv[0] not in ('-h', '--help'):
-        argv.insert(0, 'demo')  # the flowpipe-demo script takes the demo's options directly
-    args = _parser().parse_args(argv)
+    if argv and argv[0].startswith('-') and argv[0] not in ('-h', '--help'):
+        argv.insert(0, 'demo')  # demo options without the command
+    return _run(_parser(), argv or ['demo'])
+
+
+def _run(parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    args = parser.parse_args(argv)
     if args.epochs < 1 or args.batch_size < 1 or args.lr <= 0:
-        _parser().error(f"Expected positive --epochs, --batch-size and --lr. Received: --epochs {args.epochs}, "
-                        f"--batch-size {args.batch_size}, --lr {args.lr}.")
+        parser.error(f"Expected positive --epochs, --batch-size and --lr. Received: --epochs {args.epochs}, "
+                     f"--batch-size {args.batch_size}, --lr {args.lr}.")
+    problem = _placement_error(args)
+    if problem is not None:
+        print(f'{parser.prog}: error: {problem}', file=sys.stderr)
+        return 2
     start = time.perf_counter()
     accuracy = demo(args.model, args.device, args.microbatch, args.epochs, args.lr, args.batch_size, args.seed,
                     bar=not args.no_bar)

@@ -90,3 +90,39 @@ def test_demo_rejects_bad_options(argv, message, capsys):
     with pytest.raises(SystemExit):
         main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_demo_on_a_missing_gpu_prints_one_line_with_the_available_devices():
+    import subprocess
+    import sys
+
+    import torch
+    if torch.cuda.device_count() > 4:
+        pytest.skip('this machine has the GPUs the test asks for')
+    done = subprocess.run([sys.executable, '-m', 'flowpipe', 'demo', '--device', 'GPU:4', '--no-bar'],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ''
+    assert 'Traceback' not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "Received: 'GPU:4'" in done.stderr and 'Available:' in done.stderr and 'cpu:0' in done.stderr
+
+
+@pytest.mark.parametrize('argv', [['demo', '--device', 'CPU:0,CPU:1', '--microbatch', '0'],
+                                  ['demo', '--device', 'TPU:0']])
+def test_demo_rejects_placements_before_training(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('flowpipe: error: Expected') and len(err.strip().splitlines()) == 1
+
+
+def test_flowpipe_demo_script_help_lists_the_demo_options(capsys):
+    from pathlib import Path
+
+    from flowpipe.__main__ import demo_main
+    with pytest.raises(SystemExit) as exit_info:
+        demo_main(['--help'])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith('usage: flowpipe-demo') and all(option in out for option in ('--device', '--microbatch',
+                                                                                        '--epochs', '--model'))
+    pyproject = (Path(__file__).resolve().parent.parent / 'pyproject.toml').read_text(encoding='utf-8')
+    assert 'flowpipe-demo = "flowpipe.__main__:demo_main"' in pyproject

@@ -63,16 +63,22 @@ class Pipeline(PipelineAliases):
                              "(<<, +, *, @) return new pipelines; use set_variable() for variables.")
 
     def __getstate__(self) -> dict:
+        """The definition and the variables; models (threads, devices) stay behind, named in the copy's repr."""
         state = {slot: getattr(self, slot) for slot in _DEFINITION}
         # modules do not pickle: a namespace module travels as its name
         state['_namespaces'] = tuple(getattr(namespace, '__name__', namespace) if isinstance(namespace, ModuleType)
                                      else namespace for namespace in self._namespaces)
+        with self._state.variables.lock:
+            state['variables'] = dict(self._state.variables)
+        state['models_left'] = tuple(sorted(self._state.models))
         return state
 
     def __setstate__(self, state: dict) -> None:
         for slot in _DEFINITION:
             object.__setattr__(self, slot, state[slot])
         object.__setattr__(self, '_state', PipelineState())
+        self._state.variables.update(state.get('variables', {}))
+        self._state.models_left = tuple(state.get('models_left', ()))
 
     # definition
 
@@ -330,6 +336,9 @@ class Pipeline(PipelineAliases):
                 lines.extend(f"    {record!r}" for record in records)
         if self._run_args is not None:
             lines.append(f"  lazy run: {self._run_args!r}")
+        if self._state.models_left:
+            lines.append(f"  models not carried over by pickling: {', '.join(self._state.models_left)} "
+                         "(save them with save_model and load them with load_model)")
         return '\n'.join(lines)
 
 

@@ -29,8 +29,10 @@ class PipelineState:
         batches: number of batches delivered since the pipeline was created or ``reset('iter')``.
         next_args: ``(given arguments, RunArgs)`` of the last ``next_batch`` call, so that a loop calling it
             with the same arguments does not rebuild and re-check them for every batch.
+        models_left: names of the models a pickled pipeline had (a copy made by pickling has none of them).
     """
-    __slots__ = ('variables', 'models', 'iterator', 'iterator_args', 'profiler', 'batches', 'lock', 'next_args')
+    __slots__ = ('variables', 'models', 'iterator', 'iterator_args', 'profiler', 'batches', 'lock', 'next_args',
+                 'models_left')
 
     def __init__(self) -> None:
         self.variables = Store(kind='variable')
@@ -41,6 +43,7 @@ class PipelineState:
         self.batches = 0
         self.lock = threading.RLock()
         self.next_args: tuple | None = None
+        self.models_left: tuple[str, ...] = ()
 
     def reset(self, *targets: str) -> None:
         """Forget the iterator (``'iter'``), variables (``'vars'`` too), models, or ``'all'`` of them."""

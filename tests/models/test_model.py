@@ -179,6 +179,16 @@ def test_close_stops_replica_workers():
         model.predict(x=_data()[0])
 
 
+def test_a_failing_step_on_replicas_leaves_no_worker_thread_and_the_model_trains_on():
+    model, (x, y) = _model(device=['CPU:0', 'CPU:1', 'CPU:2']), _data()
+    workers = model.engine._workers.threads
+    with pytest.raises(IndexError):
+        model.train(x=x, y=y + 10)               # labels beyond the 3 classes fail on every replica
+    assert not any(thread.is_alive() for thread in workers)
+    assert isinstance(model.train(x=x, y=y, fetches='loss'), float)
+    model.close()
+
+
 def test_clip_grad_norm_clips_the_full_batch_gradient_whatever_the_devices():
     x, y = _data(25)
     clip = {'dtype': 'float64', 'clip_grad_norm': 0.05, 'optimizer': {'name': 'SGD', 'lr': 0.5}}

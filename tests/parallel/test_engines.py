@@ -175,9 +175,12 @@ def test_an_error_on_a_replica_thread_reaches_the_caller():
 
     inputs, targets = data(6)
     with build_engine(mlp(), make_plan(['CPU:0', 'CPU:1'], num_gpus=0)) as engine:
+        failed = engine._workers.threads
         with pytest.raises(ArithmeticError, match='replica failed'):
             engine.train_step([inputs], [targets], loss_fn, torch.optim.SGD(engine.parameters(), lr=0.1))
-        assert engine.predict([inputs]).shape == (6, CLASSES)
+        assert not any(thread.is_alive() for thread in failed)       # a failed step leaves no worker behind
+        assert engine.predict([inputs]).shape == (6, CLASSES)         # the next step starts new ones
+        assert all(thread.is_alive() for thread in engine._workers.threads)
 
 
 @pytest.mark.parametrize('device', ['CPU:0', ['CPU:0', 'CPU:1']])

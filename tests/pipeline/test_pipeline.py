@@ -210,12 +210,24 @@ def test_repr_lists_sections_and_actions():
     assert 'add(1)' in text and "scale(B('x'))" in text
 
 
-def test_pickle_keeps_definition_and_drops_state():
-    pipeline = Pipeline(config={'a': 1}).init_variable('x', 0).add(2)
+@pytest.mark.parametrize('module', ['pickle', 'dill'])
+def test_pickle_keeps_definition_and_variables_and_names_the_models_left_behind(module):
+    dumps, loads = (pickle.dumps, pickle.loads) if module == 'pickle' else _dill()
+    pipeline = Pipeline(make_dataset(), config={'a': 1}).init_variable('x', 0).init_variable('seen', []).add(2)
     pipeline.set_variable('x', 5)
-    restored = pickle.loads(pickle.dumps(pipeline))
+    pipeline.v('seen').extend([1, 2])
+    restored = loads(dumps(pipeline))
     assert restored.actions == pipeline.actions and restored.config['a'] == 1
-    assert restored.v('x') == 0
+    assert restored.v('x') == 5 and restored.v('seen') == [1, 2]
+    assert restored.v('seen') is not pipeline.v('seen')
+    assert 'not carried over' not in repr(restored)
+    pipeline.models['net'] = object()
+    assert 'models not carried over by pickling: net' in repr(loads(dumps(pipeline)))
+
+
+def _dill():
+    dill = pytest.importorskip('dill')
+    return dill.dumps, dill.loads
 
 
 def test_typo_of_a_pipeline_method_suggests_it():

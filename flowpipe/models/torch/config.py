@@ -11,6 +11,11 @@ Keys read here (everything else is kept for the network classes, e.g. ``body/fil
 - ``device``, ``microbatch``, ``device_weights``, ``device_map``, ``amp``: passed to ``flowpipe.parallel``.
 - ``model``: a ready ``nn.Module`` (or a class / zero-argument callable that makes one).
 - ``profile``: time every training step per torch operation (``TorchModel.show_profile_info``).
+- ``nonfinite_loss``: what a nan or inf training loss does (``flowpipe.models.torch.checks``).
+
+Every top-level key flowpipe reads is in ``TOP_KEYS`` (add a key there when code starts reading it). A key close to
+a known one is an error naming it; another unknown key is reported by ``unknown_keys`` (``TorchModel`` warns, unless
+the model class lists the key in its ``config_keys``).
 
 batchflow's keys are read as their flowpipe equivalents: ``microbatch_size`` is ``microbatch``, ``inputs_shapes``
 is ``inputs/images/shape`` and ``classes`` is ``inputs/labels/classes`` (when the config declares no such input).
@@ -22,10 +27,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ['ModelSpec', 'get_path', 'nest', 'parse_config']
+__all__ = ['TOP_KEYS', 'ModelSpec', 'get_path', 'nest', 'parse_config', 'unknown_keys']
 
-_TOP_KEYS = ('amp', 'body', 'clip_grad_norm', 'decay', 'device', 'device_map', 'device_weights', 'head',
-             'initial_block', 'inputs', 'loss', 'microbatch', 'model', 'optimizer', 'batch_norm', 'dtype', 'profile')
+#: The top-level model config keys flowpipe reads, in one place: a key read by new code is added here.
+TOP_KEYS = ('amp', 'batch_norm', 'body', 'clip_grad_norm', 'common', 'decay', 'device', 'device_map',
+            'device_weights', 'dtype', 'head', 'initial_block', 'inputs', 'loss', 'microbatch', 'model', 'name',
+            'nonfinite_loss', 'optimizer', 'profile')
+#: Where a few keys that are often put at the top level belong.
+_KEY_HINTS = {'lr': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
+              'learning_rate': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
+              'batch_size': 'the batch size is an argument of run(batch_size, ...)',
+              'epochs': 'epochs are an argument of run(..., n_epochs=...)',
+              'n_epochs': 'epochs are an argument of run(..., n_epochs=...)'}
 
 
 def nest(config: Mapping | None) -> dict:
@@ -177,10 +190,19 @@ def _from_batchflow(nested: dict) -> dict:
 
 def _check_top_keys(nested: dict) -> None:
     for key in nested:
-        if key not in _TOP_KEYS and key not in ('common', 'name'):
-            close = difflib.get_close_matches(key, _TOP_KEYS, n=3)
+        if key not in TOP_KEYS and key not in _KEY_HINTS:
+            close = difflib.get_close_matches(key, TOP_KEYS, n=3)
             if close:
                 raise ValueError(f"Expected known model config keys. Received: {key!r}. Did you mean {close}?")
+
+
+def unknown_keys(spec: ModelSpec, own_keys: tuple[str, ...] = ()) -> dict[str, str]:
+    """``{key: why}`` for each top-level key that neither flowpipe nor ``own_keys`` (a model class's) reads."""
+    found = {}
+    for key in spec.config:
+        if key not in TOP_KEYS and key not in own_keys:
+            found[key] = _KEY_HINTS.get(key, 'no code reads it')
+    return found
 
 
 def _check_shape(name: str, shape: Any) -> tuple[int, ...]:

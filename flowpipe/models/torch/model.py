@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import threading
+import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, ClassVar
 
@@ -19,7 +20,8 @@ from torch import nn
 from ...parallel import build_engine, make_plan
 from ...parallel.engines import check_max_norm
 from . import io
-from .config import ModelSpec, nest, parse_config
+from .checks import BatchNormCheck, LossCheck
+from .config import ModelSpec, nest, parse_config, unknown_keys
 from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require, to_tensor
 from .losses import make_loss
 from .optimizers import make_decay, make_optimizer
@@ -53,14 +55,19 @@ class TorchModel:
     network_factory: ClassVar[Callable[..., nn.Module] | None] = None
     #: config path -> keyword of ``network_factory`` (``'body/filters': 'filters'``).
     network_options: ClassVar[dict[str, str]] = {}
+    #: top-level config keys a subclass reads itself (beyond ``config.TOP_KEYS``): not warned about as unknown.
+    config_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Mapping | None = None, **overrides: Any):
         self.config = nest(config)
         if overrides:
             self.config = nest({**_flat_paths(self.config), **overrides})
         self.spec: ModelSpec = parse_config(self.config)
+        self._warn_unknown_keys()
         self.engine = self.loss_fn = self.optimizer = self.decay = None
         self.clip_grad_norm = check_max_norm(self.spec.get('clip_grad_norm'))
+        self._loss_check = LossCheck(self.spec.get('nonfinite_loss'))
+        self._batch_norm_check: BatchNormCheck | None = None
         self.iteration = 0
         self._last_batch_size: int | None = None
         # Steps from concurrent threads (a prefetching run without use_lock) must not interleave gradients.
@@ -75,6 +82,14 @@ class TorchModel:
 
     # building
 
+    def _warn_unknown_keys(self) -> None:
+        unknown = unknown_keys(self.spec, type(self).config_keys)
+        if unknown:
+            reasons = '; '.join(f'{key!r}: {why}' for key, why in unknown.items())
+            warnings.warn(f"Expected model config keys that {type(self).__name__} reads. Received: {reasons}. "
+                          "These keys are ignored. A model class that reads its own keys lists them in its "
+                          "config_keys.", UserWarning, stacklevel=3)
+
     def _shape_missing(self) -> bool:
         name = self.spec.input_names[0] if self.spec.input_names else DEFAULT_INPUT
         return (self.spec.get('model') is None and type(self).network_factory is not None
@@ -85,6 +100,7 @@ class TorchModel:
         plan = make_plan(**{key: self.spec.get(key) for key in ('device', 'microbatch', 'device_weights',
                                                                  'device_map')}, amp=bool(self.spec.get('amp')))
         self.engine = build_engine(network, plan)
+        self._batch_norm_check = BatchNormCheck(self.engine.module, self.engine.plan)
         self.loss_fn = make_loss(self.spec.get('loss'), has_classes=bool(self.spec.classes))
         self.optimizer = make_optimizer(self.spec.get('optimizer'), self.engine.parameters())
         self.decay = make_decay(self.spec.get('decay'), self.optimizer)
@@ -173,6 +189,8 @@ class TorchModel:
                                             return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm)
             self.iteration += 1
             self._last_batch_size = int(net_inputs[0].shape[0])
+            self._batch_norm_check(self._last_batch_size)
+            self._loss_check(result.loss, self.iteration)
             if self.decay is not None:
                 self.decay.after_batch(self.iteration)
         return self._fetch(fetches, names, lambda: result.loss, result.outputs)

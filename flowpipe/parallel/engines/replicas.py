@@ -28,6 +28,7 @@ class ReplicaEngine(Engine):
 
     Replica 0 runs in the caller's thread; every other replica runs on its own daemon worker thread (and its
     own CUDA stream on a GPU). Call ``close()`` (or use the engine as a context manager) to stop the threads.
+    A step that raises stops the threads too (a failed run leaves none behind); the next step starts new ones.
     """
 
     def __init__(self, module: nn.Module, plan: DevicePlan, precision: Precision | None = None):
@@ -39,9 +40,15 @@ class ReplicaEngine(Engine):
         self._buffers = [list(replica.buffers()) for replica in self.replicas]
         self._streams = [torch.cuda.Stream(dev) if dev.type == 'cuda' else None for dev in self.devices]
         self._workers = ReplicaWorkers(len(self.replicas) - 1)
+        self._closed = False
 
     def run_replicas(self, groups: Groups, work: Callable[[int, Sequence[Piece]], list]) -> dict[int, list]:
-        """Replica 0's work in this thread, the others' on their threads, concurrently; re-raise the first error."""
+        """Replica 0's work in this thread, the others' on their threads, concurrently; re-raise the first error.
+
+        After an error the worker threads are stopped (the next call starts new ones).
+        """
+        if self._workers.closed and not self._closed:
+            self._workers = ReplicaWorkers(len(self.replicas) - 1)
         futures = {replica: self._workers.submit(replica - 1, self._on_stream(replica, work, pieces))
                    for replica, pieces in groups.items() if replica > 0}
         results, error = {}, None
@@ -56,6 +63,7 @@ class ReplicaEngine(Engine):
             except BaseException as failure:  # noqa: BLE001
                 error = error or failure
         if error is not None:
+            self._workers.close()
             raise error
         return results
 
@@ -66,7 +74,8 @@ class ReplicaEngine(Engine):
             replica.zero_grad(set_to_none=True)
 
     def close(self) -> None:
-        """Stop the worker threads."""
+        """Stop the worker threads; the engine cannot run steps afterwards."""
+        self._closed = True
         self._workers.close()
 
     def _on_stream(self, index: int, work: Callable, pieces: Sequence[Piece]) -> Callable[[], list]:

@@ -60,6 +60,11 @@ class ReplicaWorkers:
         """The worker threads, one per non-primary replica."""
         return tuple(self._threads)
 
+    @property
+    def closed(self) -> bool:
+        """Whether the threads were stopped."""
+        return not self._finalizer.alive
+
     def submit(self, index: int, fn: Callable[[], Any]) -> Future:
         """Queue ``fn`` on worker ``index``."""
         if not self._finalizer.alive:

@@ -1,0 +1,113 @@
+"""Checks a training step makes so that a run never goes wrong silently.
+
+- ``BatchNormCheck``: a BatchNorm layer normalizes with the statistics of the items it sees. When a batch is cut
+  into shards (``device``) or micro-batches (``microbatch``) smaller than ``BATCHNORM_MIN_ITEMS`` items, those
+  statistics are noisy and training degrades; the check warns once per model, with the numbers and the fixes.
+- ``LossCheck``: a loss that is ``nan`` or ``inf`` is reported once per model with the batch number (config
+  ``nonfinite_loss``: ``'warn'``, the default, ``'raise'`` or ``'ignore'``).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+from torch import nn
+
+__all__ = ['BATCHNORM_MIN_ITEMS', 'BatchNormCheck', 'BatchNormShardWarning', 'LossCheck', 'NONFINITE_MODES',
+           'NonFiniteLossWarning']
+
+#: Shards and micro-batches with fewer items than this reaching a BatchNorm layer in training are warned about.
+BATCHNORM_MIN_ITEMS = 8
+NONFINITE_MODES = ('warn', 'raise', 'ignore')
+
+
+class BatchNormShardWarning(UserWarning):
+    """BatchNorm layers see shards or micro-batches too small for reliable statistics."""
+
+
+class NonFiniteLossWarning(RuntimeWarning):
+    """A training step's loss is ``nan`` or ``inf``."""
+
+
+def _batch_norm_layers(module: nn.Module) -> int:
+    return sum(isinstance(layer, nn.modules.batchnorm._BatchNorm) and not isinstance(layer, nn.SyncBatchNorm)
+               for layer in module.modules())
+
+
+class BatchNormCheck:
+    """Warns once when the pieces a batch is cut into are too small for the network's BatchNorm layers.
+
+    The pieces counted are the shards of the batch's first micro-batch chunk (a short last chunk is a remainder
+    of the batch size, not the layout's choice); a batch that is not cut at all is never warned about.
+    """
+
+    def __init__(self, module: nn.Module, plan: Any, min_items: int = BATCHNORM_MIN_ITEMS):
+        self.layers = _batch_norm_layers(module)
+        self.plan, self.min_items = plan, min_items
+        self.done = self.layers == 0
+        self._checked: set[int] = set()
+
+    def smallest_piece(self, batch_size: int) -> int | None:
+        """The fewest items in a piece of the first chunk, or ``None`` when the batch is one piece."""
+        pieces = self.plan.pieces(batch_size)
+        if len(pieces) < 2:
+            return None
+        first = [piece.size for piece in pieces if piece.chunk == pieces[0].chunk]
+        return min(first)
+
+    def __call__(self, batch_size: int) -> None:
+        if self.done or batch_size in self._checked:
+            return
+        self._checked.add(batch_size)
+        smallest = self.smallest_piece(batch_size)
+        if smallest is None or smallest >= self.min_items:
+            return
+        self.done = True
+        warnings.warn(self.message(batch_size, smallest), BatchNormShardWarning, stacklevel=3)
+
+    def message(self, batch_size: int, smallest: int) -> str:
+        """The warning's text: the numbers and the fixes."""
+        plan = self.plan
+        layout = []
+        if plan.num_replicas > 1:
+            layout.append(f'{plan.num_replicas} replicas')
+        if plan.microbatch is not None:
+            layout.append(f'microbatch={plan.microbatch}')
+        return (f"BatchNorm on small pieces: a batch of {batch_size} cut by {' and '.join(layout)} puts as few as "
+                f"{smallest} item{'s' if smallest != 1 else ''} through each of the network's {self.layers} "
+                f"BatchNorm layer{'s' if self.layers != 1 else ''} (fewer than {self.min_items}); each piece is "
+                "normalized with its own statistics, which are too noisy to train well. Fixes: a larger microbatch "
+                "(or none), fewer devices or a larger batch, a batch-independent normalization (GroupNorm, "
+                "LayerNorm; 'batch_norm': False for the ready networks), or synced BatchNorm across processes. "
+                "See docs/parallel.md, 'BatchNorm and other batch-dependent layers'.")
+
+
+class LossCheck:
+    """Reports the first non-finite training loss of a model as its config ``nonfinite_loss`` says."""
+
+    def __init__(self, mode: Any = 'warn'):
+        mode = 'warn' if mode is None else mode
+        if mode not in NONFINITE_MODES:
+            raise ValueError(f"Expected nonfinite_loss in {NONFINITE_MODES}. Received: nonfinite_loss={mode!r}.")
+        self.mode = mode
+        self.first: int | None = None
+
+    def __call__(self, loss: float, iteration: int) -> None:
+        """Check the loss of training batch number ``iteration`` (1 for the model's first batch)."""
+        if self.mode == 'ignore' or math.isfinite(loss):
+            return
+        if self.mode == 'raise':
+            raise FloatingPointError(self._text(loss, iteration) + " The step was applied: the parameters may "
+                                     "hold nan now; reload saved weights before training on.")
+        if self.first is None:
+            self.first = iteration
+            warnings.warn(self._text(loss, iteration) + " Training goes on; set 'nonfinite_loss': 'raise' in the "
+                          "model config to stop at the first one. Warned once per model.",
+                          NonFiniteLossWarning, stacklevel=3)
+
+    @staticmethod
+    def _text(loss: float, iteration: int) -> str:
+        return (f"Expected a finite training loss. Received: loss={loss} at the model's training batch {iteration}. "
+                "Common causes: a learning rate too high, inputs not scaled (e.g. images in 0-255), log of zero in "
+                "a custom loss; 'clip_grad_norm' can help.")

@@ -1,0 +1,116 @@
+"""Training never goes wrong silently: BatchNorm on tiny pieces, non-finite losses, unknown config keys."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from flowpipe.models.torch import MLP, ResNet18, SimpleCNN, TorchModel
+from flowpipe.models.torch.checks import (BATCHNORM_MIN_ITEMS, BatchNormShardWarning, NonFiniteLossWarning)
+from flowpipe.models.torch.config import TOP_KEYS
+
+IMAGES = {'inputs/images/shape': (1, 8, 8), 'inputs/labels/classes': 10, 'initial_block/inputs': 'images'}
+
+
+def _batch(n=64, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.random((n, 1, 8, 8), dtype=np.float32), rng.integers(0, 10, n)
+
+
+def _train(model, steps=2, n=64):
+    images, labels = _batch(n)
+    with model:
+        return [model.train(images=images, labels=labels, fetches='loss') for _ in range(steps)]
+
+
+def _batch_norm_warnings(cls=ResNet18, **config):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        _train(cls({**IMAGES, **config}))
+    return [w for w in caught if issubclass(w.category, BatchNormShardWarning)]
+
+
+def test_the_seed_setting_two_devices_and_microbatch_2_warns_once_with_numbers_and_fixes():
+    found = _batch_norm_warnings(device=['CPU:0', 'CPU:1'], microbatch=2)
+    assert len(found) == 1                              # two steps, one warning per model
+    text = str(found[0].message)
+    assert 'a batch of 64 cut by 2 replicas and microbatch=2' in text and 'as few as 1 item' in text
+    assert f'fewer than {BATCHNORM_MIN_ITEMS}' in text
+    assert all(fix in text for fix in ('larger microbatch', 'fewer devices', 'GroupNorm', 'synced BatchNorm'))
+
+
+@pytest.mark.parametrize('config', [{'device': ['CPU:0', 'CPU:1'], 'microbatch': 2 * BATCHNORM_MIN_ITEMS},
+                                    {'microbatch': BATCHNORM_MIN_ITEMS},
+                                    {'device': ['CPU:0', 'CPU:1', 'CPU:2', 'CPU:3']},
+                                    {'device': 'CPU:0'}])
+def test_pieces_at_the_threshold_or_larger_do_not_warn(config):
+    assert _batch_norm_warnings(SimpleCNN, **config) == []
+
+
+def test_small_pieces_without_batch_norm_do_not_warn():
+    assert _batch_norm_warnings(SimpleCNN, batch_norm=False, microbatch=2) == []
+    assert _batch_norm_warnings(MLP, device=['CPU:0', 'CPU:1'], microbatch=2) == []
+
+
+def test_a_micro_batch_below_the_threshold_on_one_device_warns():
+    found = _batch_norm_warnings(SimpleCNN, microbatch=BATCHNORM_MIN_ITEMS - 1)
+    assert len(found) == 1 and f'as few as {BATCHNORM_MIN_ITEMS - 1} items' in str(found[0].message)
+
+
+def test_a_non_finite_loss_warns_once_with_the_batch_number():
+    torch.manual_seed(0)
+    model = MLP(IMAGES)
+    images, labels = _batch(16)
+    with warnings.catch_warnings(record=True) as caught, model:
+        warnings.simplefilter('always')
+        model.train(images=images, labels=labels)
+        model.train(images=images * np.nan, labels=labels)
+        model.train(images=images * np.nan, labels=labels)
+    found = [w for w in caught if issubclass(w.category, NonFiniteLossWarning)]
+    assert len(found) == 1
+    assert 'loss=nan' in str(found[0].message) and 'training batch 2' in str(found[0].message)
+    assert "'nonfinite_loss': 'raise'" in str(found[0].message)
+
+
+def test_a_non_finite_loss_can_stop_training_or_be_ignored():
+    images, labels = _batch(16)
+    with MLP({**IMAGES, 'nonfinite_loss': 'raise'}) as model:
+        model.train(images=images, labels=labels)
+        with pytest.raises(FloatingPointError, match='training batch 2'):
+            model.train(images=images * np.inf, labels=labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with MLP({**IMAGES, 'nonfinite_loss': 'ignore'}) as model:
+            model.train(images=images * np.nan, labels=labels)
+    with pytest.raises(ValueError, match=r"nonfinite_loss in \('warn', 'raise', 'ignore'\)"):
+        MLP({**IMAGES, 'nonfinite_loss': 'stop'})
+
+
+@pytest.mark.parametrize('key, hint', [('lr', "'optimizer': {'name': 'Adam', 'lr': 0.001}"),
+                                       ('memory_fromat_x', 'no code reads it')])
+def test_an_unknown_top_level_key_far_from_known_keys_warns(key, hint):
+    with pytest.warns(UserWarning, match='Expected model config keys that MLP reads') as caught:
+        MLP({**IMAGES, key: 1})
+    assert hint in str(caught[0].message) and repr(key) in str(caught[0].message)
+
+
+def test_a_key_close_to_a_known_one_is_an_error_and_known_keys_are_silent():
+    with pytest.raises(ValueError, match=r"'optimiser'.*Did you mean \['optimizer'"):
+        MLP({**IMAGES, 'optimiser': 'SGD'})
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        MLP({**IMAGES, 'name': 'net', 'common': {}, 'profile': False, 'nonfinite_loss': 'warn'})
+    assert list(TOP_KEYS) == sorted(TOP_KEYS)
+
+
+def test_a_model_class_declares_the_keys_it_reads():
+    class Scaled(TorchModel):
+        config_keys = ('width',)
+
+        def build_network(self, spec):
+            return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, spec.get('width')))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        model = Scaled({**IMAGES, 'width': 10})
+    assert model.model[1].out_features == 10
