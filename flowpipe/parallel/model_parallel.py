@@ -17,27 +17,66 @@ from torch import nn
 from .devices import LogicalDevice
 from .plan import AUTO, DevicePlan
 
-__all__ = ['auto_device_map', 'balanced_groups', 'place_module']
+__all__ = ['MoveInputs', 'auto_device_map', 'balanced_groups', 'place_module', 'remove_move_hooks']
+
+
+_HALF = (torch.float16, torch.bfloat16)
 
 
 class MoveInputs:
-    """A forward pre-hook that moves a child's tensor arguments to its device (a class, so modules pickle)."""
+    """A forward pre-hook that moves a child's tensor arguments to its device (a class, so modules pickle).
+
+    Half-precision activations made under autocast on another device type (a GPU part under ``amp``) reaching a
+    part where autocast is off (a CPU part) are cast to that part's floating dtype: its layers could not take them.
+    """
 
     def __init__(self, device: torch.device):
         self.device = device
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return _move(args, self.device), _move(kwargs, self.device)
+        return _move(args, self.device, module), _move(kwargs, self.device, module)
 
 
-def _move(value: Any, device: torch.device) -> Any:
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:               # torch < 2.4 takes no device type
+        return torch.is_autocast_cpu_enabled() if device_type == 'cpu' else torch.is_autocast_enabled()
+
+
+def _cast_dtype(module: nn.Module, device: torch.device) -> torch.dtype | None:
+    """The dtype half-precision inputs arriving on ``device`` are cast to: ``None`` where autocast takes them
+    (or the part computes in half precision itself), else the part's first floating parameter's dtype."""
+    if _autocast_enabled(device.type):
+        return None
+    for param in module.parameters():
+        if param.is_floating_point():
+            return None if param.dtype in _HALF else param.dtype
+    return None
+
+
+def _move(value: Any, device: torch.device, module: nn.Module) -> Any:
     if isinstance(value, torch.Tensor):
-        return value if value.device == device else value.to(device)
+        cast = _cast_dtype(module, device) if value.dtype in _HALF else None
+        return value if value.device == device and cast is None else value.to(device, cast)
     if isinstance(value, (list, tuple)):
-        return type(value)(_move(v, device) for v in value)
+        return type(value)(_move(v, device, module) for v in value)
     if isinstance(value, dict):
-        return {k: _move(v, device) for k, v in value.items()}
+        return {k: _move(v, device, module) for k, v in value.items()}
     return value
+
+
+def remove_move_hooks(module: nn.Module) -> nn.Module:
+    """Drop the input-moving hooks ``place_module`` put on the top-level children (in place); returns ``module``.
+
+    A saved module must not carry them (loaded elsewhere, they would move inputs to devices of the old
+    placement), and placing a module again must not stack a second hook.
+    """
+    for child in module.children():
+        for key in [key for key, hook in child._forward_pre_hooks.items() if isinstance(hook, MoveInputs)]:
+            del child._forward_pre_hooks[key]
+            child._forward_pre_hooks_with_kwargs.pop(key, None)
+    return module
 
 
 def balanced_groups(sizes: Sequence[int], count: int) -> list[int]:
@@ -90,7 +129,8 @@ def _resolve(module: nn.Module, plan: DevicePlan) -> tuple[tuple[str, LogicalDev
 
 
 def place_module(module: nn.Module, plan: DevicePlan) -> dict[str, LogicalDevice]:
-    """Move each top-level child to its device and hook it to receive its inputs there.
+    """Move each top-level child to its device and hook it to receive its inputs there (replacing the hooks of an
+    earlier placement).
 
     Returns:
         The resolved map ``{child_name: device}`` (every child, unlisted ones on the first device).
@@ -100,7 +140,7 @@ def place_module(module: nn.Module, plan: DevicePlan) -> dict[str, LogicalDevice
     """
     parts = dict(_resolve(module, plan))
     first = plan.devices[0] if plan.device_map == AUTO else next(iter(parts.values()))
-    module.to(first.device)
+    remove_move_hooks(module).to(first.device)
     placement = {}
     for name, child in module.named_children():
         target = parts.get(name, first)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .plan import DevicePlan
+from .scaler import DeviceScaler
 
 __all__ = ['MixedPrecision', 'Precision', 'make_precision']
 
@@ -67,7 +68,7 @@ class MixedPrecision(Precision):
     the optimizer once per batch (skipping the step when a gradient is not finite) and updates its scale.
 
     Args:
-        device: the primary device: autocast applies to pieces on devices of its type, the scale lives on it.
+        device: the device the scale lives on (a plan's first CUDA device); autocast applies to its device type.
         dtype: the autocast dtype; ``torch.bfloat16`` needs no loss scaling, so it gets no scaler.
     """
 
@@ -75,14 +76,15 @@ class MixedPrecision(Precision):
         self.device_type = torch.device(device).type
         self.dtype = dtype
         if dtype == torch.float16:
-            self.scaler = torch.amp.GradScaler(self.device_type)
-            # make the scale now, on the primary: not lazily in whichever replica thread scales a loss first
-            self.scaler.scale(torch.zeros((), device=device))
+            self.scaler = DeviceScaler(device)
 
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
-        """``torch.autocast`` on a device of the primary's type; a no-op elsewhere."""
-        if device.type != self.device_type:
-            return _NO_CONTEXT
+        """``torch.autocast`` for this precision's device type, whatever ``device`` a piece starts on.
+
+        Autocast changes only the operations of its device type: a piece on a CPU replica (or a CPU part of a
+        model-parallel module) computes in full precision under CUDA autocast, while a CUDA part of a module whose
+        first part is on the CPU is autocast.
+        """
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
     def convert_loss(self, loss: torch.Tensor) -> torch.Tensor:
@@ -120,15 +122,17 @@ class MixedPrecision(Precision):
 
 
 def make_precision(plan: DevicePlan) -> Precision:
-    """The precision a plan asks for: mixed precision for ``amp`` on CUDA, else full precision.
+    """The precision a plan asks for: mixed precision for ``amp`` with a CUDA device, else full precision.
 
-    ``amp`` on a CPU is ignored with a ``RuntimeWarning``: autocast on a CPU is slow on most CPUs and would break
-    float64 exactness silently.
+    The scale lives on the plan's first CUDA device, even when the primary is the CPU (``['CPU:0', 'GPU:0']``).
+    ``amp`` on CPU devices only is ignored with a ``RuntimeWarning``: autocast on a CPU is slow on most CPUs and
+    would break float64 exactness silently.
     """
     if not plan.amp:
         return Precision()
-    if plan.primary.device.type == 'cuda':
-        return MixedPrecision(plan.primary.device)
+    gpus = [dev.device for dev in plan.devices if dev.device.type == 'cuda']
+    if gpus:
+        return MixedPrecision(gpus[0])
     warnings.warn("amp=True is ignored on CPU: mixed precision needs a CUDA device. Training runs in the "
                   "parameters' dtype.", RuntimeWarning, stacklevel=3)
     return Precision()

@@ -3,8 +3,9 @@
 A model file is one dill pickle of a dict: a format tag and version, the flowpipe and torch versions, the model
 class, the config (a ready ``nn.Module`` given as ``config['model']`` is stored as a CPU copy), and the state:
 network weights and buffers, optimizer and scheduler state, the precision's state (the gradient scaler under
-``amp``), the batch counter. Every tensor is on the CPU, so a file saved from any device layout loads into any
-other: the engine places the weights again (``engine.sync``).
+``amp``), the batch counter. Every tensor is on the CPU and a stored module carries no placement hooks, so a file
+saved from any device layout (GPUs, model parallel) loads into any other: the engine places the module and the
+weights again (``engine.sync``).
 
 Saving is atomic: the file is written under a temporary name in the same folder, flushed to disk, then renamed
 over the target. Loading runs dill, which can execute code: load only files you trust.
@@ -21,6 +22,7 @@ import dill
 import torch
 
 from ...errors import ModelFileError
+from ...parallel.model_parallel import remove_move_hooks
 
 if TYPE_CHECKING:
     from .model import TorchModel
@@ -50,8 +52,9 @@ def _payload(model: 'TorchModel') -> dict:
     config = dict(model.config)
     module = None
     if config.get('model') is not None:
-        # The config holds the live network (maybe on a GPU, maybe split over devices): store a CPU copy.
-        module = copy.deepcopy(model.model).to('cpu')
+        # The config holds the live network (maybe on a GPU, maybe split over devices): store a CPU copy without
+        # the input-moving hooks of its placement; loading places it again as the (new) config says.
+        module = remove_move_hooks(copy.deepcopy(model.model)).to('cpu')
         config['model'] = None
     return {
         'format': FORMAT, 'format_version': FORMAT_VERSION,

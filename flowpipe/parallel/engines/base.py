@@ -27,7 +27,9 @@ from torch import nn
 from ..plan import DevicePlan
 from ..precision import Precision, make_precision
 from ..split import Piece
-from .tensors import BatchTensors, concat, device_of, first_floating, move, prepare_batch, set_mode, to_device
+from .cuda import device_context
+from .tensors import (BatchTensors, concat, device_of, first_floating, move, prepare_batch, set_mode, target_devices,
+                      to_device)
 
 __all__ = ['Engine', 'StepResult', 'check_max_norm']
 
@@ -155,7 +157,9 @@ class Engine:
             with self.precision.autocast(device):
                 outputs = module(*[move(t, device, batch.dtype, piece) for t in batch.inputs])
                 out_device = device_of(outputs, device)
-                loss = loss_fn(outputs, *[move(t, out_device, batch.dtype, piece) for t in batch.targets])
+                places = target_devices(outputs, len(batch.targets), out_device)
+                loss = loss_fn(outputs, *[move(t, place, batch.dtype, piece)
+                                          for t, place in zip(batch.targets, places)])
             weighted = self.precision.convert_loss(loss)
             if piece.weight != 1.0:     # a whole batch in one piece: multiplying by one is exact, and wasted work
                 weighted = weighted * piece.weight
@@ -197,8 +201,13 @@ class Engine:
     # hooks
 
     def run_replicas(self, groups: Groups, work: Callable[[int, Sequence[Piece]], list]) -> dict[int, list]:
-        """``{replica: work(replica, its pieces)}`` for every replica in ``groups``: here in turn, in this thread."""
-        return {replica: work(replica, pieces) for replica, pieces in groups.items()}
+        """``{replica: work(replica, its pieces)}`` for every replica in ``groups``: here in turn, in this thread,
+        with each replica's device current on a GPU (user code allocating on ``'cuda'`` lands there)."""
+        results = {}
+        for replica, pieces in groups.items():
+            with device_context(self.devices[replica]):
+                results[replica] = work(replica, pieces)
+        return results
 
     def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
         """Clear the gradients before a batch (``set_to_none``)."""

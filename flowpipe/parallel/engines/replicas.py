@@ -18,6 +18,7 @@ from ..plan import DevicePlan
 from ..precision import Precision
 from ..split import Piece
 from .base import Engine, Groups
+from .cuda import ready_event, run_on_stream
 from .workers import ReplicaWorkers
 
 __all__ = ['ReplicaEngine']
@@ -26,9 +27,10 @@ __all__ = ['ReplicaEngine']
 class ReplicaEngine(Engine):
     """Replicas on ``plan.devices``: deep copies of ``module``, the primary (``module`` itself) first.
 
-    Replica 0 runs in the caller's thread; every other replica runs on its own daemon worker thread (and its
-    own CUDA stream on a GPU). Call ``close()`` (or use the engine as a context manager) to stop the threads.
-    A step that raises stops the threads too (a failed run leaves none behind); the next step starts new ones.
+    Replica 0 runs in the caller's thread; every other replica runs on its own daemon worker thread; on a GPU each
+    replica, the primary included, runs on its own CUDA stream. The devices may mix GPUs and the CPU. Call
+    ``close()`` (or use the engine as a context manager) to stop the threads. A step that raises stops the
+    threads too (a failed run leaves none behind); the next step starts new ones.
     """
 
     def __init__(self, module: nn.Module, plan: DevicePlan, precision: Precision | None = None):
@@ -45,16 +47,19 @@ class ReplicaEngine(Engine):
     def run_replicas(self, groups: Groups, work: Callable[[int, Sequence[Piece]], list]) -> dict[int, list]:
         """Replica 0's work in this thread, the others' on their threads, concurrently; re-raise the first error.
 
-        After an error the worker threads are stopped (the next call starts new ones).
+        On a GPU every replica, the primary included, runs on its own stream after an event recorded here before
+        any replica starts, with its device current (so user code allocating on ``'cuda'`` lands on it). After an
+        error the worker threads are stopped (the next call starts new ones).
         """
         if self._workers.closed and not self._closed:
             self._workers = ReplicaWorkers(len(self.replicas) - 1)
-        futures = {replica: self._workers.submit(replica - 1, self._on_stream(replica, work, pieces))
+        ready = {replica: ready_event(self.devices[replica]) for replica in groups}
+        futures = {replica: self._workers.submit(replica - 1, self._job(replica, work, pieces, ready[replica]))
                    for replica, pieces in groups.items() if replica > 0}
         results, error = {}, None
         if 0 in groups:
             try:
-                results[0] = work(0, groups[0])
+                results[0] = self._job(0, work, groups[0], ready[0])()
             except BaseException as failure:  # noqa: BLE001 - wait for the workers before re-raising
                 error = failure
         for replica, future in futures.items():
@@ -78,20 +83,11 @@ class ReplicaEngine(Engine):
         self._closed = True
         self._workers.close()
 
-    def _on_stream(self, index: int, work: Callable, pieces: Sequence[Piece]) -> Callable[[], list]:
-        """Wrap a replica's work so that on a GPU it runs on the replica's own stream, finished on return."""
+    def _job(self, index: int, work: Callable, pieces: Sequence[Piece], ready: torch.cuda.Event | None
+             ) -> Callable[[], list]:
+        """A replica's work as a call: on a GPU on the replica's own stream, after ``ready``, finished on return."""
         stream = self._streams[index]
-        if stream is None:
-            return lambda: work(index, pieces)
-
-        def on_stream() -> list:
-            with torch.cuda.device(stream.device), torch.cuda.stream(stream):
-                stream.wait_stream(torch.cuda.default_stream(self.devices[0]))
-                stream.wait_stream(torch.cuda.default_stream(stream.device))
-                result = work(index, pieces)
-            stream.synchronize()
-            return result
-        return on_stream
+        return lambda: run_on_stream(stream, ready, lambda: work(index, pieces))
 
     @torch.no_grad()
     def reduce_gradients(self, active: tuple[int, ...]) -> None:

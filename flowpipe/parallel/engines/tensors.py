@@ -13,7 +13,7 @@ from torch import nn
 from ..split import Piece
 
 __all__ = ['BatchTensors', 'as_batch', 'batch_size_of', 'concat', 'device_of', 'first_floating', 'move',
-           'prepare_batch', 'set_mode', 'to_device']
+           'prepare_batch', 'set_mode', 'target_devices', 'to_device']
 
 
 class BatchTensors(NamedTuple):
@@ -97,6 +97,24 @@ def device_of(outputs: Any, default: torch.device) -> torch.device:
     if isinstance(outputs, dict) and outputs:
         return device_of(next(iter(outputs.values())), default)
     return default
+
+
+def target_devices(outputs: Any, count: int, first: torch.device) -> list[torch.device]:
+    """Where each of ``count`` targets goes for the loss: with as many output tensors as targets (heads of a
+    model-parallel module on different devices), the i-th target to the i-th output's device; else all to
+    ``first``, the device of the first output tensor (``device_of``)."""
+    if count > 1:
+        tensors = _tensors(outputs)
+        if len(tensors) == count:
+            return [tensor.device for tensor in tensors]
+    return [first] * count
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    return [tensor for item in values for tensor in _tensors(item)]
 
 
 def to_device(outputs: Any, device: torch.device) -> Any:
