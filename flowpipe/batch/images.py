@@ -31,6 +31,7 @@ __all__ = ['ImagesBatch']
 
 _LAYOUTS = ('first', 'last')
 _MODES = ('nearest', 'bilinear', 'bicubic')
+_MEMORY_FORMATS = ('contiguous', 'channels_last')
 
 
 class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
@@ -113,18 +114,31 @@ class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
 
     @action
     def to_array(self, dtype: Any = 'float32', channels: str = 'first', src: str = 'images',
-                 dst: str | None = None) -> ImagesBatch:
+                 dst: str | None = None, memory_format: str = 'contiguous') -> ImagesBatch:
         """Make images one numpy ``(N, C, H, W)`` array (``channels='first'``) or ``(N, H, W, C)`` (``'last'``).
 
         Values are converted to ``dtype`` without rescaling (use ``multiply`` or ``normalize`` for that); torch
-        tensors become numpy arrays.
+        tensors become numpy arrays. The conversion, the layout change and the copy are one pass over the images.
+
+        Args:
+            memory_format: for ``channels='first'``: ``'contiguous'`` (row-major ``(N, C, H, W)``) or
+                ``'channels_last'``: the same shape with the channels innermost in memory (strides of an
+                ``(N, H, W, C)`` array), the layout a model with ``memory_format='channels_last'`` computes in, so
+                it gets the array without another copy (``torch.from_numpy`` keeps the strides).
 
         Raises:
-            ValueError: images have different shapes (resize or crop them first), or ``channels`` is unknown.
+            ValueError: images have different shapes (resize or crop them first), or ``channels`` or
+                ``memory_format`` is unknown.
         """
         from .images_data import stacked
         if channels not in _LAYOUTS:
             raise ValueError(f"Expected channels to be one of {_LAYOUTS!r}. Received: channels={channels!r}.")
+        if memory_format not in _MEMORY_FORMATS:
+            raise ValueError(f"Expected memory_format to be one of {_MEMORY_FORMATS!r}. Received: "
+                             f"memory_format={memory_format!r}.")
+        if memory_format == 'channels_last' and channels != 'first':
+            raise ValueError(f"Expected channels='first' with memory_format='channels_last' (an (N, H, W, C) array "
+                             f"is channels-last already). Received: channels={channels!r}.")
         read = self._read(src)
         whole = stacked(read.groups, read.size) if read.size else None
         if whole is None and read.size:
@@ -133,8 +147,11 @@ class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
                              f"(H, W, C), e.g. {shapes[:3]!r}. Resize or crop them to one size first, e.g. "
                              f"`.resize((32, 32))`.")
         array = whole.numpy(force=True) if whole is not None else np.empty((0, 0, 0, 0))
-        array = array if channels == 'first' else array.transpose(0, 2, 3, 1)
-        array = np.ascontiguousarray(array.astype(np.dtype(dtype), copy=False))
+        last = channels == 'last' or memory_format == 'channels_last'
+        array = array.transpose(0, 2, 3, 1) if last else array
+        # one copy at most: cast and lay out together (no copy when the array is already so)
+        array = np.asarray(array, dtype=np.dtype(dtype), order='C')
+        array = array.transpose(0, 3, 1, 2) if channels == 'first' and last else array
         return self._store(src if dst is None else dst, array, channels == 'first')
 
     @action

@@ -1,5 +1,5 @@
-"""The frozen device plan: every form of ``device``, ``microbatch``, ``device_weights``, ``device_map`` and
-``amp`` turned into one immutable object, once, by :func:`make_plan`.
+"""The frozen device plan: every form of ``device``, ``microbatch``, ``device_weights``, ``device_map``, ``amp``,
+``memory_format``, ``compile`` and ``pin_memory`` turned into one immutable object, once, by :func:`make_plan`.
 
 The plan is pure data plus pure arithmetic (which items go where); engines (``flowpipe.parallel.engines``)
 execute it. Its ``engine`` field names the kind of engine that runs it, chosen here from the flags
@@ -11,11 +11,13 @@ execute it. Its ``engine`` field names the kind of engine that runs it, chosen h
 """
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .devices import LogicalDevice, parse_devices
+from .speed import check_amp, check_compile, check_memory_format, check_pin_memory, describe_speed
 from .split import Piece, chunk_sizes, shard_sizes, split_batch
 
 __all__ = ['DevicePlan', 'make_plan']
@@ -34,17 +36,24 @@ class DevicePlan:
         device_weights: relative shard sizes per device, or ``None`` for balanced shards.
         device_map: ``((part, device), ...)`` for model parallel, ``'auto'`` to balance parts at build time,
             or ``None``.
-        amp: mixed precision on CUDA (autocast + one gradient scaler).
+        amp: the autocast dtype, ``'float16'`` (with one gradient scaler) or ``'bfloat16'``, or ``False``.
         engine: the kind of engine that runs the plan (a key of ``flowpipe.parallel.factory.ENGINES``), given by
             keyword: ``'single'``, ``'replicas'`` or ``'model_parallel'``.
+        memory_format: ``'channels_last'`` (modules and 4-D inputs), ``'auto'`` (decided by ``build_engine`` from
+            the module) or ``None`` (as given); by keyword.
+        compile: ``torch.compile`` options as sorted ``(name, value)`` pairs, or ``None``; by keyword.
+        pin_memory: batch tensors on the host go through pinned memory to CUDA devices; by keyword.
     """
 
     devices: tuple[LogicalDevice, ...]
     microbatch: int | None = None
     device_weights: tuple[float, ...] | None = None
     device_map: tuple[tuple[str, LogicalDevice], ...] | str | None = None
-    amp: bool = False
+    amp: bool | str = False
     engine: str = field(kw_only=True)
+    memory_format: str | None = field(default=None, kw_only=True)
+    compile: tuple[tuple[str, Any], ...] | None = field(default=None, kw_only=True)
+    pin_memory: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, str) or not self.engine:
@@ -82,8 +91,7 @@ class DevicePlan:
     def describe(self, batch_size: int | None = None) -> str:
         """A few readable lines: devices, replicas per device, shard sizes, chunks and the weighting rule."""
         lines = [f'DevicePlan: {self._placement()}']
-        if self.amp:
-            lines.append('  mixed precision: autocast + one gradient scaler stepped once per batch (CUDA only)')
+        lines.extend(describe_speed(self))
         if batch_size is None:
             return '\n'.join(lines)
         chunks = self.chunk_sizes(batch_size)
@@ -168,7 +176,8 @@ def _parse_device_map(device_map: Mapping, device: Any, num_gpus: int | None):
 
 
 def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = None, device_map: Any = None,
-              amp: bool = False, *, num_gpus: int | None = None) -> DevicePlan:
+              amp: bool | str = False, *, memory_format: Any = None, compile: Any = None, pin_memory: Any = 'auto',
+              num_gpus: int | None = None) -> DevicePlan:
     """Turn the user's flags into a frozen :class:`DevicePlan`, the engine kind included.
 
     The kind: ``'model_parallel'`` with a ``device_map``, else ``'replicas'`` for several devices, else
@@ -180,28 +189,39 @@ def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = 
         device_weights: positive relative shard sizes, one per device (for unequal devices).
         device_map: ``{child_name: device}`` for model parallel, or ``'auto'`` to balance the top-level
             children over ``device`` by parameter bytes.
-        amp: mixed precision on CUDA; ignored with a warning on CPU.
+        amp: mixed precision: ``True`` (float16 with a gradient scaler on CUDA, bfloat16 on a CPU),
+            ``'bfloat16'``, ``'float16'`` (CUDA only) or ``False``.
+        memory_format: ``'channels_last'``, ``'auto'``, or ``None`` / ``'contiguous'`` for inputs as given.
+        compile: ``True`` or a dict of ``torch.compile`` options; ``False`` / ``None`` off.
+        pin_memory: ``'auto'`` (pinned when a device is a GPU), ``True`` (needs a GPU) or ``False``.
         num_gpus: visible GPU count, ``None`` to ask torch (tests pass a number).
 
     Raises:
         TypeError, ValueError: malformed flags; ``DeviceError``: a device that is not available.
     """
     chunk = _check_microbatch(microbatch)
-    if not isinstance(amp, bool):
-        raise TypeError(f'Expected amp as a bool. Received: {amp!r} of type {type(amp).__name__}.')
+    plan = _placement(device, chunk, device_weights, device_map, num_gpus)
+    options = {'amp': check_amp(amp, plan.devices), 'memory_format': check_memory_format(memory_format),
+               'compile': check_compile(compile), 'pin_memory': check_pin_memory(pin_memory, plan.devices)}
+    return dataclasses.replace(plan, **options)
+
+
+def _placement(device: Any, chunk: int | None, device_weights: Any, device_map: Any,
+               num_gpus: int | None) -> DevicePlan:
+    """The plan's devices, split rule and engine kind (every other field at its default)."""
     if device_map is None:
         devices = parse_devices(device, num_gpus)
         kind = REPLICAS if len(devices) > 1 else SINGLE
-        return DevicePlan(devices, chunk, _check_weights(device_weights, devices), None, amp, engine=kind)
+        return DevicePlan(devices, chunk, _check_weights(device_weights, devices), None, engine=kind)
     if device_weights is not None:
         raise ValueError(f'Expected device_weights only with replicas. Received: device_weights={device_weights!r} '
                          f'with device_map={device_map!r}; a model-parallel model has one replica.')
     if isinstance(device_map, str):
         if device_map.lower() != AUTO:
             raise ValueError(f"Expected device_map as a mapping {{part: device}} or 'auto'. Received: {device_map!r}.")
-        return DevicePlan(parse_devices(device, num_gpus), chunk, None, AUTO, amp, engine=MODEL_PARALLEL)
+        return DevicePlan(parse_devices(device, num_gpus), chunk, None, AUTO, engine=MODEL_PARALLEL)
     if not isinstance(device_map, Mapping):
         raise TypeError(f"Expected device_map as a mapping {{part: device}} or 'auto'. "
                         f'Received: {device_map!r} of type {type(device_map).__name__}.')
     parts, devices = _parse_device_map(device_map, device, num_gpus)
-    return DevicePlan(devices, chunk, None, parts, amp, engine=MODEL_PARALLEL)
+    return DevicePlan(devices, chunk, None, parts, engine=MODEL_PARALLEL)

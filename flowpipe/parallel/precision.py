@@ -5,13 +5,13 @@ piece's forward and loss, ``convert_loss`` and ``scale`` before each backward, `
 clipped, ``step`` for the one optimizer step of a batch. ``state_dict`` / ``load_state_dict`` carry the scaler's
 state through a model file. :func:`make_precision` chooses the object from the plan (``amp``):
 
-- :class:`Precision`: the parameters' dtype, no autocast, no scaling (the default, and ``amp`` on a CPU);
-- :class:`MixedPrecision`: ``torch.autocast`` in ``float16`` and one ``GradScaler`` for the whole batch.
+- :class:`Precision`: the parameters' dtype, no autocast, no scaling (the default);
+- :class:`MixedPrecision`: ``torch.autocast`` in ``float16`` with one ``GradScaler`` for the whole batch (CUDA), or
+  in ``bfloat16`` without scaling (a CPU, or CUDA by choice).
 """
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import Any
 
 import torch
@@ -122,17 +122,14 @@ class MixedPrecision(Precision):
 
 
 def make_precision(plan: DevicePlan) -> Precision:
-    """The precision a plan asks for: mixed precision for ``amp`` with a CUDA device, else full precision.
+    """The precision a plan asks for: ``plan.amp`` is the autocast dtype (``'float16'`` with a gradient scaler,
+    ``'bfloat16'`` without one; ``make_plan`` resolves ``amp=True``) or ``False`` for full precision.
 
-    The scale lives on the plan's first CUDA device, even when the primary is the CPU (``['CPU:0', 'GPU:0']``).
-    ``amp`` on CPU devices only is ignored with a ``RuntimeWarning``: autocast on a CPU is slow on most CPUs and
-    would break float64 exactness silently.
+    With a CUDA device in the plan, autocast is CUDA's and the scale lives on the first CUDA device, even when the
+    primary is the CPU (``['CPU:0', 'GPU:0']``: the CPU pieces compute in full precision); on CPU devices only,
+    autocast is the CPU's, in bfloat16.
     """
     if not plan.amp:
         return Precision()
     gpus = [dev.device for dev in plan.devices if dev.device.type == 'cuda']
-    if gpus:
-        return MixedPrecision(gpus[0])
-    warnings.warn("amp=True is ignored on CPU: mixed precision needs a CUDA device. Training runs in the "
-                  "parameters' dtype.", RuntimeWarning, stacklevel=3)
-    return Precision()
+    return MixedPrecision(gpus[0] if gpus else plan.primary.device, getattr(torch, plan.amp))

@@ -128,6 +128,34 @@ def test_to_array_channels_last_and_dtype():
     assert np.array_equal(batch.images, images)
 
 
+def test_to_array_channels_last_memory_format_keeps_the_shape_and_puts_channels_innermost():
+    images = random_images()
+    batch = make_batch(images).to_array(memory_format='channels_last')
+    array = batch.images
+    assert array.shape == (len(images), 3, 10, 14) and batch.image_shape == (3, 10, 14)
+    assert np.array_equal(array, images.transpose(0, 3, 1, 2).astype(np.float32))
+    assert array.transpose(0, 2, 3, 1).flags['C_CONTIGUOUS']           # (N, H, W, C) in memory
+    torch = pytest.importorskip('torch')
+    assert torch.from_numpy(array).is_contiguous(memory_format=torch.channels_last)
+    # later actions read the layout as any channels-first array
+    assert np.array_equal(batch.flip().flip().images, array)
+
+
+def test_to_array_makes_one_copy_at_most():
+    images = random_images().astype(np.float32)
+    batch = make_batch(images).to_array(memory_format='channels_last')
+    assert np.shares_memory(batch.images, images)            # already float32 channels-last: no copy at all
+    back = make_batch(images).to_array().to_array(memory_format='channels_last')
+    assert np.array_equal(back.images, images.transpose(0, 3, 1, 2))
+
+
+def test_to_array_rejects_unknown_memory_formats_and_channels_last_arrays():
+    with pytest.raises(ValueError, match="memory_format='nchw'"):
+        make_batch(random_images()).to_array(memory_format='nchw')
+    with pytest.raises(ValueError, match="channels='first' with memory_format='channels_last'"):
+        make_batch(random_images()).to_array(channels='last', memory_format='channels_last')
+
+
 def test_to_array_of_ragged_images_with_one_shape_stacks_them():
     batch = make_batch(ragged((5, 6, 3), (5, 6, 3))).to_array()
     assert batch.images.shape == (2, 3, 5, 6)

@@ -192,8 +192,9 @@ def test_save_on_gpu_load_on_cpu_and_back(tmp_path, config):
     for _ in range(3):
         model.train(inputs.numpy(), targets.numpy())
     model.save(tmp_path / 'gpu.pkl')
-    with pytest.warns(RuntimeWarning, match='amp=True is ignored on CPU'):
-        on_cpu = TorchModel.from_file(tmp_path / 'gpu.pkl', device='cpu', device_map=None)
+    # amp=True on CPU devices only is bfloat16 autocast: compare in full precision
+    assert TorchModel.from_file(tmp_path / 'gpu.pkl', device='cpu', device_map=None).plan.amp == 'bfloat16'
+    on_cpu = TorchModel.from_file(tmp_path / 'gpu.pkl', device='cpu', device_map=None, amp=False)
     np.testing.assert_allclose(on_cpu.predict(inputs.numpy()), model.predict(inputs.numpy()), rtol=1e-3, atol=1e-3)
     on_cpu.save(tmp_path / 'cpu.pkl')
     back = TorchModel.from_file(tmp_path / 'gpu.pkl')

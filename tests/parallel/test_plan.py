@@ -59,9 +59,11 @@ def test_bad_device_weights(weights, error, match):
         make_plan(['CPU:0', 'CPU:1'], device_weights=weights, num_gpus=0)
 
 
-def test_amp_must_be_a_bool():
-    with pytest.raises(TypeError, match='amp as a bool'):
+def test_amp_must_be_a_bool_or_a_dtype_name():
+    with pytest.raises(ValueError, match="amp as True, False, 'bfloat16' or 'float16'. Received: amp='yes'"):
         make_plan(amp='yes', num_gpus=0)
+    with pytest.raises(TypeError, match='amp as a bool or a dtype name'):
+        make_plan(amp=1, num_gpus=0)
 
 
 def test_unavailable_device_raises_device_error():

@@ -53,8 +53,8 @@ def test_full_precision_state_is_empty_and_ignores_a_scaler_state():
 
 def test_make_precision_follows_the_plan():
     assert type(make_precision(make_plan(num_gpus=0))) is Precision
-    with pytest.warns(RuntimeWarning, match='amp=True is ignored on CPU'):
-        assert type(make_precision(make_plan(amp=True, num_gpus=0))) is Precision
+    cpu_amp = make_precision(make_plan(amp=True, num_gpus=0))
+    assert type(cpu_amp) is MixedPrecision and cpu_amp.dtype == torch.bfloat16 and cpu_amp.scaler is None
 
 
 def test_mixed_precision_autocasts_its_device_type_whatever_device_a_piece_starts_on():

@@ -2,8 +2,9 @@
 
 Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_loss`` the ``loss`` key,
 ``optimizers`` the ``optimizer`` and ``decay`` keys, ``flowpipe.parallel`` the ``device``, ``microbatch``,
-``device_weights``, ``device_map`` and ``amp`` keys (one plan, one engine: every step is delegated to
-``self.engine``) and ``clip_grad_norm`` (checked here, applied in the engine's step), ``io`` saving and loading.
+``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile`` and ``pin_memory`` keys (one plan, one
+engine: every step is delegated to ``self.engine``) and ``clip_grad_norm`` (checked here, applied in the engine's
+step), ``io`` saving and loading.
 Ready networks (``ResNet18``...) are subclasses that only say how to make their ``nn.Module``.
 """
 from __future__ import annotations
@@ -30,6 +31,8 @@ from .profiling import OpProfiler, profiled as _profiled
 __all__ = ['FETCHES', 'TorchModel', 'check_fetches']
 
 FETCHES = ('loss', 'predictions', 'proba', 'labels')
+#: config keys passed to ``flowpipe.parallel.make_plan`` as they are
+_PLAN_KEYS = ('device', 'microbatch', 'device_weights', 'device_map', 'amp', 'memory_format', 'compile')
 _DTYPES = {'float16': torch.float16, 'bfloat16': torch.bfloat16, 'float32': torch.float32,
            'float64': torch.float64, 'double': torch.float64, 'float': torch.float32}
 
@@ -97,8 +100,8 @@ class TorchModel:
 
     def _build(self) -> None:
         network = self._make_network()
-        plan = make_plan(**{key: self.spec.get(key) for key in ('device', 'microbatch', 'device_weights',
-                                                                 'device_map')}, amp=bool(self.spec.get('amp')))
+        plan = make_plan(**{key: self.spec.get(key) for key in _PLAN_KEYS},
+                         pin_memory=self.spec.get('pin_memory', 'auto'))
         self.engine = build_engine(network, plan)
         self._batch_norm_check = BatchNormCheck(self.engine.module, self.engine.plan)
         self.loss_fn = make_loss(self.spec.get('loss'), has_classes=bool(self.spec.classes))

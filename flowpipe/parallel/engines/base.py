@@ -26,6 +26,7 @@ from torch import nn
 
 from ..plan import DevicePlan
 from ..precision import Precision, make_precision
+from ..speed import compiled, resolve_memory_format, torch_memory_format
 from ..split import Piece
 from .cuda import device_context
 from .tensors import (BatchTensors, concat, device_of, first_floating, move, prepare_batch, set_mode, target_devices,
@@ -77,6 +78,11 @@ class Engine:
         replicas: the modules pieces run on, the primary first (it holds the optimizer's parameters).
         devices: the device each replica's inputs are moved to.
         precision: autocast and loss scaling; ``None`` for ``make_precision(plan)``.
+
+    Attributes:
+        memory_format: the layout replicas' weights were converted to and 4-D inputs take at every step
+            (``torch.channels_last``), or ``None``: as given.
+        forwards: what each replica's pieces are fed to: the replica, or its ``torch.compile`` wrapper.
     """
 
     def __init__(self, plan: DevicePlan, replicas: Sequence[nn.Module], devices: Sequence[torch.device],
@@ -85,6 +91,11 @@ class Engine:
         self.replicas = list(replicas)
         self.devices = list(devices)
         self.precision = make_precision(plan) if precision is None else precision
+        self.memory_format = torch_memory_format(resolve_memory_format(plan, self.replicas[0]))
+        if self.memory_format is not None:
+            for replica in self.replicas:       # in place: parameters stay the same objects
+                replica.to(memory_format=self.memory_format)
+        self.forwards = [compiled(replica, plan.compile) for replica in self.replicas]
         self._groups: dict[int, dict[int, tuple[Piece, ...]]] = {}
         self._dtype_source: torch.Tensor | None = None
 
@@ -128,7 +139,7 @@ class Engine:
             clip_grad_norm: clip the full-batch gradient of the optimizer's parameters to this total 2-norm.
         """
         max_norm = None if clip_grad_norm is None else check_max_norm(clip_grad_norm)
-        batch = prepare_batch(inputs, targets, self.compute_dtype())
+        batch = self.prepare(inputs, targets)
         groups = self.groups(batch.size)            # {replica: its pieces}; a piece is one shard of one chunk
         active = tuple(groups)
         set_mode(self.replicas, True)
@@ -152,10 +163,10 @@ class Engine:
     def run_piece(self, replica: int, piece: Piece, batch: BatchTensors, loss_fn: Callable, keep_outputs: bool,
                   last: bool) -> tuple[torch.Tensor, Any]:
         """Forward and backward of one piece on one replica; returns (weighted loss, detached outputs or None)."""
-        module, device = self.replicas[replica], self.devices[replica]
+        forward, device = self.forwards[replica], self.devices[replica]
         with self.backward_sync(last):
             with self.precision.autocast(device):
-                outputs = module(*[move(t, device, batch.dtype, piece) for t in batch.inputs])
+                outputs = forward(*[move(t, device, batch.dtype, piece, self.memory_format) for t in batch.inputs])
                 out_device = device_of(outputs, device)
                 places = target_devices(outputs, len(batch.targets), out_device)
                 loss = loss_fn(outputs, *[move(t, place, batch.dtype, piece)
@@ -175,7 +186,7 @@ class Engine:
 
     def predict(self, inputs: Tensors) -> Any:
         """Outputs for a batch in evaluation mode, without gradients, in batch order, on the primary device."""
-        batch = prepare_batch(inputs, (), self.compute_dtype())
+        batch = self.prepare(inputs, ())
         groups = self.groups(batch.size)
         set_mode(self.replicas, False)
         results = self.run_replicas(groups, lambda replica, pieces: [
@@ -184,9 +195,19 @@ class Engine:
 
     def predict_piece(self, replica: int, piece: Piece, batch: BatchTensors) -> Any:
         """The outputs of one piece on one replica, without gradients."""
-        module, device = self.replicas[replica], self.devices[replica]
+        forward, device = self.forwards[replica], self.devices[replica]
         with torch.no_grad(), self.precision.autocast(device):      # both thread-local: entered per piece
-            return module(*[move(t, device, batch.dtype, piece) for t in batch.inputs])
+            return forward(*[move(t, device, batch.dtype, piece, self.memory_format) for t in batch.inputs])
+
+    def prepare(self, inputs: Tensors, targets: Tensors) -> BatchTensors:
+        """The checked batch of a step (see ``tensors.prepare_batch``); with ``memory_format='channels_last'``
+        given explicitly, an error when no input is 4-D (the option cannot apply)."""
+        batch = prepare_batch(inputs, targets, self.compute_dtype())
+        if self.plan.memory_format == 'channels_last' and not any(t.dim() == 4 for t in batch.inputs):
+            shapes = [tuple(t.shape) for t in batch.inputs]
+            raise ValueError(f"Expected a 4-D (N, C, H, W) input for memory_format='channels_last'. Received: "
+                             f"inputs of shapes {shapes}. Use memory_format='auto' or None for this model.")
+        return batch
 
     def groups(self, batch_size: int) -> dict[int, tuple[Piece, ...]]:
         """The plan's pieces of a batch by replica (replicas with pieces, ascending), computed once per size."""

@@ -76,16 +76,20 @@ def set_mode(modules: Sequence[nn.Module], training: bool) -> None:
             module.train(training)
 
 
-def move(tensor: torch.Tensor, device: torch.device, dtype: torch.dtype | None,
-         piece: Piece | None = None) -> torch.Tensor:
-    """Slice a piece out of a batch tensor and move it; floating tensors take ``dtype``, others keep theirs."""
+def move(tensor: torch.Tensor, device: torch.device, dtype: torch.dtype | None, piece: Piece | None = None,
+         memory_format: torch.memory_format | None = None) -> torch.Tensor:
+    """Slice a piece out of a batch tensor and move it; floating tensors take ``dtype``, others keep theirs;
+    4-D tensors take ``memory_format`` when one is given (one copy does all three)."""
     whole = piece is None or (piece.start == 0 and piece.stop == tensor.shape[0])
     part = tensor if whole else tensor[piece.start:piece.stop]
     cast = dtype if dtype is not None and part.is_floating_point() and part.dtype != dtype else None
-    if cast is None and part.device == device:
+    layout = memory_format if memory_format is not None and part.dim() == 4 else None
+    if cast is None and part.device == device and (layout is None or part.is_contiguous(memory_format=layout)):
         return part
     # non-blocking only towards a GPU: a non-blocking copy to the CPU may be read before it lands
-    return part.to(device=device, dtype=cast, non_blocking=device.type == 'cuda')
+    if layout is None:
+        return part.to(device=device, dtype=cast, non_blocking=device.type == 'cuda')
+    return part.to(device=device, dtype=cast, non_blocking=device.type == 'cuda', memory_format=layout)
 
 
 def device_of(outputs: Any, default: torch.device) -> torch.device:
