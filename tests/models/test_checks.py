@@ -87,7 +87,7 @@ def test_a_non_finite_loss_can_stop_training_or_be_ignored():
 
 
 @pytest.mark.parametrize('key, hint', [('lr', "'optimizer': {'name': 'Adam', 'lr': 0.001}"),
-                                       ('memory_fromat_x', 'no code reads it')])
+                                       ('colour_scheme', 'no code reads it')])
 def test_an_unknown_top_level_key_far_from_known_keys_warns(key, hint):
     with pytest.warns(UserWarning, match='Expected model config keys that MLP reads') as caught:
         MLP({**IMAGES, key: 1})

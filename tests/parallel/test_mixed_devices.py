@@ -47,9 +47,9 @@ def test_a_list_mixing_the_cpu_and_gpus_is_planned_as_replicas():
     (None, {'initial_block': 'CPU:0', 'body': 'GPU:1', 'head': 'CPU:0'}, torch.device('cuda', 1)),
 ])
 def test_amp_puts_the_scale_on_the_first_gpu_even_behind_a_cpu_primary(monkeypatch, device, device_map, expected):
-    monkeypatch.setattr(precision_module, 'MixedPrecision', lambda device: ('mixed', device))
+    monkeypatch.setattr(precision_module, 'MixedPrecision', lambda device, dtype: ('mixed', device, dtype))
     plan = make_plan(device, device_map=device_map, amp=True, num_gpus=2)
-    assert precision_module.make_precision(plan) == ('mixed', expected)
+    assert precision_module.make_precision(plan) == ('mixed', expected, torch.float16)
 
 
 def model_parallel_model(**config):

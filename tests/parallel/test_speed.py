@@ -25,7 +25,7 @@ def test_amp_resolves_to_the_autocast_dtype_of_the_primary_device(amp, device, n
 
 
 def test_float16_amp_needs_a_gpu():
-    with pytest.raises(ValueError, match="CUDA primary device for amp='float16'.*Use amp='bfloat16'"):
+    with pytest.raises(ValueError, match="CUDA device for amp='float16'.*Use amp='bfloat16'"):
         make_plan('cpu', amp='fp16', num_gpus=0)
 
 
