@@ -166,14 +166,20 @@ class RegionActions(ImagesBase):
 
     @action
     def split_to_patches(self, patch_shape: Any, stride: Any = 1, drop_last: bool = False,
-                         src: str = 'images', dst: str | None = None) -> RegionActions:
+                         src: str = 'images', dst: str | None = None, droplast: bool | None = None) -> RegionActions:
         """Cut every image into ``patch_shape=(width, height)`` patches, ``stride=(x, y)`` pixels apart.
 
         Each item of ``dst`` becomes its patches, in reading order: ``(P, h, w, C)`` channels-last or
         ``(P, C, h, w)`` channels-first, so that the batch keeps one entry per item. Unless ``drop_last``, a
         last row and column of patches flush with the bottom and right borders covers what the stride left.
+        ``droplast`` is the name batchflow's image tutorial uses for ``drop_last``.
         """
         from .augment_kernels import patches_of, write_patches
+        if droplast is not None:
+            if drop_last and not droplast:
+                raise ValueError(f"Expected drop_last= or droplast= (the same switch), not both. Received: "
+                                 f"drop_last={drop_last!r}, droplast={droplast!r}.")
+            drop_last = bool(droplast)
         patch = size_pair(patch_shape, 1, 'patch_shape')[0]
         steps = size_pair(stride, 1, 'stride')[0]
         sizes = self._sizes(src)

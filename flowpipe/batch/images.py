@@ -34,6 +34,22 @@ _MODES = ('nearest', 'bilinear', 'bicubic')
 _MEMORY_FORMATS = ('contiguous', 'channels_last')
 
 
+def _resize_mode(mode: str | None, resample: str | int | None) -> str:
+    """``resize``'s interpolation from ``mode`` or batchflow's ``resample`` (names or PIL's constants)."""
+    if resample is not None:
+        from .augment_maps import resample_mode
+        chosen = resample_mode(resample)
+        if mode is not None and mode != chosen:
+            raise ValueError(f"Expected mode= or resample= (batchflow's name for it), not two different ones. "
+                             f"Received: mode={mode!r}, resample={resample!r}.")
+        return chosen
+    if mode is None:
+        return 'bilinear'
+    if mode not in _MODES:
+        raise ValueError(f"Expected mode to be one of {_MODES!r}. Received: mode={mode!r}.")
+    return mode
+
+
 class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
     """A batch of images (``images``) and their labels (``labels``).
 
@@ -85,20 +101,21 @@ class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
         return merged
 
     @action
-    def resize(self, size: Sequence[int | None] | None = None, mode: str = 'bilinear', src: str = 'images',
-               dst: str | None = None, p: float | None = None) -> ImagesBatch:
+    def resize(self, size: Sequence[int | None] | None = None, mode: str | None = None, src: str = 'images',
+               dst: str | None = None, p: float | None = None, resample: str | int | None = None) -> ImagesBatch:
         """Resize images to ``size=(width, height)`` (PIL's order): ``resize((64, 32))`` gives 32 rows.
 
         Args:
             size: ``(width, height)``, positional or keyword; one of them ``None`` keeps the aspect ratio.
-            mode: ``'bilinear'`` (antialiased when shrinking, within 1 grey level of Pillow), ``'bicubic'``
-                (torch's sharper cubic kernel, a=-0.75) or ``'nearest'``.
+            mode: ``'bilinear'`` (the default; antialiased when shrinking, within 1 grey level of Pillow),
+                ``'bicubic'`` (torch's sharper cubic kernel, a=-0.75) or ``'nearest'``.
+            resample: batchflow's (PIL's) name for ``mode``; PIL's constants 0 (``NEAREST``), 2 (``BILINEAR``)
+                and 3 (``BICUBIC``) work too.
         """
         if size is None:
             raise TypeError("Expected resize(size) with size=(width, height). Received: no size. "
                             "Call e.g. .resize((32, 32)).")
-        if mode not in _MODES:
-            raise ValueError(f"Expected mode to be one of {_MODES!r}. Received: mode={mode!r}.")
+        mode = _resize_mode(mode, resample)
         if isinstance(size, Sequence) and len(size) == 2 and (size[0] is None) != (size[1] is None):
             check_size(tuple(1 if v is None else v for v in size))
         else:

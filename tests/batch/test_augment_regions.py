@@ -94,6 +94,16 @@ def test_split_to_patches_in_reading_order():
     assert dropped.shape == (2, 4, 2, 3, 1)
 
 
+@pytest.mark.parametrize('droplast, count', [(False, 9), (True, 4)])
+def test_split_to_patches_takes_droplast_as_batchflows_tutorial_spells_it(droplast, count):
+    images = ramp(2, height=5, width=7)
+    out = make_batch(images).split_to_patches((3, 2), stride=(3, 2), droplast=droplast, dst='patches').patches
+    expected = make_batch(images).split_to_patches((3, 2), stride=(3, 2), drop_last=droplast).images
+    assert out.shape == (2, count, 2, 3, 1) and np.array_equal(out, expected)
+    with pytest.raises(ValueError, match='drop_last=True, droplast=False'):
+        make_batch(images).split_to_patches((3, 2), drop_last=True, droplast=False)
+
+
 def test_split_to_patches_keeps_the_layout_and_kind():
     images = ramp(2, height=4, width=4, channels=3)
     out = make_batch(images).to_array(dtype='uint8').split_to_patches(2, stride=2, dst='patches').patches

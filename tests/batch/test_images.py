@@ -105,6 +105,27 @@ def test_resize_without_size_says_how_to_call_it():
         make_batch(random_images()).resize()
 
 
+@pytest.mark.parametrize('resample, mode', [(0, 'nearest'), (2, 'bilinear'), (3, 'bicubic'), ('nearest', 'nearest')])
+def test_resize_takes_batchflows_resample_with_pils_constants(resample, mode):
+    images = random_images(height=10, width=14)
+    by_name = make_batch(images).resize((6, 9), mode=mode).images
+    assert np.array_equal(make_batch(images).resize((6, 9), resample=resample).images, by_name)
+    assert np.array_equal(make_batch(images).resize(size=(6, 9), resample=resample, mode=mode).images, by_name)
+
+
+def test_resize_resample_nearest_upscale_repeats_pixels():
+    image = np.arange(4, dtype=np.uint8).reshape(1, 2, 2, 1)
+    out = make_batch(image).resize((4, 4), resample=0).images[0, :, :, 0]
+    assert np.array_equal(out, np.repeat(np.repeat([[0, 1], [2, 3]], 2, 0), 2, 1))
+
+
+def test_resize_rejects_pil_filters_it_lacks_and_two_different_modes():
+    with pytest.raises(ValueError, match='resample=1'):                    # PIL's LANCZOS
+        make_batch(random_images()).resize((3, 3), resample=1)
+    with pytest.raises(ValueError, match="not two different ones.*mode='bicubic', resample=0"):
+        make_batch(random_images()).resize((3, 3), mode='bicubic', resample=0)
+
+
 def test_resize_rejects_unknown_mode():
     with pytest.raises(ValueError, match="mode='area'"):
         make_batch(random_images()).resize((3, 3), mode='area')
