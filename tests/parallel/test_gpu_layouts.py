@@ -205,3 +205,37 @@ def test_save_on_gpu_load_on_cpu_and_back(tmp_path, config):
     np.testing.assert_allclose(again.predict(inputs.numpy()), on_cpu.predict(inputs.numpy()), rtol=1e-3, atol=1e-3)
     for each in (model, on_cpu, back, again):
         each.close()
+
+
+@pytest.mark.parametrize('names', [pytest.param(['cuda:0', 'cuda:0'], id='one-gpu'),
+                                   pytest.param(['cpu', 'cuda:0'], id='cpu+gpu'),
+                                   pytest.param(['cuda:0', 'cpu', 'cuda:0'], id='gpu+cpu+gpu'),
+                                   pytest.param(['cuda:0', 'cuda:1'], id='two-gpus', marks=two_gpus),
+                                   pytest.param(['cuda:1', 'cuda:0', 'cpu'], id='gpu1+gpu0+cpu', marks=two_gpus)])
+@pytest.mark.parametrize('flatten', [False, True])
+def test_coalesced_reduction_and_broadcast_equal_the_per_tensor_reference(names, flatten):
+    from flowpipe.parallel.engines.reduce import broadcast, reduce_gradients, reduce_per_tensor
+    devices = [torch.device(name) for name in names]
+    generator = torch.Generator().manual_seed(3)
+    values = [[torch.randn(shape, generator=generator) for shape in [(16, 5), (16,), (3, 16), (3,)] * 30]
+              for _ in devices]
+
+    def placed():
+        params = [[nn.Parameter(torch.zeros_like(v, device=device)) for v in replica]
+                  for replica, device in zip(values, devices)]
+        for replica, grads in zip(params, values):
+            for param, grad in zip(replica, grads):
+                param.grad = grad.to(param.device, copy=True)
+        return params
+
+    expected, actual = placed(), placed()
+    reduce_per_tensor(expected, range(len(devices)))
+    reduce_gradients(actual, range(len(devices)), devices, flatten=flatten)
+    for a, b in zip(actual[0], expected[0]):
+        assert a.grad.device == devices[0]
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-6)     # NCCL may sum in another order
+    for param, grad in zip(actual[0], values[0]):
+        param.data.copy_(grad)
+    broadcast(actual, devices, flatten=flatten)
+    for replica in actual[1:]:
+        assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(replica, actual[0]))

@@ -17,6 +17,7 @@ from torch import nn
 from ..plan import DevicePlan
 from ..precision import Precision
 from ..split import Piece
+from . import reduce
 from .base import Engine, Groups
 from .cuda import ready_event, run_on_stream
 from .workers import ReplicaWorkers
@@ -40,6 +41,7 @@ class ReplicaEngine(Engine):
         super().__init__(plan, replicas, devices, precision)
         self._params = [list(replica.parameters()) for replica in self.replicas]
         self._buffers = [list(replica.buffers()) for replica in self.replicas]
+        self._state = [params + buffers for params, buffers in zip(self._params, self._buffers)]
         self._streams = [torch.cuda.Stream(dev) if dev.type == 'cuda' else None for dev in self.devices]
         self._workers = ReplicaWorkers(len(self.replicas) - 1)
         self._closed = False
@@ -89,34 +91,15 @@ class ReplicaEngine(Engine):
         stream = self._streams[index]
         return lambda: run_on_stream(stream, ready, lambda: work(index, pieces))
 
-    @torch.no_grad()
     def reduce_gradients(self, active: tuple[int, ...]) -> None:
-        """Sum the active replicas' gradients onto the primary, in replica order."""
-        for i, param in enumerate(self._params[0]):
-            for index in active:
-                grad = self._params[index][i].grad
-                if index == 0 or grad is None:
-                    continue
-                if param.grad is None:
-                    param.grad = grad.to(param.device, copy=True)
-                else:
-                    param.grad.add_(grad.to(param.device))
+        """Sum the active replicas' gradients onto the primary, in replica order, coalesced (``engines.reduce``)."""
+        reduce.reduce_gradients(self._params, active, self.devices)
 
-    @torch.no_grad()
     def broadcast(self, active: tuple[int, ...]) -> None:
         """Average floating buffers over ``active`` replicas onto the primary, then copy the primary everywhere.
 
-        Integer buffers (e.g. ``num_batches_tracked``) are taken from the first active replica.
+        Integer buffers (e.g. ``num_batches_tracked``) are taken from the first active replica. Both run coalesced
+        (``engines.reduce``).
         """
-        primary_buffers = self._buffers[0]
-        for j, buffer in enumerate(primary_buffers):
-            values = [self._buffers[index][j].to(buffer.device) for index in active]
-            if buffer.is_floating_point() and len(values) > 1:
-                buffer.copy_(torch.stack(values).mean(dim=0))
-            else:
-                buffer.copy_(values[0])
-        for index in range(1, len(self.replicas)):
-            for target, source in zip(self._params[index], self._params[0]):
-                target.copy_(source)
-            for target, source in zip(self._buffers[index], primary_buffers):
-                target.copy_(source)
+        reduce.average_buffers(self._buffers, active)
+        reduce.broadcast(self._state, self.devices)
