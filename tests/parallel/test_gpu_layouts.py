@@ -195,14 +195,16 @@ def test_save_on_gpu_load_on_cpu_and_back(tmp_path, config):
     # amp=True on CPU devices only is bfloat16 autocast: compare in full precision
     assert TorchModel.from_file(tmp_path / 'gpu.pkl', device='cpu', device_map=None).plan.amp == 'bfloat16'
     on_cpu = TorchModel.from_file(tmp_path / 'gpu.pkl', device='cpu', device_map=None, amp=False)
-    np.testing.assert_allclose(on_cpu.predict(inputs.numpy()), model.predict(inputs.numpy()), rtol=1e-3, atol=1e-3)
+    assert on_cpu.engine.precision.scaler is None                     # the saved scale is ignored in float32
+    np.testing.assert_allclose(on_cpu.predict(inputs.numpy()), model.predict(inputs.numpy()).astype('float32'),
+                               rtol=1e-2, atol=1e-2)                  # float16 outputs on the GPU
     on_cpu.save(tmp_path / 'cpu.pkl')
     back = TorchModel.from_file(tmp_path / 'gpu.pkl')
     assert back.engine.precision.state_dict() == model.engine.precision.state_dict()    # the scale is kept
     assert back.train(inputs.numpy(), targets.numpy(), fetches='loss') == pytest.approx(
         model.train(inputs.numpy(), targets.numpy(), fetches='loss'), rel=1e-5)
     again = TorchModel.from_file(tmp_path / 'cpu.pkl', **{'device': None, 'device_map': None, **config})
-    np.testing.assert_allclose(again.predict(inputs.numpy()), on_cpu.predict(inputs.numpy()), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(again.predict(inputs.numpy()), on_cpu.predict(inputs.numpy()), rtol=1e-5, atol=1e-6)
     for each in (model, on_cpu, back, again):
         each.close()
 
