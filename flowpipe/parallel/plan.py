@@ -88,9 +88,15 @@ class DevicePlan:
         """Every non-empty (chunk, replica) piece of a batch, in batch order, with its loss weight."""
         return split_batch(batch_size, self.num_replicas, self.microbatch, self.device_weights)
 
-    def describe(self, batch_size: int | None = None) -> str:
-        """A few readable lines: devices, replicas per device, shard sizes, chunks and the weighting rule."""
+    def describe(self, batch_size: int | None = None, *, parameter_bytes: int | None = None,
+                 buffer_bytes: int = 0) -> str:
+        """A few readable lines: devices, replicas per device, shard sizes, chunks and the weighting rule.
+
+        With ``parameter_bytes`` (and ``buffer_bytes``) of the module, a device holding several replicas also
+        shows what the copies cost there (``shared_device_memory``).
+        """
         lines = [f'DevicePlan: {self._placement()}']
+        lines.extend(self.shared_device_memory(parameter_bytes, buffer_bytes))
         lines.extend(describe_speed(self))
         if batch_size is None:
             return '\n'.join(lines)
@@ -108,6 +114,31 @@ class DevicePlan:
                      f'gradients summed; one optimizer step per batch')
         return '\n'.join(lines)
 
+    def replicas_per_device(self) -> dict[str, int]:
+        """How many replicas each physical device holds (``'cuda:0'``, ``'cpu'``), in order of first use."""
+        counts: dict[str, int] = {}
+        if self.engine == REPLICAS:
+            for dev in self.devices:
+                counts[str(dev.device)] = counts.get(str(dev.device), 0) + 1
+        return counts
+
+    def shared_device_memory(self, parameter_bytes: int | None = None, buffer_bytes: int = 0) -> list[str]:
+        """One line per physical device holding K > 1 replicas (``'GPU:0x4'``, logical CPU devices): K copies of
+        the parameters, gradients and buffers (in MiB when the module's bytes are given) and up to K pieces'
+        activations at once; the optimizer state is not multiplied (it lives on the primary only)."""
+        lines = []
+        for device, count in self.replicas_per_device().items():
+            if count < 2:
+                continue
+            cost = ''
+            if parameter_bytes is not None:
+                each = 2 * parameter_bytes + buffer_bytes
+                cost = f' ({count} x {_mib(each)} = {_mib(count * each)})'
+            lines.append(f'  {device} holds {count} replicas: {count}x parameters, gradients and buffers{cost},')
+            lines.append(f'    the activations of up to {count} pieces at once (shards of one chunk); the optimizer '
+                         f'state once, on the primary')
+        return lines
+
     def _placement(self) -> str:
         names = ', '.join(d.name for d in self.devices)
         if self.engine == SINGLE:
@@ -117,15 +148,16 @@ class DevicePlan:
                 return f'model parallel, parts balanced by parameter bytes over {names}'
             parts = ', '.join(f'{part}->{dev.name}' for part, dev in self.device_map)
             return f'model parallel: {parts}'
-        per_device: dict[str, int] = {}
-        for dev in self.devices:
-            per_device[str(dev.device)] = per_device.get(str(dev.device), 0) + 1
-        counts = ', '.join(f'{n} on {dev}' for dev, n in per_device.items())
+        counts = ', '.join(f'{n} on {dev}' for dev, n in self.replicas_per_device().items())
         weights = f', weights {list(self.device_weights)}' if self.device_weights else ''
         return f'{len(self.devices)} replicas (data parallel) on {names} ({counts}){weights}'
 
     def __str__(self) -> str:
         return self.describe()
+
+
+def _mib(size: int) -> str:
+    return f'{size / 2 ** 20:.1f} MiB'
 
 
 def _check_microbatch(microbatch: Any) -> int | None:

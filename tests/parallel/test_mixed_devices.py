@@ -165,3 +165,10 @@ def test_each_target_goes_to_the_device_of_its_output():
     assert target_devices({'a': on_meta, 'b': [on_cpu]}, 2, META) == [META, CPU]
     assert target_devices((on_cpu, on_meta, on_cpu), 2, CPU) == [CPU, CPU]        # counts differ: the first's
     assert target_devices(on_meta, 1, META) == [META] and target_devices(on_cpu, 0, CPU) == []
+
+
+def test_a_model_prints_what_its_replicas_cost_on_a_shared_device():
+    model = TorchModel({'model': nn.Linear(256, 256), 'loss': 'ce', 'device': 'CPU:0x2'})
+    parameter_mib = (256 * 256 + 256) * 4 / 2 ** 20
+    assert f'(2 x {2 * parameter_mib:.1f} MiB = {4 * parameter_mib:.1f} MiB)' in model.device_plan()
+    model.close()

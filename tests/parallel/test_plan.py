@@ -107,9 +107,22 @@ def test_describe_names_devices_shards_chunks_and_the_rule():
 
 
 def test_describe_without_a_batch_size_and_for_other_modes():
-    assert make_plan('GPU:0x2', num_gpus=1).describe() == (
+    assert make_plan('GPU:0x2', num_gpus=1).describe().splitlines()[0] == (
         'DevicePlan: 2 replicas (data parallel) on cuda:0#0, cuda:0#1 (2 on cuda:0)')
     assert 'one chunk (no micro-batches)' in make_plan(num_gpus=0).describe(8)
     text = make_plan(device_map={'a': 'CPU:0', 'b': 'CPU:1'}, amp=True, num_gpus=0).describe(8)
     assert 'model parallel: a->cpu:0, b->cpu:1' in text and 'mixed precision' in text
     assert 'balanced by parameter bytes' in str(make_plan(CPUS, device_map='auto', num_gpus=0))
+
+
+def test_a_device_holding_several_replicas_shows_what_they_cost():
+    lines = make_plan('GPU:0x4', num_gpus=1).describe(parameter_bytes=3 * 2 ** 20, buffer_bytes=2 ** 20).splitlines()
+    assert lines[1:3] == [
+        '  cuda:0 holds 4 replicas: 4x parameters, gradients and buffers (4 x 7.0 MiB = 28.0 MiB),',
+        '    the activations of up to 4 pieces at once (shards of one chunk); the optimizer state once, on the primary']
+    plan = make_plan(['CPU:0', 'CPU:1', 'GPU:0', 'GPU:1'], num_gpus=2)
+    assert plan.replicas_per_device() == {'cpu': 2, 'cuda:0': 1, 'cuda:1': 1}
+    lines = plan.shared_device_memory()
+    assert len(lines) == 2 and lines[0] == '  cpu holds 2 replicas: 2x parameters, gradients and buffers,'
+    assert make_plan(['GPU:0', 'GPU:1'], num_gpus=2).shared_device_memory(10) == []
+    assert make_plan(device_map={'a': 'CPU:0', 'b': 'CPU:1'}, num_gpus=0).replicas_per_device() == {}

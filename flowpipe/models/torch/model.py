@@ -161,8 +161,11 @@ class TorchModel:
         return self._built().plan
 
     def device_plan(self, batch_size: int | None = None) -> str:
-        """Readable placement: devices, shard sizes and micro-batch chunks for ``batch_size``."""
-        return self._built().plan.describe(batch_size)
+        """Readable placement: devices, shard sizes and micro-batch chunks for ``batch_size``, and the memory the
+        replicas cost on a device that holds several."""
+        engine = self._built()
+        return engine.plan.describe(batch_size, parameter_bytes=_bytes(engine.module.parameters()),
+                                    buffer_bytes=_bytes(engine.module.buffers()))
 
     # steps
 
@@ -314,6 +317,10 @@ class TorchModel:
                  f'{clip}trained on {self.iteration} batch{"" if self.iteration == 1 else "es"}',
                  *('  ' + line for line in self.device_plan(self._last_batch_size).splitlines())]
         return '\n'.join(lines)
+
+
+def _bytes(tensors: Any) -> int:
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
 
 
 def _fetches(fetches: Any, outputs: Any, default: Any = None) -> Any:
