@@ -24,7 +24,7 @@ from ..expr.context import Context, Store
 from .registry import builtin
 
 __all__ = ['PendingModel', 'import_model', 'init_model', 'load_model', 'model_seed', 'predict_model',
-           'save_model', 'train_model']
+           'save_model', 'step_seed', 'train_model']
 
 MODES = ('dynamic', 'static')
 
@@ -185,8 +185,25 @@ def _declare_step(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
+def step_seed(ctx: Context, name: str, iteration: int) -> int | None:
+    """The seed of a training step of the model ``name`` on the batch of ``ctx`` in a run given a seed.
+
+    It is spawn key ``(*batch key, crc32(name), iteration)`` of the run's seed tree (the batch's key is
+    ``(1 + stage, seq)``), so every step of every model on every batch has its own; ``None`` in a run that drew
+    its own seed (the engine then draws one from torch's global generator).
+    """
+    seed = ctx.seed
+    if seed is None or not getattr(seed, 'given', True):
+        return None
+    key = (*seed.spawn_key, zlib.crc32(name.encode()), int(iteration))
+    words = np.random.SeedSequence(seed.entropy, spawn_key=key).generate_state(2, np.uint32)
+    return (int(words[0]) << 32 | int(words[1])) >> 1
+
+
 def _step(ctx: Context, method: str, name: str, args: tuple, kwargs: dict, save_to: Any) -> None:
     model = get_model(ctx, name)
+    if method == 'train' and 'seed' not in kwargs and isinstance(model, _default_class()):
+        kwargs = {**kwargs, 'seed': step_seed(ctx, name, model.iteration)}
     result = getattr(model, method)(*args, **kwargs)
     if save_to is not None:
         assign(save_to, result, ctx)

@@ -170,7 +170,7 @@ class TorchModel:
     # steps
 
     def train(self, *args: Any, fetches: Any = None, inputs: Any = None, targets: Any = None,
-              outputs: Any = None, **named_inputs: Any) -> Any:
+              outputs: Any = None, seed: int | None = None, **named_inputs: Any) -> Any:
         """One optimizer step on a batch.
 
         Args:
@@ -179,6 +179,8 @@ class TorchModel:
             inputs: network input(s), instead of naming them.
             targets: target(s), instead of naming them.
             outputs: batchflow's name for ``fetches``.
+            seed: the step seed the random streams of the step's pieces (dropout masks) derive from; ``None``
+                draws one from torch's global generator (``train_model`` in a seeded run passes one).
             **named_inputs: inputs and targets by their config names (``images=..., labels=...``).
 
         Returns:
@@ -192,7 +194,8 @@ class TorchModel:
             if self.engine is None:
                 self._build_for(net_inputs)
             result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
-                                            return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm)
+                                            return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm,
+                                            seed=seed)
             self.iteration += 1
             self._last_batch_size = int(net_inputs[0].shape[0])
             self._batch_norm_check(self._last_batch_size)

@@ -26,6 +26,7 @@ from torch import nn
 
 from ..plan import DevicePlan
 from ..precision import Precision, make_precision
+from ..randomness import draw_step_seed, piece_random, piece_seed
 from ..speed import compiled, resolve_memory_format, torch_memory_format
 from ..split import Piece
 from .cuda import device_context
@@ -127,7 +128,8 @@ class Engine:
     # the loops
 
     def train_step(self, inputs: Tensors, targets: Tensors, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                   *, return_outputs: bool = False, clip_grad_norm: float | None = None) -> StepResult:
+                   *, return_outputs: bool = False, clip_grad_norm: float | None = None,
+                   seed: int | None = None) -> StepResult:
         """One optimizer step on the whole batch, however the plan splits it.
 
         Args:
@@ -137,8 +139,11 @@ class Engine:
             optimizer: built on ``engine.parameters()``.
             return_outputs: also return the outputs of the whole batch, in order, on the primary device.
             clip_grad_norm: clip the full-batch gradient of the optimizer's parameters to this total 2-norm.
+            seed: the step seed each piece's random stream derives from (see ``flowpipe.parallel.randomness``);
+                ``None`` draws one from torch's global generator.
         """
         max_norm = None if clip_grad_norm is None else check_max_norm(clip_grad_norm)
+        step_seed = draw_step_seed() if seed is None else int(seed)
         batch = self.prepare(inputs, targets)
         groups = self.groups(batch.size)            # {replica: its pieces}; a piece is one shard of one chunk
         active = tuple(groups)
@@ -148,8 +153,8 @@ class Engine:
         def work(replica: int, pieces: Sequence[Piece]) -> list[tuple[torch.Tensor, Any]]:
             # each piece's loss is weighted by its share of the batch, so the gradients accumulated over all
             # pieces add up to the full-batch gradient
-            return [self.run_piece(replica, piece, batch, loss_fn, return_outputs, last=piece is pieces[-1])
-                    for piece in pieces]
+            return [self.run_piece(replica, piece, batch, loss_fn, return_outputs, last=piece is pieces[-1],
+                                   seed=step_seed) for piece in pieces]
 
         results = self.run_replicas(groups, work)
         self.reduce_gradients(active)               # the full-batch gradient, on the primary
@@ -161,10 +166,14 @@ class Engine:
         return self.step_result(in_batch_order(groups, results), return_outputs)
 
     def run_piece(self, replica: int, piece: Piece, batch: BatchTensors, loss_fn: Callable, keep_outputs: bool,
-                  last: bool) -> tuple[torch.Tensor, Any]:
-        """Forward and backward of one piece on one replica; returns (weighted loss, detached outputs or None)."""
+                  last: bool, seed: int | None = None) -> tuple[torch.Tensor, Any]:
+        """Forward and backward of one piece on one replica; returns (weighted loss, detached outputs or None).
+
+        With a step ``seed``, the piece draws its random numbers (dropout) from its own generator state.
+        """
         forward, device = self.forwards[replica], self.devices[replica]
-        with self.backward_sync(last):
+        rng = _NO_CONTEXT if seed is None else piece_random(device, piece_seed(seed, piece.chunk, piece.start))
+        with rng, self.backward_sync(last):
             with self.precision.autocast(device):
                 outputs = forward(*[move(t, device, batch.dtype, piece, self.memory_format) for t in batch.inputs])
                 out_device = device_of(outputs, device)
