@@ -2,12 +2,14 @@
 
 Control flow: ``SkipBatch`` drops the current batch, ``StopPipeline`` ends the run cleanly.
 Domain errors users catch: ``DeviceError`` (no device matches a spec), ``ModelFileError`` (a model file
-that is not a flowpipe file or comes from an incompatible version).
+that is not a flowpipe file or comes from an incompatible version), ``LaunchError`` (a rank of a launched
+distributed job failed).
 Bad values raise ``ValueError``, bad types ``TypeError``, unknown names ``KeyError``/``AttributeError`` subclasses
 below, so that plain ``except KeyError`` still works.
 """
 
-__all__ = ['DeviceError', 'ExpressionError', 'ModelFileError', 'SkipBatch', 'StopPipeline', 'UnknownActionError']
+__all__ = ['DeviceError', 'ExpressionError', 'LaunchError', 'ModelFileError',
+           'SkipBatch', 'StopPipeline', 'UnknownActionError']
 
 
 class SkipBatch(Exception):
@@ -20,6 +22,25 @@ class StopPipeline(Exception):
 
 class DeviceError(ValueError):
     """No available device matches a device spec."""
+
+
+class LaunchError(RuntimeError):
+    """A rank of a launched distributed job failed: it raised, exited with an error code or was killed.
+
+    Attributes:
+        rank: the rank that failed first.
+        kind: the exception's type name (``'Signal'`` for a killed rank, ``'Exit'`` for an exit code).
+        message: the exception's message.
+        remote_traceback: the rank's traceback (empty for a signal or an exit code).
+    """
+
+    def __init__(self, rank: int, kind: str, message: str, remote_traceback: str = ''):
+        self.rank, self.kind, self.message, self.remote_traceback = rank, kind, message, remote_traceback
+        trace = f'\n\nTraceback in rank {rank}:\n{remote_traceback}' if remote_traceback else ''
+        super().__init__(f'rank {rank} failed: {kind}: {message}{trace}')
+
+    def __reduce__(self):
+        return type(self), (self.rank, self.kind, self.message, self.remote_traceback)
 
 
 class ModelFileError(ValueError):

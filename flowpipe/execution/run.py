@@ -22,6 +22,7 @@ from .prefetch import TARGETS, Prefetcher
 from .processes import InProcess, check_processes, reattached
 from .profile import Profiler
 from .rebatch import rebatch_stage
+from ..data.shards import run_world, shard_batches
 from .runner import BatchRunner, deferred_stage, run_steps
 from .steps import compile_plan
 
@@ -134,7 +135,11 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     n_epochs, n_iters = args.n_epochs, args.n_iters
     if n_epochs is None and n_iters is None and not infinite:
         n_epochs = 1
+    world = run_world()
     root = _root_seed(args)
+    if world is not None:
+        from ..parallel import distributed
+        root = distributed.broadcast(root)      # one shuffle and one seed tree for every rank
     try:
         indices = dataset.index.gen_batch(args.batch_size, args.shuffle, n_iters, n_epochs, args.drop_last, root,
                                           **args.extra)
@@ -144,7 +149,9 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
         raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
-    return _batches(pipeline, args, indices, total, root, ahead)
+    if world is not None:
+        indices = shard_batches(indices, world.rank, world.size)
+    return _batches(pipeline, args, indices, total, root, ahead, world is None or world.rank == 0)
 
 
 def _root_seed(args: RunArgs) -> int:
@@ -164,7 +171,7 @@ def _targets(reset: Any) -> tuple:
 
 
 def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None, root: int,
-             ahead: bool) -> Iterator[Any]:
+             ahead: bool, main: bool = True) -> Iterator[Any]:
     # Only `pipeline` is kept here, never its state: next_batch passes a weak proxy, so that the iterator its state
     # holds does not keep the pipeline (and the prefetch workers) alive once the user drops it.
     in_processes = args.prefetch > 0 and args.target == 'processes'
@@ -188,7 +195,7 @@ def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None,
             stream = deferred_stage(stream, runners.pop(1))
         for runner, options in zip(runners[1:], plan.rebatches):
             stream = rebatch_stage(stream, runner, **options)
-        progress = _progress(args.bar, total, pipeline.state.variables)
+        progress = _progress(args.bar if main else False, total, pipeline.state.variables)   # rank 0's only
         for batch in stream:
             pipeline.state.batches += 1
             if progress is not None:

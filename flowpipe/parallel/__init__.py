@@ -5,14 +5,17 @@ the engine kind; ``build_engine`` owns the placement (through the ``ENGINES`` re
 (one loop in ``Engine``), holding a ``Precision`` for autocast and loss scaling. ``flowpipe.models.torch`` holds
 an engine.
 """
+from . import distributed
 from .devices import LogicalDevice, available_devices, parse_devices
+from .distributed import World
 from .engines import Engine, StepResult
 from .factory import ENGINES, build_engine
+from .launcher import LaunchError, launch
 from .plan import DevicePlan, make_plan
 from .precision import MixedPrecision, Precision, make_precision
 from .split import Piece, chunk_sizes, shard_sizes, split_batch
 
-__all__ = ['DevicePlan', 'ENGINES', 'Engine', 'LogicalDevice', 'MixedPrecision', 'Piece', 'Precision', 'StepResult',
-           'available_devices', 'build_engine', 'chunk_sizes', 'make_plan', 'make_precision', 'parse_devices',
-           'shard_sizes', 'split_batch']
+__all__ = ['DevicePlan', 'ENGINES', 'Engine', 'LaunchError', 'LogicalDevice', 'MixedPrecision', 'Piece', 'Precision',
+           'StepResult', 'World', 'available_devices', 'build_engine', 'chunk_sizes', 'distributed', 'launch',
+           'make_plan', 'make_precision', 'parse_devices', 'shard_sizes', 'split_batch']
 assert __all__ == sorted(__all__)

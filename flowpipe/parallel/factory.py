@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from .engines import Engine, ModelParallelEngine, ReplicaEngine, SingleEngine
-from .plan import MODEL_PARALLEL, REPLICAS, SINGLE, DevicePlan
+from .engines import DistributedEngine, Engine, ModelParallelEngine, ReplicaEngine, SingleEngine
+from .plan import DISTRIBUTED, MODEL_PARALLEL, REPLICAS, SINGLE, DevicePlan
 from .precision import make_precision
 
 __all__ = ['ENGINES', 'build_engine']
@@ -18,6 +18,7 @@ ENGINES: dict[str, type[Engine]] = {
     SINGLE: SingleEngine,
     REPLICAS: ReplicaEngine,
     MODEL_PARALLEL: ModelParallelEngine,
+    DISTRIBUTED: DistributedEngine,
 }
 
 

@@ -7,7 +7,9 @@ execute it. Its ``engine`` field names the kind of engine that runs it, chosen h
 
 - ``'single'``: one device;
 - ``'replicas'``: several devices, one model replica each, every batch split across them;
-- ``'model_parallel'``: one model whose top-level children live on different devices (``device_map``).
+- ``'model_parallel'``: one model whose top-level children live on different devices (``device_map``);
+- ``'distributed'``: one replica per process of a distributed job (``world``), every global batch sharded over
+  the ranks before it reaches the model.
 """
 from __future__ import annotations
 
@@ -16,14 +18,15 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .devices import LogicalDevice, parse_devices
+from .devices import LogicalDevice, cuda_device_count, parse_devices
+from .distributed import World
 from .speed import check_amp, check_compile, check_memory_format, check_pin_memory, describe_speed
 from .split import Piece, chunk_sizes, shard_sizes, split_batch
 
 __all__ = ['DevicePlan', 'make_plan']
 
 AUTO = 'auto'
-SINGLE, REPLICAS, MODEL_PARALLEL = 'single', 'replicas', 'model_parallel'
+SINGLE, REPLICAS, MODEL_PARALLEL, DISTRIBUTED = 'single', 'replicas', 'model_parallel', 'distributed'
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,13 @@ class DevicePlan:
             or ``None``.
         amp: the autocast dtype, ``'float16'`` (with one gradient scaler) or ``'bfloat16'``, or ``False``.
         engine: the kind of engine that runs the plan (a key of ``flowpipe.parallel.factory.ENGINES``), given by
-            keyword: ``'single'``, ``'replicas'`` or ``'model_parallel'``.
+            keyword: ``'single'``, ``'replicas'``, ``'model_parallel'`` or ``'distributed'``.
         memory_format: ``'channels_last'`` (modules and 4-D inputs), ``'auto'`` (decided by ``build_engine`` from
             the module) or ``None`` (as given); by keyword.
         compile: ``torch.compile`` options as sorted ``(name, value)`` pairs, or ``None``; by keyword.
         pin_memory: batch tensors on the host go through pinned memory to CUDA devices; by keyword.
+        world: this process's rank, the world size and the backend in a distributed job, else ``None``; by
+            keyword.
     """
 
     devices: tuple[LogicalDevice, ...]
@@ -54,16 +59,18 @@ class DevicePlan:
     memory_format: str | None = field(default=None, kw_only=True)
     compile: tuple[tuple[str, Any], ...] | None = field(default=None, kw_only=True)
     pin_memory: bool = field(default=False, kw_only=True)
+    world: World | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, str) or not self.engine:
             raise TypeError(f'Expected engine as the name of an engine kind, such as {SINGLE!r}. '
                             f'Received: engine={self.engine!r}.')
         mismatch = ((self.engine == MODEL_PARALLEL) != (self.device_map is not None)
-                    or self.engine == SINGLE and len(self.devices) != 1)
+                    or self.engine in (SINGLE, DISTRIBUTED) and len(self.devices) != 1
+                    or (self.engine == DISTRIBUTED) != (self.world is not None))
         if mismatch:
             raise ValueError(f'Expected a plan whose engine fits its devices. Received: engine={self.engine!r} with '
-                             f'{len(self.devices)} devices and device_map={self.device_map!r}. '
+                             f'{len(self.devices)} devices, device_map={self.device_map!r} and world={self.world}. '
                              f'Build plans with make_plan(...).')
 
     @property
@@ -100,18 +107,22 @@ class DevicePlan:
         lines.extend(describe_speed(self))
         if batch_size is None:
             return '\n'.join(lines)
-        chunks = self.chunk_sizes(batch_size)
+        local, lines = batch_size, lines + self._world_lines(batch_size)
+        if self.world is not None:
+            local = shard_sizes(batch_size, self.world.size)[self.world.rank]
+        chunks = self.chunk_sizes(local) if local else ()
         if len(chunks) == 1:
-            lines.append(f'  batch {batch_size}: one chunk (no micro-batches)')
-        else:
-            lines.append(f'  batch {batch_size}: {len(chunks)} micro-batches of {self.microbatch} '
+            lines.append(f'  batch {local}: one chunk (no micro-batches)')
+        elif chunks:
+            lines.append(f'  batch {local}: {len(chunks)} micro-batches of {self.microbatch} '
                          f'-> chunk sizes {list(chunks)}')
         if self.num_replicas > 1:
             for size in sorted(set(chunks), reverse=True):
                 lines.append(f'  chunk of {size} -> shards {list(self.shard_sizes(size))} '
                              f'over {", ".join(d.name for d in self.devices)}')
+        summed = 'gradients summed over the ranks' if self.world is not None else 'gradients summed'
         lines.append(f'  loss of each piece weighted by piece_size / {batch_size}; '
-                     f'gradients summed; one optimizer step per batch')
+                     f'{summed}; one optimizer step per batch')
         return '\n'.join(lines)
 
     def replicas_per_device(self) -> dict[str, int]:
@@ -139,10 +150,21 @@ class DevicePlan:
                          f'state once, on the primary')
         return lines
 
+    def _world_lines(self, batch_size: int) -> list[str]:
+        if self.world is None:
+            return []
+        shards = shard_sizes(batch_size, self.world.size)
+        return [f'  global batch {batch_size} over {self.world.size} ranks: shards {list(shards)}, '
+                f'this rank (rank {self.world.rank}) computes {shards[self.world.rank]}']
+
     def _placement(self) -> str:
         names = ', '.join(d.name for d in self.devices)
         if self.engine == SINGLE:
             return f'single device {names}'
+        if self.engine == DISTRIBUTED:
+            world = self.world
+            return (f'distributed, rank {world.rank} of {world.size} (local rank {world.local_rank}), backend '
+                    f'{world.backend or "not initialized"}, device {names}')
         if self.engine == MODEL_PARALLEL:
             if self.device_map == AUTO:
                 return f'model parallel, parts balanced by parameter bytes over {names}'
@@ -207,13 +229,40 @@ def _parse_device_map(device_map: Mapping, device: Any, num_gpus: int | None):
     return tuple(parts), devices
 
 
+def _rank_device(device: Any, world: World, num_gpus: int | None) -> LogicalDevice:
+    """This rank's one device: a CUDA spec names the GPUs the node's ranks share, the CPU is every rank's."""
+    devices = parse_devices(device, num_gpus)
+    cuda = [dev for dev in devices if dev.device.type == 'cuda']
+    if cuda and len(cuda) == len(devices) and not any('#' in dev.name for dev in devices):
+        if len(devices) == 1:       # one GPU named (or the default): each rank of the node takes its own
+            count = cuda_device_count() if num_gpus is None else num_gpus
+            return parse_devices(f'cuda:{world.local_rank % count}', count)[0]
+        return devices[world.local_rank % len(devices)]
+    if len(devices) == 1:
+        return devices[0]
+    raise ValueError(f'Expected one device per process in a distributed job ({world}): replicas inside a process '
+                     f'cannot be combined with ranks. Received: device={device!r}, which is '
+                     f'{[dev.name for dev in devices]}. Use device=\'cpu\', or \'GPU:*\' to give each rank its own '
+                     f'GPU, and start one process per replica instead.')
+
+
+def _distributed_plan(device: Any, chunk: int | None, device_weights: Any, device_map: Any, world: World,
+                      num_gpus: int | None) -> DevicePlan:
+    for name, value in (('device_map', device_map), ('device_weights', device_weights)):
+        if value is not None:
+            raise ValueError(f'Expected no {name} in a distributed job ({world}): every rank holds one whole replica '
+                             f'and takes an equal shard. Received: {name}={value!r}. Drop {name}.')
+    return DevicePlan((_rank_device(device, world, num_gpus),), chunk, None, None, engine=DISTRIBUTED, world=world)
+
+
 def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = None, device_map: Any = None,
               amp: bool | str = False, *, memory_format: Any = None, compile: Any = None, pin_memory: Any = 'auto',
-              num_gpus: int | None = None) -> DevicePlan:
+              num_gpus: int | None = None, world: World | None = None) -> DevicePlan:
     """Turn the user's flags into a frozen :class:`DevicePlan`, the engine kind included.
 
-    The kind: ``'model_parallel'`` with a ``device_map``, else ``'replicas'`` for several devices, else
-    ``'single'``.
+    The kind: ``'distributed'`` in a distributed job (``world``), else ``'model_parallel'`` with a ``device_map``,
+    else ``'replicas'`` for several devices, else ``'single'``. In a distributed job each rank has one device: the
+    CPU, or its own GPU (``cuda:LOCAL_RANK`` for one GPU named, the ``LOCAL_RANK``-th of several).
 
     Args:
         device: a device spec (see ``flowpipe.parallel.devices``); several devices mean replicas.
@@ -227,20 +276,23 @@ def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = 
         compile: ``True`` or a dict of ``torch.compile`` options; ``False`` / ``None`` off.
         pin_memory: ``'auto'`` (pinned when a device is a GPU), ``True`` (needs a GPU) or ``False``.
         num_gpus: visible GPU count, ``None`` to ask torch (tests pass a number).
+        world: this process's place in a distributed job (``flowpipe.parallel.distributed.current()``), or ``None``.
 
     Raises:
         TypeError, ValueError: malformed flags; ``DeviceError``: a device that is not available.
     """
     chunk = _check_microbatch(microbatch)
-    plan = _placement(device, chunk, device_weights, device_map, num_gpus)
+    plan = _placement(device, chunk, device_weights, device_map, num_gpus, world)
     options = {'amp': check_amp(amp, plan.devices), 'memory_format': check_memory_format(memory_format),
                'compile': check_compile(compile), 'pin_memory': check_pin_memory(pin_memory, plan.devices)}
     return dataclasses.replace(plan, **options)
 
 
 def _placement(device: Any, chunk: int | None, device_weights: Any, device_map: Any,
-               num_gpus: int | None) -> DevicePlan:
+               num_gpus: int | None, world: World | None = None) -> DevicePlan:
     """The plan's devices, split rule and engine kind (every other field at its default)."""
+    if world is not None and world.size > 1:
+        return _distributed_plan(device, chunk, device_weights, device_map, world, num_gpus)
     if device_map is None:
         devices = parse_devices(device, num_gpus)
         kind = REPLICAS if len(devices) > 1 else SINGLE

@@ -82,8 +82,16 @@ def call(ctx: Context, func: Callable, *args: Any, save_to: Any = None, **kwargs
 
 @builtin('print')
 def print_action(ctx: Context, *args: Any, **kwargs: Any) -> None:
-    """Print the evaluated arguments (``print(B.size, V('loss'))``), like the built-in ``print``."""
-    _py.print(*args, **kwargs)
+    """Print the evaluated arguments (``print(B.size, V('loss'))``), like the built-in ``print``; in a distributed
+    run, on rank 0 only."""
+    if _main_rank():
+        _py.print(*args, **kwargs)
+
+
+def _main_rank() -> bool:
+    from ..data.shards import run_world
+    world = run_world()
+    return world is None or world.rank == 0
 
 
 def _structural(ctx: Context, *args: Any, **kwargs: Any) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch import nn
 
-from ...parallel import build_engine, make_plan
+from ...parallel import build_engine, distributed, make_plan
 from ...parallel.engines import check_max_norm
 from . import io
 from .checks import BatchNormCheck, LossCheck
@@ -101,7 +101,7 @@ class TorchModel:
     def _build(self) -> None:
         network = self._make_network()
         plan = make_plan(**{key: self.spec.get(key) for key in _PLAN_KEYS},
-                         pin_memory=self.spec.get('pin_memory', 'auto'))
+                         pin_memory=self.spec.get('pin_memory', 'auto'), world=distributed.setup())
         self.engine = build_engine(network, plan)
         self._batch_norm_check = BatchNormCheck(self.engine.module, self.engine.plan)
         self.loss_fn = make_loss(self.spec.get('loss'), has_classes=bool(self.spec.classes))
@@ -275,9 +275,16 @@ class TorchModel:
     # save / load
 
     def save(self, path: str) -> None:
-        """Write the model (network, optimizer, scheduler, config) to ``path`` atomically, with dill."""
+        """Write the model (network, optimizer, scheduler, config) to ``path`` atomically, with dill.
+
+        In a distributed job rank 0 writes, after every rank has arrived (they hold the same weights), and every
+        rank returns once the file is there: a ``load`` right after it finds the file on every rank.
+        """
         self._built()
-        io.save(self, path)
+        distributed.barrier()
+        if distributed.is_main():
+            io.save(self, path)
+        distributed.barrier()
 
     def load(self, path: str) -> 'TorchModel':
         """Load weights and optimizer state saved by ``save`` into this model, keeping its own placement."""
@@ -288,6 +295,10 @@ class TorchModel:
     def from_file(cls, path: str, **overrides: Any) -> 'TorchModel':
         """A new model from a file; ``overrides`` change config items such as ``device`` or ``microbatch``."""
         return io.load(path, model_class=None if cls is TorchModel else cls, **overrides)
+
+    def _plan_batch_size(self) -> int | None:
+        """The batch size the repr describes: the last global batch in a distributed job, else the last batch."""
+        return getattr(self.engine, 'global_size', None) or self._last_batch_size
 
     def info(self) -> str:
         """A printable summary: the repr (network, inputs, loss, optimizer, placement) and the config read."""
@@ -318,7 +329,7 @@ class TorchModel:
                  f'  loss={_short(self.loss_fn)}, optimizer={type(self.optimizer).__name__}'
                  f'(lr={self.optimizer.param_groups[0].get("lr")}), decay={self.decay}, '
                  f'{clip}trained on {self.iteration} batch{"" if self.iteration == 1 else "es"}',
-                 *('  ' + line for line in self.device_plan(self._last_batch_size).splitlines())]
+                 *('  ' + line for line in self.device_plan(self._plan_batch_size()).splitlines())]
         return '\n'.join(lines)
 
 

@@ -1,10 +1,13 @@
 """Engines: run training and prediction steps of one module as a :class:`~flowpipe.parallel.DevicePlan` says.
 
-``base.Engine`` holds the one training loop; ``single``, ``replicas`` specialize its hooks for their placement.
+``base.Engine`` holds the one training loop; ``single``, ``replicas`` and ``distributed`` specialize its hooks for
+their placement.
 """
 from .base import Engine, StepResult, check_max_norm
+from .distributed import DistributedEngine
 from .replicas import ReplicaEngine
 from .single import ModelParallelEngine, SingleEngine
 
-__all__ = ['Engine', 'ModelParallelEngine', 'ReplicaEngine', 'SingleEngine', 'StepResult', 'check_max_norm']
+__all__ = ['DistributedEngine', 'Engine', 'ModelParallelEngine', 'ReplicaEngine', 'SingleEngine', 'StepResult',
+           'check_max_norm']
 assert __all__ == sorted(__all__)

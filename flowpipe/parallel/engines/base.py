@@ -5,11 +5,14 @@ steps on sequences of batch-first tensors; it knows nothing of pipelines, batche
 :meth:`Engine.train_step`. A subclass places the module in ``__init__`` and overrides the hooks its placement
 needs (each is a no-op or the one-replica case here):
 
+- ``prepare(inputs, targets)``: check the step's tensors;
+- ``groups(batch_size)``: the pieces each replica computes, with their loss weights;
 - ``run_replicas(groups, work)``: how the replicas run their pieces (here one after another, in this thread);
 - ``zero_grad(optimizer)``: clear the gradients before a batch;
 - ``backward_sync(last)``: the context of each piece's forward and backward, ``last`` for a replica's last piece;
 - ``reduce_gradients(active)``: gather the full-batch gradient onto the primary;
 - ``broadcast(active)``: send the primary's new state to the replicas after the optimizer step;
+- ``step_result(ordered, keep_outputs)``: the loss and outputs the step returns;
 - ``close()``: release threads or process groups.
 
 Every piece goes through :meth:`Engine.run_piece` (training) or :meth:`Engine.predict_piece` (prediction).

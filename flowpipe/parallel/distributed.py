@@ -1,0 +1,272 @@
+"""Process groups: detecting a multi-process job, initializing torch.distributed, and the rank helpers.
+
+A process is part of a distributed job when a ``torch.distributed`` process group is already initialized (the
+user's, reused as it is) or when its environment says so (``WORLD_SIZE`` > 1, as ``torchrun`` and
+``flowpipe.parallel.launch`` set it, with ``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``).
+:func:`setup` initializes the group in the second case, once per process: NCCL where CUDA is available, else gloo,
+with the timeout of ``FLOWPIPE_DIST_TIMEOUT`` (seconds) or the one given to :func:`init`. The group flowpipe
+created lives until :func:`shutdown`, which runs at interpreter exit (and when a launched function returns):
+models trained by one run are used by the next, and re-initializing a group with the ``env://`` rendezvous in
+one process is not reliable.
+
+Everything here is a no-op, or the one-process answer, outside a distributed job: ``rank()`` is 0,
+``world_size()`` is 1, ``barrier()`` returns at once, ``gather(x)`` is ``[x]``.
+"""
+from __future__ import annotations
+
+import atexit
+import datetime
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+__all__ = ['TIMEOUT_VARIABLE', 'World', 'all_gather', 'barrier', 'broadcast', 'current', 'gather', 'gather_batches',
+           'init', 'is_main', 'rank', 'reduce', 'requested', 'setup', 'shutdown', 'world_size']
+
+TIMEOUT_VARIABLE = 'FLOWPIPE_DIST_TIMEOUT'
+_STATE = {'created': False, 'exit_hook': False}
+_OPS = ('sum', 'mean', 'max', 'min')
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in a distributed job.
+
+    Attributes:
+        rank: the global rank, ``0 .. size - 1``.
+        size: the number of processes.
+        local_rank: the rank on this node (``LOCAL_RANK``); it picks the GPU.
+        local_size: the processes on this node (``LOCAL_WORLD_SIZE``).
+        backend: ``'gloo'``, ``'nccl'``..., ``None`` before the group is initialized.
+    """
+
+    rank: int
+    size: int
+    local_rank: int = 0
+    local_size: int = 1
+    backend: str | None = None
+
+    def __str__(self) -> str:
+        return f'rank {self.rank} of {self.size} ({self.backend or "not initialized"})'
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, '')
+    try:
+        return int(value) if value.strip() else default
+    except ValueError:
+        raise ValueError(f'Expected the environment variable {name} to be an integer. Received: {name}={value!r}.')\
+            from None
+
+
+def _dist() -> Any:
+    import torch.distributed as dist
+    return dist
+
+
+def _initialized() -> bool:
+    if 'torch.distributed' not in sys.modules:
+        return False
+    dist = _dist()
+    return dist.is_available() and dist.is_initialized()
+
+
+def requested() -> bool:
+    """Whether this process belongs to a distributed job: a group is initialized, or ``WORLD_SIZE`` > 1."""
+    return _initialized() or _env_int('WORLD_SIZE', 1) > 1
+
+
+def current() -> World | None:
+    """This process's :class:`World` in a distributed job (from the group, else the environment); else ``None``."""
+    if _initialized():
+        dist = _dist()
+        size = dist.get_world_size()
+        if size < 2 and _env_int('WORLD_SIZE', 1) < 2:
+            return None
+        return World(dist.get_rank(), size, _env_int('LOCAL_RANK', 0), _env_int('LOCAL_WORLD_SIZE', 1),
+                     str(dist.get_backend()))
+    size = _env_int('WORLD_SIZE', 1)
+    if size < 2:
+        return None
+    return World(_env_int('RANK', 0), size, _env_int('LOCAL_RANK', 0), _env_int('LOCAL_WORLD_SIZE', 1))
+
+
+def _timeout(timeout: Any) -> datetime.timedelta | None:
+    if timeout is None:
+        text = os.environ.get(TIMEOUT_VARIABLE, '').strip()
+        if not text:
+            return None
+        try:
+            timeout = float(text)
+        except ValueError:
+            raise ValueError(f'Expected {TIMEOUT_VARIABLE} in seconds. Received: {TIMEOUT_VARIABLE}={text!r}.')\
+                from None
+    if isinstance(timeout, datetime.timedelta):
+        return timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f'Expected timeout as positive seconds or a datetime.timedelta. Received: {timeout!r}.')
+    return datetime.timedelta(seconds=float(timeout))
+
+
+def default_backend() -> str:
+    """``'nccl'`` where CUDA and NCCL are available, else ``'gloo'``."""
+    import torch
+    dist = _dist()
+    return 'nccl' if torch.cuda.is_available() and dist.is_nccl_available() else 'gloo'
+
+
+def init(backend: str | None = None, timeout: Any = None) -> World | None:
+    """Initialize the process group of a ``WORLD_SIZE`` > 1 environment, once; reuse one that exists.
+
+    Args:
+        backend: ``'gloo'``, ``'nccl'``...; ``None`` for NCCL on CUDA, else gloo.
+        timeout: seconds (or a ``timedelta``) a collective may wait before the job fails; ``None`` for
+            ``FLOWPIPE_DIST_TIMEOUT``, else torch's default.
+
+    Returns:
+        This process's :class:`World`, ``None`` outside a distributed job.
+    """
+    if _initialized():
+        return current()
+    world = current()
+    if world is None:
+        return None
+    dist = _dist()
+    chosen = backend or default_backend()
+    if chosen == 'nccl':
+        import torch
+        torch.cuda.set_device(world.local_rank % torch.cuda.device_count())
+    options = {'backend': chosen, 'rank': world.rank, 'world_size': world.size}
+    limit = _timeout(timeout)
+    if limit is not None:
+        options['timeout'] = limit
+    dist.init_process_group(**options)
+    _STATE['created'] = True
+    if not _STATE['exit_hook']:
+        atexit.register(shutdown)
+        _STATE['exit_hook'] = True
+    return current()
+
+
+def setup() -> World | None:
+    """:func:`init` with the defaults when this process belongs to a distributed job; ``None`` otherwise."""
+    return init() if requested() else None
+
+
+def shutdown() -> None:
+    """Destroy the process group flowpipe created (a group the user initialized is left alone)."""
+    if _STATE['created'] and _initialized():
+        _dist().destroy_process_group()
+    _STATE['created'] = False
+
+
+def rank() -> int:
+    """The global rank (0 outside a distributed job)."""
+    world = current()
+    return 0 if world is None else world.rank
+
+
+def world_size() -> int:
+    """The number of processes (1 outside a distributed job)."""
+    world = current()
+    return 1 if world is None else world.size
+
+
+def is_main() -> bool:
+    """Whether this process is rank 0: the one that shows progress, prints and writes files."""
+    return rank() == 0
+
+
+def _group_ready() -> bool:
+    return _initialized() and _dist().get_world_size() > 1
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing to wait for outside an initialized group)."""
+    if _group_ready():
+        dist = _dist()
+        if dist.get_backend() == 'nccl':
+            import torch
+            dist.barrier(device_ids=[torch.cuda.current_device()])
+        else:
+            dist.barrier()
+
+
+def broadcast(value: Any, src: int = 0) -> Any:
+    """``value`` of rank ``src`` on every rank (any picklable object)."""
+    if not _group_ready():
+        return value
+    box = [value]
+    _dist().broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def all_gather(value: Any) -> list:
+    """Every rank's ``value``, in rank order, on every rank."""
+    if not _group_ready():
+        return [value]
+    values = [None] * _dist().get_world_size()
+    _dist().all_gather_object(values, value)
+    return values
+
+
+def gather(value: Any, dst: int | None = 0) -> list | None:
+    """Every rank's ``value`` in rank order: on rank ``dst`` only (others get ``None``), or on all for ``None``."""
+    if dst is None or not _group_ready():
+        return all_gather(value)
+    dist = _dist()
+    values = [None] * dist.get_world_size() if dist.get_rank() == dst else None
+    dist.gather_object(value, values, dst=dst)
+    return values
+
+
+def reduce(value: Any, op: str = 'sum', dst: int | None = None) -> Any:
+    """Combine a number or array over the ranks: ``'sum'``, ``'mean'``, ``'max'`` or ``'min'`` (elementwise).
+
+    The result is on every rank (``dst=None``) or on rank ``dst`` only (others get ``None``).
+    """
+    if op not in _OPS:
+        raise ValueError(f'Expected op among {list(_OPS)}. Received: op={op!r}.')
+    values = gather(value, dst)
+    if values is None:
+        return None
+    import numpy as np
+    if op == 'mean':
+        return sum(values[1:], values[0]) / len(values)
+    if op == 'sum':
+        return sum(values[1:], values[0])
+    stacked = np.stack([np.asarray(v) for v in values])
+    result = stacked.max(axis=0) if op == 'max' else stacked.min(axis=0)
+    return result.item() if result.ndim == 0 else result
+
+
+def gather_batches(values: Sequence, dst: int | None = 0, concat: bool = True) -> Any:
+    """Per-batch values of every rank (a variable appended once per batch) back in dataset order.
+
+    Rank ``r``'s ``values[b]`` belongs to its shard of global batch ``b``; shards are contiguous and in rank order,
+    so batch ``b`` is ``values[b]`` of rank 0, then of rank 1... Every rank must have one value per batch.
+
+    Returns:
+        On rank ``dst`` (on every rank for ``None``): with ``concat``, one array of every item in dataset order
+        (numpy arrays and tensors are concatenated along the first axis); otherwise a list, per global batch, of
+        the per-rank values. Other ranks get ``None``.
+    """
+    gathered = gather(list(values), dst)
+    if gathered is None:
+        return None
+    counts = {len(per_rank) for per_rank in gathered}
+    if len(counts) != 1:
+        raise ValueError(f'Expected one value per batch on every rank. Received: '
+                         f'{[len(per_rank) for per_rank in gathered]} values on ranks 0..{len(gathered) - 1}.')
+    batches = [[per_rank[b] for per_rank in gathered] for b in range(counts.pop())]
+    if not concat:
+        return batches
+    import numpy as np
+    parts = [np.asarray(_numpy(part)) for batch in batches for part in batch]
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def _numpy(value: Any) -> Any:
+    detach = getattr(value, 'detach', None)
+    return detach().cpu().numpy() if detach is not None else value

@@ -1,0 +1,191 @@
+"""One replica per process: the base loop on a ``DistributedDataParallel`` module, one shard of each global batch.
+
+The run loop hands every rank its contiguous shard of the global batch (``flowpipe.execution``). A step here:
+
+1. the ranks exchange their item counts (one small all-gather), so every rank knows the global batch size ``n``
+   and whether some rank is idle (a global batch smaller than the world);
+2. each piece (a micro-batch chunk of the shard) runs forward and backward through the DDP module, its mean loss
+   weighted by ``piece_size / n``; DDP's gradient all-reduce is skipped (``no_sync``) until the last piece and
+   sums (a communication hook without DDP's division by the world size), so every rank holds the gradient of
+   the whole global batch;
+3. when a rank is idle, every rank skips DDP's all-reduce and sums the gradients with one explicit all-reduce
+   (the idle rank contributes zeros), so no rank waits for a backward that never comes;
+4. every rank clips and steps alike; floating buffers (BatchNorm statistics) are averaged over the ranks that saw
+   items, integer ones taken from rank 0; the full-batch loss is all-reduced.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import replace
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .. import distributed
+from ..plan import DevicePlan
+from ..precision import Precision
+from ..split import Piece, split_batch
+from .base import Engine, StepResult
+from ..speed import compiled
+from .tensors import BatchTensors, as_batch, concat, move, set_mode, to_device
+
+__all__ = ['DistributedEngine']
+
+_NO_CONTEXT = contextlib.nullcontext()
+# Buffers are synchronized by the engine after each step (an idle rank runs no forward, so DDP's per-forward
+# buffer broadcast would wait for it forever); the keyword changed name in recent torch versions.
+_NO_BUFFER_SYNC = ({'forward_sync_buffers': False}
+                   if 'forward_sync_buffers' in inspect.signature(nn.parallel.DistributedDataParallel).parameters
+                   else {'broadcast_buffers': False})
+
+
+def _sum_hook(state, bucket):  # noqa: ANN001 - DDP checks the annotations of a hook: none is accepted
+    """DDP communication hook: all-reduce a gradient bucket as a sum (pieces are weighted by the global batch)."""
+    future = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+    return future.then(lambda done: done.value()[0])
+
+
+class DistributedEngine(Engine):
+    """Runs every step on ``module`` wrapped in ``DistributedDataParallel``, on the plan's one device.
+
+    Attributes:
+        ddp: the ``DistributedDataParallel`` wrapper (``module`` is the network it wraps).
+        counts: every rank's item count in the last training step (``None`` before one).
+    """
+
+    def __init__(self, module: nn.Module, plan: DevicePlan, precision: Precision | None = None):
+        distributed.init()
+        if not dist.is_initialized():
+            raise RuntimeError(f'Expected an initialized process group for the distributed engine. Received: '
+                               f'plan {plan.describe()!r} outside a distributed job. Start the processes with '
+                               f'torchrun or flowpipe.parallel.launch.')
+        device = plan.primary.device
+        module = module.to(device)
+        super().__init__(plan, [module], [device], precision)
+        self.ddp = nn.parallel.DistributedDataParallel(
+            module, device_ids=[device] if device.type == 'cuda' else None, **_NO_BUFFER_SYNC)
+        self.ddp.register_comm_hook(None, _sum_hook)
+        self.replicas = [self.ddp]
+        self.forwards = [compiled(self.ddp, plan.compile)]     # pieces run through DDP's forward
+        self._inner = module
+        self._rank = dist.get_rank()
+        self._group_device = torch.device('cuda', torch.cuda.current_device()) \
+            if dist.get_backend() == 'nccl' else torch.device('cpu')
+        self.counts: tuple[int, ...] | None = None
+        self._idle_rank = False
+
+    @property
+    def module(self) -> nn.Module:
+        """The network (not its DDP wrapper): ``state_dict`` keys and parameters as in one process."""
+        return self._inner
+
+    @property
+    def global_size(self) -> int | None:
+        """The global batch size of the last training step."""
+        return None if self.counts is None else sum(self.counts)
+
+    def train_step(self, inputs: Any, targets: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer,
+                   *, return_outputs: bool = False, clip_grad_norm: float | None = None) -> StepResult:
+        """The base step on this rank's shard (see the module docstring); an empty shard still joins in."""
+        self.counts = self._exchange_counts(inputs, targets)
+        if not sum(self.counts):
+            raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
+        self._idle_rank = min(self.counts) == 0
+        return super().train_step(inputs, targets, loss_fn, optimizer, return_outputs=return_outputs,
+                                  clip_grad_norm=clip_grad_norm)
+
+    def prepare(self, inputs: Any, targets: Any) -> BatchTensors:
+        """The shard's tensors; an empty shard is allowed (its rank only joins the collectives)."""
+        tensors, targets_ = as_batch(inputs, 'inputs'), as_batch(targets, 'targets')
+        if tensors and all(t.dim() and t.shape[0] == 0 for t in (*tensors, *targets_)):
+            return BatchTensors(tensors, targets_, 0, self.compute_dtype())
+        return super().prepare(inputs, targets)
+
+    def _exchange_counts(self, inputs: Any, targets: Any) -> tuple[int, ...]:
+        tensors = as_batch(inputs, 'inputs')
+        local = int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 0
+        mine = torch.tensor([local], dtype=torch.int64, device=self._group_device)
+        every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+        dist.all_gather(every, mine)
+        return tuple(int(count) for count in torch.cat(every).tolist())
+
+    def groups(self, batch_size: int) -> dict[int, tuple[Piece, ...]]:
+        """This rank's pieces (its shard cut into micro-batch chunks), each weighted by its share of the global
+        batch; none for an empty shard."""
+        if batch_size == 0:
+            return {}
+        total = self.global_size or batch_size
+        key = (batch_size, total)
+        groups = self._groups.get(key)
+        if groups is None:
+            pieces = tuple(replace(piece, weight=piece.size / total)
+                           for piece in split_batch(batch_size, 1, self.plan.microbatch))
+            groups = self._groups[key] = {0: pieces}
+        return groups
+
+    def backward_sync(self, last: bool) -> contextlib.AbstractContextManager:
+        """DDP's all-reduce runs in the backward of the last piece only, and not at all when a rank is idle."""
+        if last and not self._idle_rank:
+            return _NO_CONTEXT
+        return self.ddp.no_sync()
+
+    @torch.no_grad()
+    def reduce_gradients(self, active: tuple[int, ...]) -> None:
+        """With an idle rank: one explicit all-reduce (sum) of every gradient, zeros where a rank has none."""
+        if not self._idle_rank:
+            return
+        params = [param for param in self._inner.parameters() if param.requires_grad]
+        for param in params:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+        flat = torch.cat([param.grad.reshape(-1) for param in params]) if params else None
+        if flat is None:
+            return
+        dist.all_reduce(flat)
+        offset = 0
+        for param in params:
+            param.grad.copy_(flat[offset:offset + param.numel()].view_as(param.grad))
+            offset += param.numel()
+
+    @torch.no_grad()
+    def broadcast(self, active: tuple[int, ...]) -> None:
+        """Floating buffers averaged over the ranks that saw items, integer buffers from rank 0."""
+        counts = self.counts or ()
+        seen = sum(1 for count in counts if count)
+        mine = 1.0 if counts and counts[self._rank] else 0.0
+        for buffer in self._inner.buffers():
+            if buffer.is_floating_point():
+                if seen > 1 or mine == 0.0:
+                    total = buffer * mine
+                    dist.all_reduce(total)
+                    buffer.copy_(total / seen)
+            else:
+                dist.broadcast(buffer, src=0)
+
+    def sync(self) -> None:
+        """Every rank takes rank 0's parameters and buffers (after loading weights)."""
+        with torch.no_grad():
+            for tensor in (*self._inner.parameters(), *self._inner.buffers()):
+                dist.broadcast(tensor.data, src=0)
+
+    def step_result(self, ordered: list[tuple[torch.Tensor, Any]], keep_outputs: bool) -> StepResult:
+        """The global batch's loss (all-reduced) and this rank's outputs."""
+        device = self.devices[0]
+        total = torch.zeros((), device=self._group_device, dtype=torch.float64)
+        for loss, _ in ordered:
+            total += loss.to(device=self._group_device, dtype=torch.float64)
+        dist.all_reduce(total)
+        outputs = concat([to_device(out, device) for _, out in ordered]) if keep_outputs and ordered else None
+        return StepResult(float(total), outputs)
+
+    def predict(self, inputs: Sequence[torch.Tensor]) -> Any:
+        """This rank's outputs, from the network itself (no collective): an empty shard gives empty outputs."""
+        batch = self.prepare(inputs, ())
+        device = self.devices[0]
+        set_mode(self.replicas, False)
+        with torch.no_grad(), self.precision.autocast(device):
+            return self._inner(*[move(t, device, batch.dtype, None, self.memory_format) for t in batch.inputs])
+

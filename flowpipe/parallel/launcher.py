@@ -1,0 +1,210 @@
+"""``launch``: run a function or a script in N local processes that form one distributed job (for notebooks and
+tests; use ``torchrun`` for real jobs).
+
+Each process is started with ``multiprocessing``'s ``spawn`` (a fresh interpreter: no threads or CUDA state
+copied from the caller) and gets torchrun's environment: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``, ``GLOO_SOCKET_IFNAME=lo`` and
+``FLOWPIPE_DIST_TIMEOUT``, so flowpipe's runs see a distributed job (gloo on the CPU). The function travels with
+dill, so one defined in a notebook works. The caller waits for every rank: the first error of any rank (an
+exception, an exit code, a signal) ends the others and raises :class:`LaunchError` naming the rank, the
+exception type and message, with the rank's traceback; past ``timeout`` every rank is ended and ``TimeoutError``
+raised. Ranks are also ended if the caller dies (Linux's parent-death signal), so none is left behind.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import runpy
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+import dill
+
+from ..errors import LaunchError
+
+__all__ = ['LaunchError', 'launch']
+
+_POLL = 0.05
+_GRACE = 1.0      # seconds to look for a dead rank behind another rank's error
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def _check(target: Any, nprocs: Any, timeout: Any) -> None:
+    if not (callable(target) or isinstance(target, (str, os.PathLike))):
+        raise TypeError(f'Expected a function or the path of a script to launch. Received: {target!r} of type '
+                        f'{type(target).__name__}.')
+    if isinstance(target, (str, os.PathLike)) and not os.path.isfile(target):
+        raise ValueError(f'Expected the path of an existing script. Received: {os.fspath(target)!r}.')
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f'Expected nprocs as a positive int (processes to start). Received: nprocs={nprocs!r}.')
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f'Expected timeout as positive seconds. Received: timeout={timeout!r}.')
+
+
+def launch(target: Callable | str | os.PathLike, nprocs: int = 2, args: Sequence = (), kwargs: dict | None = None,
+           *, timeout: float = 300.0, env: dict | None = None) -> list:
+    """Run ``target(*args, **kwargs)`` (or the script ``target`` with ``args`` as its ``sys.argv[1:]``) in
+    ``nprocs`` local processes of one distributed job.
+
+    Args:
+        target: a function (its return value must be picklable with dill), or the path of a Python script.
+        nprocs: the number of processes (the world size).
+        args, kwargs: the function's arguments (a script's command-line arguments).
+        timeout: seconds for the whole job, also each collective's timeout in the ranks.
+        env: more environment variables for the ranks.
+
+    Returns:
+        The return values in rank order (``None`` for a script).
+
+    Raises:
+        LaunchError: a rank raised, exited with a non-zero code or was killed by a signal.
+        TimeoutError: the job did not finish within ``timeout``.
+    """
+    _check(target, nprocs, timeout)
+    context = _context()
+    results = context.Queue()
+    payload = dill.dumps((os.fspath(target) if isinstance(target, os.PathLike) else target, tuple(args),
+                          dict(kwargs or {})), recurse=True)
+    base_env = {'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(_free_port()), 'WORLD_SIZE': str(nprocs),
+                'LOCAL_WORLD_SIZE': str(nprocs), 'GLOO_SOCKET_IFNAME': 'lo',
+                'FLOWPIPE_DIST_TIMEOUT': str(timeout), **{str(k): str(v) for k, v in (env or {}).items()}}
+    processes = []
+    try:
+        for rank in range(nprocs):
+            rank_env = {**base_env, 'RANK': str(rank), 'LOCAL_RANK': str(rank), 'GROUP_RANK': '0'}
+            process = context.Process(target=_worker, args=(payload, rank_env, results), name=f'flowpipe-rank-{rank}')
+            process.start()
+            processes.append(process)
+        return _wait(processes, results, time.monotonic() + timeout, timeout)
+    finally:
+        _end(processes)
+        results.close()
+        results.join_thread()
+
+
+def _context() -> Any:
+    """A forkserver context whose server has imported torch and flowpipe once: every later rank is a fork of it,
+    started in a fraction of a second, with none of the caller's threads or CUDA state."""
+    import multiprocessing
+    context = multiprocessing.get_context('forkserver')
+    context.set_forkserver_preload(['flowpipe.parallel.launcher'])
+    return context
+
+
+def _wait(processes: list, results: Any, deadline: float, timeout: float) -> list:
+    """The ranks' return values; the first failure raises (the caller ends the other ranks)."""
+    values: dict[int, Any] = {}
+    silent_since = None
+    while len(values) < len(processes):
+        try:
+            rank, ok, data = results.get(timeout=_POLL)
+        except queue.Empty:
+            _check_exits(processes, values)
+            if all(process.exitcode is not None for process in processes):
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since > _GRACE:        # exited with 0 and never reported
+                    missing = [rank for rank in range(len(processes)) if rank not in values]
+                    raise LaunchError(missing[0], 'Exit', f'ranks {missing} exited without a result', '')
+            if time.monotonic() > deadline:
+                running = [rank for rank in range(len(processes)) if rank not in values]
+                raise TimeoutError(f'Expected the launched job to finish within timeout={timeout} s. Received: '
+                                   f'ranks {running} still running; they were ended. Raise timeout, or look for '
+                                   f'a rank that waits in a collective the others never reach.') from None
+            continue
+        if not ok:
+            _raise_first(processes, values, results, (rank, *data))
+        values[rank] = dill.loads(data)
+    for process in processes:
+        process.join(timeout=max(1.0, deadline - time.monotonic()))
+    return [values[rank] for rank in range(len(processes))]
+
+
+def _raise_first(processes: list, values: dict, results: Any, first: tuple) -> None:
+    """Raise the error that came first. A rank that raised takes the others down with it (their collectives fail
+    with errors that only echo the loss), so every error of the next moment is read and the earliest raised wins;
+    a rank that died without a word (killed, or an exit code) is the cause before any of them."""
+    errors = [first]
+    limit = time.monotonic() + _GRACE
+    while time.monotonic() < limit:
+        try:
+            rank, ok, data = results.get(timeout=_POLL)
+            if not ok:
+                errors.append((rank, *data))
+        except queue.Empty:
+            pass
+        try:
+            _check_exits(processes, {**values, **{error[0]: None for error in errors}})
+        except LaunchError as cause:
+            raise cause from LaunchError(*first[:4])
+    rank, kind, message, trace, _ = min(errors, key=lambda error: error[4])
+    raise LaunchError(rank, kind, message, trace)
+
+
+def _check_exits(processes: list, values: dict) -> None:
+    """A rank killed by a signal or exited with a non-zero code before reporting fails the job (an exit with 0
+    sends its result or error first)."""
+    for rank, process in enumerate(processes):
+        code = process.exitcode
+        if not code or rank in values:
+            continue
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            raise LaunchError(rank, 'Signal', f'rank {rank} was killed by signal {name}', '')
+        raise LaunchError(rank, 'Exit', f'rank {rank} exited with code {code} before returning', '')
+
+
+def _end(processes: list) -> None:
+    """End every rank still running: SIGTERM, then SIGKILL for one that lingers."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + 3.0
+    for process in processes:
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=3.0)
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith('linux'):
+        try:
+            ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)    # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+def _worker(payload: bytes, env: dict, results: Any) -> None:
+    """One rank: its environment, the target, its result or error sent to the caller, the group destroyed."""
+    _die_with_parent()
+    os.environ.update(env)
+    rank = int(env['RANK'])
+    try:
+        if 'OMP_NUM_THREADS' not in os.environ:
+            import torch
+            torch.set_num_threads(1)        # as torchrun: one thread per rank unless the user says otherwise
+        target, args, kwargs = dill.loads(payload)
+        if isinstance(target, str):
+            sys.argv = [target, *map(str, args)]
+            runpy.run_path(target, run_name='__main__')
+            value = None
+        else:
+            value = target(*args, **kwargs)
+        message = (rank, True, dill.dumps(value))
+    except BaseException as error:  # noqa: BLE001 - every failure goes to the caller
+        message = (rank, False, (type(error).__name__, str(error), traceback.format_exc(), time.time()))
+    results.put(message)
+    from . import distributed
+    distributed.shutdown()
+    results.close()
+    results.join_thread()

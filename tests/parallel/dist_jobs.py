@@ -1,0 +1,92 @@
+"""Functions the distributed tests run in every rank (``flowpipe.parallel.launch``) and in one process alone.
+
+Every function returns plain data (numpy arrays, lists), so the tests compare a launched job's ranks with the
+same function run in the test's own process (no distributed job there: one process on the whole batch).
+"""
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+from flowpipe import B, Dataset, Pipeline, V
+from flowpipe.parallel import distributed
+
+N_ITEMS, N_FEATURES, N_CLASSES = 23, 5, 3
+
+
+def dataset(n_items=N_ITEMS):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n_items, N_FEATURES))
+    y = rng.integers(0, N_CLASSES, size=n_items)
+    return Dataset(n_items, preloaded={'x': x, 'y': y})
+
+
+def config(microbatch=None):
+    torch.manual_seed(0)
+    network = nn.Sequential(nn.Linear(N_FEATURES, 7), nn.Tanh(), nn.Linear(7, N_CLASSES)).double()
+    return {'model': network, 'inputs/x/shape': (N_FEATURES,), 'inputs/y/classes': N_CLASSES,
+            'loss': 'ce', 'optimizer': {'name': 'SGD', 'lr': 0.1, 'momentum': 0.5}, 'microbatch': microbatch,
+            'device': 'cpu'}
+
+
+def train(batch_size, microbatch=None, n_epochs=2, prefetch=0, n_items=N_ITEMS):
+    """Train for ``n_epochs`` shuffled epochs; the parameters, the items and losses each batch saw here."""
+    pipeline = (Pipeline()
+                .init_variable('ids', [])
+                .init_variable('loss', [])
+                .init_model('net', config=config(microbatch))
+                .update(V('ids', mode='a'), B.indices)
+                .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << dataset(n_items)
+    pipeline.run(batch_size, n_epochs=n_epochs, shuffle=True, seed=11, prefetch=prefetch)
+    model = pipeline.m('net')
+    return {'params': [p.detach().numpy().copy() for p in model.model.parameters()],
+            'ids': [np.asarray(ids) for ids in pipeline.v('ids')], 'loss': list(pipeline.v('loss')),
+            'world': distributed.world_size(), 'rank': distributed.rank(), 'plan': repr(model)}
+
+
+def scenarios(runs):
+    """``train(**kwargs)`` for each ``(name, kwargs)``."""
+    return {name: train(**kwargs) for name, kwargs in runs}
+
+
+def predict(batch_size, model_path=None, save_path=None):
+    """Train one epoch (or load ``model_path``), then predict every item, gathered to rank 0, saving with
+    ``save_path``."""
+    data = dataset()
+    if model_path is None:
+        trainer = Pipeline().init_model('net', config=config()).train_model('net', x=B.x, y=B.y) << data
+        trainer.run(batch_size, shuffle=True, seed=5)
+        source = Pipeline().import_model('net', trainer)
+    else:
+        source = Pipeline().load_model('net', model_path)
+    predictor = source.init_variable('predictions', []).predict_model('net', x=B.x,
+                                                                      save_to=V('predictions', mode='a'))
+    if save_path is not None:
+        predictor = predictor.save_model('net', save_path)
+    predictor = predictor << data
+    predictor.run(batch_size)
+    gathered = distributed.gather_batches(predictor.v('predictions'))
+    params = [p.detach().numpy().copy() for p in predictor.m('net').model.parameters()]
+    return {'gathered': gathered, 'local': [np.asarray(p) for p in predictor.v('predictions')], 'params': params,
+            'files': sorted(os.listdir(os.path.dirname(save_path))) if save_path else None}
+
+
+def fail_on(rank):
+    """Rank ``rank`` raises after the group is up; the others wait in a collective that never completes."""
+    distributed.setup()
+    if distributed.rank() == rank:
+        raise ValueError(f'bad value on purpose in rank {rank}')
+    distributed.barrier()
+    distributed.barrier()
+    return 'unreachable'
+
+
+def kill_self(rank):
+    """Rank ``rank`` kills itself with SIGKILL; the others wait in a collective."""
+    import signal
+    distributed.setup()
+    if distributed.rank() == rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    distributed.barrier()
+    return 'unreachable'

@@ -1,0 +1,104 @@
+"""Distributed jobs of 2 and 3 gloo processes on the CPU: the same parameters as one process on the whole batch,
+each rank on its own shard, gathered predictions, checkpoints across world sizes (SPEC §5)."""
+import numpy as np
+import pytest
+
+from flowpipe.data.shards import shard_batches
+from flowpipe.parallel import launch
+from flowpipe.parallel.distributed import World
+from flowpipe.parallel.plan import make_plan
+
+from . import dist_jobs
+
+RUNS = [('whole', {'batch_size': 7}),                            # 46 items: 6 batches of 7, the last of 4
+        ('microbatch', {'batch_size': 7, 'microbatch': 2}),
+        ('small', {'batch_size': 2, 'n_epochs': 1}),               # a global batch smaller than 3 ranks
+        ('prefetch', {'batch_size': 5, 'prefetch': 2, 'n_epochs': 1})]
+TIMEOUT = 240
+
+
+def _rel(a, b):
+    return max(float(np.max(np.abs(x - y)) / max(np.max(np.abs(y)), 1e-300)) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope='module')
+def reference():
+    return dist_jobs.scenarios(RUNS)
+
+
+@pytest.fixture(scope='module', params=[2, 3])
+def launched(request):
+    return request.param, launch(dist_jobs.scenarios, request.param, args=(RUNS,), timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize('name', [name for name, _ in RUNS])
+def test_parameters_equal_one_process_on_the_whole_batch(launched, reference, name):
+    world, ranks = launched
+    for result in ranks:
+        assert result[name]['world'] == world
+        assert _rel(result[name]['params'], reference[name]['params']) < 1e-10
+        np.testing.assert_allclose(result[name]['loss'], reference[name]['loss'], rtol=1e-10)
+
+
+@pytest.mark.parametrize('name', [name for name, _ in RUNS])
+def test_each_rank_sees_only_its_contiguous_balanced_shard(launched, reference, name):
+    world, ranks = launched
+    batches = reference[name]['ids']
+    assert all(len(result[name]['ids']) == len(batches) for result in ranks)     # same number of iterations
+    for b, whole in enumerate(batches):
+        base, extra = divmod(len(whole), world)
+        sizes = [base + (rank < extra) for rank in range(world)]
+        assert [len(result[name]['ids'][b]) for result in ranks] == sizes
+        np.testing.assert_array_equal(np.concatenate([result[name]['ids'][b] for result in ranks]), whole)
+
+
+def test_model_repr_shows_rank_world_and_backend(launched):
+    world, ranks = launched
+    for rank, result in enumerate(ranks):
+        assert f'distributed, rank {rank} of {world}' in result['whole']['plan']
+        assert 'backend gloo' in result['whole']['plan']
+
+
+def test_predictions_gathered_to_rank_0_in_dataset_order_and_a_checkpoint_loads_in_one_process(tmp_path):
+    path = str(tmp_path / 'net.model')
+    ranks = launch(dist_jobs.predict, 2, args=(4,), kwargs={'save_path': path}, timeout=TIMEOUT)
+    alone = dist_jobs.predict(4)
+    assert ranks[1]['gathered'] is None
+    assert ranks[0]['gathered'].shape == (dist_jobs.N_ITEMS, dist_jobs.N_CLASSES)
+    np.testing.assert_allclose(ranks[0]['gathered'], alone['gathered'], rtol=1e-10)
+    assert sum(len(part) for part in ranks[1]['local']) < dist_jobs.N_ITEMS
+    assert ranks[0]['files'] == ['net.model']                   # one file, written by rank 0 only
+    loaded = dist_jobs.predict(4, model_path=path)               # saved by 2 processes, loaded in 1
+    assert _rel(loaded['params'], ranks[0]['params']) < 1e-12
+    np.testing.assert_allclose(loaded['gathered'], alone['gathered'], rtol=1e-10)
+
+
+def test_shards_are_contiguous_balanced_and_empty_for_the_last_ranks_of_a_small_batch():
+    index = dist_jobs.dataset(10).index
+    batches = list(index.gen_batch(4, n_epochs=1))                  # 4, 4, 2
+    shards = [list(shard_batches(iter(batches), rank, 3)) for rank in range(3)]
+    assert [[len(s) for s in per_rank] for per_rank in shards] == [[2, 2, 1], [1, 1, 1], [1, 1, 0]]
+    last = shards[2][2].shard
+    assert (last.start, last.stop, last.size, last.rank) == (2, 2, 2, 2)
+    np.testing.assert_array_equal(np.concatenate([s[0].indices for s in shards]), batches[0].indices)
+
+
+WORLD = World(rank=1, size=2, local_rank=1, local_size=2, backend='gloo')
+
+
+def test_a_plan_in_a_distributed_job_has_one_device_and_says_where_it_runs():
+    plan = make_plan('cpu', microbatch=2, world=WORLD)
+    assert plan.engine == 'distributed' and len(plan.devices) == 1
+    text = plan.describe(5)
+    assert 'distributed, rank 1 of 2 (local rank 1), backend gloo' in text
+    assert 'shards [3, 2], this rank (rank 1) computes 2' in text
+    assert make_plan('GPU:*', world=WORLD, num_gpus=2).primary.name == 'cuda:1'
+    assert make_plan('GPU:0', world=WORLD, num_gpus=4).primary.name == 'cuda:1'
+    assert make_plan(None, world=WORLD, num_gpus=0).primary.name == 'cpu:0'
+
+
+@pytest.mark.parametrize('flags', [{'device': ['CPU:0', 'CPU:1']}, {'device': 'CPU:0x2'},
+                                   {'device_map': {'a': 'cpu'}}, {'device_weights': [1]}])
+def test_replicas_inside_a_rank_are_refused_with_a_clear_error(flags):
+    with pytest.raises(ValueError, match='distributed job'):
+        make_plan(**flags, world=WORLD)

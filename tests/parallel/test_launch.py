@@ -1,0 +1,59 @@
+"""The launcher: results in rank order, a failing or killed rank fails the job within the timeout, no orphans."""
+import multiprocessing
+import time
+
+import pytest
+
+from flowpipe.errors import LaunchError
+from flowpipe.parallel import launch
+
+from . import dist_jobs
+
+TIMEOUT = 60
+
+
+def _ranks():
+    from flowpipe.parallel import distributed
+    world = distributed.setup()
+    total = distributed.reduce(world.rank + 1)
+    return world.rank, world.size, world.backend, total
+
+
+def test_a_function_runs_in_every_rank_and_returns_in_rank_order():
+    assert launch(_ranks, 2, timeout=TIMEOUT) == [(0, 2, 'gloo', 3), (1, 2, 'gloo', 3)]
+    assert not multiprocessing.active_children()
+
+
+def test_a_raising_rank_fails_the_job_with_its_rank_type_and_message_within_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match=r'rank 1 failed: ValueError: bad value on purpose in rank 1') as info:
+        launch(dist_jobs.fail_on, 2, args=(1,), timeout=TIMEOUT)
+    assert time.monotonic() - start < TIMEOUT
+    assert info.value.rank == 1 and info.value.kind == 'ValueError'
+    assert 'fail_on' in info.value.remote_traceback
+    assert not multiprocessing.active_children()
+
+
+def test_a_killed_rank_fails_the_job_within_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match='rank 0 was killed by signal SIGKILL'):
+        launch(dist_jobs.kill_self, 2, args=(0,), timeout=TIMEOUT)
+    assert time.monotonic() - start < TIMEOUT
+    assert not multiprocessing.active_children()
+
+
+def test_a_job_past_its_timeout_is_ended(tmp_path):
+    script = tmp_path / 'sleeper.py'
+    script.write_text('import time\ntime.sleep(60)\n')
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r'ranks \[0\] still running'):
+        launch(script, 1, timeout=3)
+    assert time.monotonic() - start < 30
+    assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize('arguments, error', [((42,), TypeError), (('no/such/script.py',), ValueError),
+                                              ((_ranks, 0), ValueError), ((_ranks, 2.0), ValueError)])
+def test_bad_arguments_are_refused_before_any_process_starts(arguments, error):
+    with pytest.raises(error, match='Expected'):
+        launch(*arguments)
