@@ -91,6 +91,14 @@ def test_03_devices():
     assert ns['bn_difference'] > 1e-6
 
 
+def test_07_distributed():
+    ns = run_notebook('07_distributed.ipynb')
+    assert [len(ns['ranks'][rank]['seen'][0]) for rank in (0, 1)] == [25, 25]
+    assert ns['difference'] < 1e-10 and ns['uneven_difference'] < 1e-10
+    np.testing.assert_allclose(ns['ranks'][1]['loss'], ns['alone']['loss'], rtol=1e-10)
+    assert 'rank 1 failed: ValueError: rank 1 cannot read its data' in str(ns['failure'])
+
+
 def doc_blocks(path):
     """The ```python blocks of a markdown file, in order."""
     return re.findall(r'^```python\n(.*?)^```', path.read_text(encoding='utf-8'), flags=re.S | re.M)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 NOTEBOOKS = {'01_pipelines.ipynb': 'nb01_pipelines', '02_training.ipynb': 'nb02_training',
-             '03_devices.ipynb': 'nb03_devices'}
+             '03_devices.ipynb': 'nb03_devices', '07_distributed.ipynb': 'nb07_distributed'}
 KERNEL = {'display_name': 'Python 3', 'language': 'python', 'name': 'python3'}
 
 

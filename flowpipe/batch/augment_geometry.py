@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..expr.special import draw_for_items
 from . import augment_maps as maps
 from .augment_params import check_size, is_per_item, origins, pair, per_item
 from .base import action
@@ -42,7 +43,7 @@ class GeometryActions(ImagesBase):
         if (isinstance(angle, Sequence) and not isinstance(angle, str) and not is_per_item(angle)
                 and len(angle) == 2 and all(isinstance(a, (int, float, np.number)) and np.isfinite(a) for a in angle)
                 and angle[0] <= angle[1]):
-            return self.random.uniform(angle[0], angle[1], size=len(self))
+            return draw_for_items(self, len(self), lambda n: self.random.uniform(angle[0], angle[1], size=n))
         return per_item(angle, len(self), 'angle', expected='degrees, or (low, high) with low <= high')
 
     @action

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from flowpipe.expr import PerItem
+from flowpipe.expr.special import draw_for_items
 
 __all__ = ['ORIGINS', 'channel_values', 'check_size', 'is_per_item', 'origins', 'pair', 'per_item', 'probability',
            'size_pair']
@@ -89,8 +90,9 @@ def size_pair(value: Any, n: int, name: str) -> np.ndarray:
     return sizes.astype(np.int64)
 
 
-def probability(p: Any, n: int, random: np.random.Generator) -> np.ndarray | None:
-    """Which items an action changes: ``None`` for all (``p=None`` or 1), else a boolean mask drawn per item."""
+def probability(p: Any, n: int, random: np.random.Generator, batch: Any = None) -> np.ndarray | None:
+    """Which items an action changes: ``None`` for all (``p=None`` or 1), else a boolean mask drawn per item (for
+    the items of ``batch``'s global batch in a distributed run, see ``draw_for_items``)."""
     if p is None:
         return None
     if isinstance(p, bool) or not isinstance(p, (int, float, np.number)) or not 0 <= p <= 1:
@@ -99,7 +101,7 @@ def probability(p: Any, n: int, random: np.random.Generator) -> np.ndarray | Non
         return None
     if p == 0:
         return np.zeros(n, dtype=bool)
-    return random.random(n) < p
+    return draw_for_items(batch, n, lambda count: random.random(count)) < p
 
 
 def _relative_origin(origin: Any) -> tuple[float, float] | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..expr.special import draw_for_items
 from .augment_params import probability
 from .base import Batch
 
@@ -164,11 +165,11 @@ class ImagesBase(Batch):
     def _item_seeds(self) -> np.ndarray:
         """One seed per item, drawn from the batch's generator: an action's per-item draws come from them, so
         they do not depend on how items are grouped, chunked or chosen, and repeat for every ``src`` component."""
-        return self.random.integers(2 ** 63, size=len(self))
+        return draw_for_items(self, len(self), lambda n: self.random.integers(2 ** 63, size=n))
 
     def _chosen(self, p: float | None) -> np.ndarray | None:
         """The items ``p`` picks (one draw per action, shared by all its components); ``None`` for all."""
-        return probability(p, len(self), self.random)
+        return probability(p, len(self), self.random, self)
 
     # --- applying kernels ---------------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .base import CallExpr, Expression, _call_args_repr, evaluate
 
-__all__ = ['FuncExpr', 'IterationExpr', 'PerItem', 'PerItemExpr', 'RandomExpr', 'WrapExpr']
+__all__ = ['FuncExpr', 'IterationExpr', 'PerItem', 'PerItemExpr', 'RandomExpr', 'WrapExpr', 'draw_for_items']
 
 
 class FuncExpr(CallExpr):
@@ -197,6 +197,16 @@ def batch_size(batch: Any) -> int:
         raise TypeError(f"Expected a batch with a size (or a length) for P(...). Received: {batch!r}.") from None
 
 
+def draw_for_items(batch: Any, n_items: int, draw: Callable[[int], Any]) -> Any:
+    """``draw(n_items)``: one random value per item of ``batch``. In a distributed run a batch is one rank's shard
+    of a global batch (its index's ``shard``): the values are drawn for the whole global batch and cut to the
+    shard, so every item gets what it would get in one process, whatever the world size."""
+    shard = getattr(getattr(batch, 'index', None), 'shard', None)
+    if shard is None or shard.stop - shard.start != n_items:
+        return draw(n_items)
+    return shard.take(draw(shard.size))
+
+
 class PerItemExpr(Expression):
     """``P(expr)``: ``expr`` as a ``PerItem`` sequence with one value per batch item.
 
@@ -211,9 +221,9 @@ class PerItemExpr(Expression):
     def get(self, ctx: Any) -> PerItem:
         n_items = batch_size(ctx.batch)
         if self._each:
-            return PerItem(evaluate(self._inner, ctx) for _ in range(n_items))
+            return PerItem(draw_for_items(ctx.batch, n_items, lambda n: [evaluate(self._inner, ctx) for _ in range(n)]))
         if isinstance(self._inner, RandomExpr):
-            return PerItem(self._inner.draw(ctx, n_items))
+            return PerItem(draw_for_items(ctx.batch, n_items, lambda n: self._inner.draw(ctx, n)))
         value = evaluate(self._inner, ctx)
         if isinstance(value, (str, bytes, Mapping)):
             return PerItem([value] * n_items)

@@ -3,9 +3,10 @@
 A process is part of a distributed job when a ``torch.distributed`` process group is already initialized (the
 user's, reused as it is) or when its environment says so (``WORLD_SIZE`` > 1, as ``torchrun`` and
 ``flowpipe.parallel.launch`` set it, with ``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``).
-:func:`setup` initializes the group in the second case, once per process: NCCL where CUDA is available, else gloo,
-with the timeout of ``FLOWPIPE_DIST_TIMEOUT`` (seconds) or the one given to :func:`init`. The group flowpipe
-created lives until :func:`shutdown`, which runs at interpreter exit (and when a launched function returns):
+:func:`setup` initializes the group in the second case, once per process: NCCL where CUDA is available, else
+gloo (``FLOWPIPE_DIST_BACKEND`` chooses another), with the timeout of ``FLOWPIPE_DIST_TIMEOUT`` (seconds), or
+the ones given to :func:`init`. The group flowpipe created lives until :func:`shutdown`, which runs at
+interpreter exit (and when a launched function returns):
 models trained by one run are used by the next, and re-initializing a group with the ``env://`` rendezvous in
 one process is not reliable.
 
@@ -21,10 +22,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-__all__ = ['TIMEOUT_VARIABLE', 'World', 'all_gather', 'barrier', 'broadcast', 'current', 'gather', 'gather_batches',
-           'init', 'is_main', 'rank', 'reduce', 'requested', 'setup', 'shutdown', 'world_size']
+__all__ = ['BACKEND_VARIABLE', 'TIMEOUT_VARIABLE', 'World', 'all_gather', 'barrier', 'broadcast', 'current',
+           'default_backend', 'gather', 'gather_batches', 'init', 'is_main', 'rank', 'reduce', 'requested', 'setup',
+           'shutdown', 'world_size']
 
 TIMEOUT_VARIABLE = 'FLOWPIPE_DIST_TIMEOUT'
+BACKEND_VARIABLE = 'FLOWPIPE_DIST_BACKEND'
 _STATE = {'created': False, 'exit_hook': False}
 _OPS = ('sum', 'mean', 'max', 'min')
 
@@ -120,7 +123,7 @@ def init(backend: str | None = None, timeout: Any = None) -> World | None:
     """Initialize the process group of a ``WORLD_SIZE`` > 1 environment, once; reuse one that exists.
 
     Args:
-        backend: ``'gloo'``, ``'nccl'``...; ``None`` for NCCL on CUDA, else gloo.
+        backend: ``'gloo'``, ``'nccl'``...; ``None`` for ``FLOWPIPE_DIST_BACKEND``, else NCCL on CUDA, else gloo.
         timeout: seconds (or a ``timedelta``) a collective may wait before the job fails; ``None`` for
             ``FLOWPIPE_DIST_TIMEOUT``, else torch's default.
 
@@ -133,7 +136,7 @@ def init(backend: str | None = None, timeout: Any = None) -> World | None:
     if world is None:
         return None
     dist = _dist()
-    chosen = backend or default_backend()
+    chosen = backend or os.environ.get(BACKEND_VARIABLE, '').strip() or default_backend()
     if chosen == 'nccl':
         import torch
         torch.cuda.set_device(world.local_rank % torch.cuda.device_count())

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from flowpipe import B, Dataset, Pipeline, V
+from flowpipe import B, Dataset, P, Pipeline, R, V
 from flowpipe.parallel import distributed
 
 N_ITEMS, N_FEATURES, N_CLASSES = 23, 5, 3
@@ -35,13 +35,16 @@ def train(batch_size, microbatch=None, n_epochs=2, prefetch=0, n_items=N_ITEMS):
     pipeline = (Pipeline()
                 .init_variable('ids', [])
                 .init_variable('loss', [])
+                .init_variable('draws', [])
                 .init_model('net', config=config(microbatch))
                 .update(V('ids', mode='a'), B.indices)
+                .update(V('draws', mode='a'), P(R('uniform')))
                 .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << dataset(n_items)
     pipeline.run(batch_size, n_epochs=n_epochs, shuffle=True, seed=11, prefetch=prefetch)
     model = pipeline.m('net')
     return {'params': [p.detach().numpy().copy() for p in model.model.parameters()],
             'ids': [np.asarray(ids) for ids in pipeline.v('ids')], 'loss': list(pipeline.v('loss')),
+            'draws': [np.asarray(draws, dtype=float) for draws in pipeline.v('draws')],
             'world': distributed.world_size(), 'rank': distributed.rank(), 'plan': repr(model)}
 
 

@@ -52,6 +52,13 @@ def test_each_rank_sees_only_its_contiguous_balanced_shard(launched, reference, 
         np.testing.assert_array_equal(np.concatenate([result[name]['ids'][b] for result in ranks]), whole)
 
 
+@pytest.mark.parametrize('name', ['whole', 'small'])
+def test_random_draws_per_item_do_not_depend_on_the_world_size(launched, reference, name):
+    _, ranks = launched
+    for b, whole in enumerate(reference[name]['draws']):
+        np.testing.assert_array_equal(np.concatenate([result[name]['draws'][b] for result in ranks]), whole)
+
+
 def test_model_repr_shows_rank_world_and_backend(launched):
     world, ranks = launched
     for rank, result in enumerate(ranks):
