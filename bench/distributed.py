@@ -96,7 +96,9 @@ def measure(worlds, rounds, device, backend):
 
 def report(title, results, rounds):
     worlds = sorted(results)
-    print(f'\n{title}: global batch {BATCH}, {ITEMS} items, {rounds} rounds (medians; ratios within a round)')
+    load = ', '.join(f'{value:.1f}' for value in os.getloadavg())
+    print(f'\n{title}: global batch {BATCH}, {ITEMS} items, {rounds} rounds (medians; ratios within a round); '
+          f'load average now {load} on {os.cpu_count()} cores')
     print('processes | epoch wall s | wall vs 1 process | step ms | comm ms per step | comm / step | '
           'items per rank / global')
     for world in worlds:
