@@ -27,6 +27,7 @@ from torch import nn
 from .. import distributed
 from ..plan import DevicePlan
 from ..precision import Precision
+from ..randomness import draw_step_seed, piece_seed
 from ..split import Piece, split_batch
 from .base import Engine, StepResult
 from ..speed import compiled
@@ -88,14 +89,21 @@ class DistributedEngine(Engine):
         return None if self.counts is None else sum(self.counts)
 
     def train_step(self, inputs: Any, targets: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                   *, return_outputs: bool = False, clip_grad_norm: float | None = None) -> StepResult:
-        """The base step on this rank's shard (see the module docstring); an empty shard still joins in."""
+                   *, return_outputs: bool = False, clip_grad_norm: float | None = None,
+                   seed: int | None = None) -> StepResult:
+        """The base step on this rank's shard (see the module docstring); an empty shard still joins in.
+
+        The step seed (the same on every rank in a seeded run) is mixed with the shard's offset in the global
+        batch, so the ranks' pieces draw different dropout masks, as the pieces of one process do.
+        """
         self.counts = self._exchange_counts(inputs, targets)
         if not sum(self.counts):
             raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
         self._idle_rank = min(self.counts) == 0
+        step_seed = draw_step_seed() if seed is None else int(seed)
+        offset = sum(self.counts[:self._rank])
         return super().train_step(inputs, targets, loss_fn, optimizer, return_outputs=return_outputs,
-                                  clip_grad_norm=clip_grad_norm)
+                                  clip_grad_norm=clip_grad_norm, seed=piece_seed(step_seed, -1, offset))
 
     def prepare(self, inputs: Any, targets: Any) -> BatchTensors:
         """The shard's tensors; an empty shard is allowed (its rank only joins the collectives)."""
