@@ -155,11 +155,10 @@ class GeometryActions(ImagesBase):
         picked = np.ones(len(self), dtype=bool) if chosen is None else chosen
 
         def flipped(values: Any, positions: np.ndarray, dtype: Any = None) -> Any:
-            from .images_data import put, take
             if picked[positions].all():
                 return values.flip(3 - axis)
-            which = np.flatnonzero(picked[positions])
-            put(values, which, take(values, which).flip(3 - axis))   # a fresh tensor of the warp's pass
+            for item in np.flatnonzero(picked[positions]).tolist():   # a fresh tensor of the warp's pass
+                values[item] = values[item].flip(2 - axis)
             return values
         for source, target in self._pairs(src, dst):
             pending = self._pending[source] if source == target and self._is_pending(source) else None

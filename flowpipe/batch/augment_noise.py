@@ -58,8 +58,9 @@ class NoiseActions(ImagesBase):
     def _noise(self, noise: Any, like: Any, seeds: np.ndarray) -> Any:
         """Noise shaped as ``like`` ``(k, C, H, W)``, in its float dtype and device.
 
-        Values are drawn in ``(k, H, W, C)`` order whatever the layout, so both layouts get the same noise; a
-        distribution is drawn per item from a torch generator seeded by the item's ``seeds`` entry.
+        A distribution is drawn per item from a torch generator seeded by the item's ``seeds`` entry, in ``(C, H,
+        W)`` order whatever the layout, so both layouts get the same noise (and a fused warp, whose values are
+        channels-first, adds it in one contiguous pass). A callable gets ``size=(k, H, W, C)``.
         """
         import torch
         k, channels, height, width = like.shape
@@ -67,7 +68,7 @@ class NoiseActions(ImagesBase):
             values = _call(noise, self.random, size=(k, height, width, channels))
             values = torch.as_tensor(np.asarray(values) if not isinstance(values, torch.Tensor) else values)
             return values.to(like.device, like.dtype).expand(k, height, width, channels).permute(0, 3, 1, 2)
-        values = torch.empty((k, height, width, channels), dtype=like.dtype, device=like.device)
+        values = torch.empty((k, channels, height, width), dtype=like.dtype, device=like.device)
         generator = torch.Generator(device=like.device)
         for item, seed in zip(values, seeds):
             generator.manual_seed(int(seed))
@@ -75,7 +76,7 @@ class NoiseActions(ImagesBase):
                 item.normal_(float(noise[1]), float(noise[2]), generator=generator)
             else:
                 item.uniform_(float(noise[1]), float(noise[2]), generator=generator)
-        return values.permute(0, 3, 1, 2)
+        return values
 
     def _noisy(self, op: Callable, noise: Any, clip: Any, preserve_type: bool, p: float | None, src: Any,
                dst: Any) -> NoiseActions:

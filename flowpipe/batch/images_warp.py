@@ -12,8 +12,11 @@ from .images_data import chunk_items, put, take
 
 __all__ = ['apply_maps', 'elastic_field', 'gaussian_kernel', 'translate', 'warp']
 
-def _grid(maps: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor, field: torch.Tensor | None) -> torch.Tensor:
+def _grid(maps: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor, field: torch.Tensor | None,
+          perspective: bool) -> torch.Tensor:
     """grid_sample's grid ``(n, H, W, 2)``: where each output pixel centre comes from, in [-1, 1] units."""
+    if field is None and not perspective:
+        return _affine_grid(maps, xs, ys)
     m = [[maps[:, r, c, None, None] for c in range(3)] for r in range(3)]
     if field is None:
         x, y = xs[None, None, :], ys[None, :, None]
@@ -22,8 +25,24 @@ def _grid(maps: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor, field: torch.T
     grid = torch.empty((len(maps), len(ys), len(xs), 2), dtype=maps.dtype, device=maps.device)
     torch.add(m[0][0] * x, m[0][1] * y + m[0][2], out=grid[..., 0])   # written in place: no temporary grid
     torch.add(m[1][0] * x, m[1][1] * y + m[1][2], out=grid[..., 1])
-    if bool((maps[:, 2, :2] != 0).any()) or bool((maps[:, 2, 2] != 1).any()):
+    if perspective:
         grid /= (m[2][0] * x + (m[2][1] * y + m[2][2]))[..., None]
+    return grid
+
+
+def _affine_grid(maps: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """The grid of affine maps as one multiply-add over rows of ``(x, y)`` pairs: ``row(x) + y * step``.
+
+    Seen as ``(n, H, 2 W)``, every row of the grid is the same ``2 W`` numbers (what ``x`` contributes, plus the
+    offsets) moved by ``y`` times a fixed step: one ``addcmul`` writes it contiguously, some four times faster
+    on the CPU than filling the two coordinates separately (strided) or ``affine_grid``'s matrix product.
+    """
+    n, height, width = len(maps), len(ys), len(xs)
+    linear, offset = maps[:, :2, :2], maps[:, :2, 2]
+    row = (xs[None, :, None] * linear[:, None, :, 0] + offset[:, None, :]).reshape(n, 1, 2 * width)
+    step = linear[:, None, :, 1].expand(n, width, 2).reshape(n, 1, 2 * width)
+    grid = torch.empty((n, height, width, 2), dtype=maps.dtype, device=maps.device)
+    torch.addcmul(row, ys[None, :, None], step, out=grid.view(n, height, 2 * width))
     return grid
 
 
@@ -34,10 +53,16 @@ def _to_grid_units(maps: np.ndarray, width: int, height: int) -> np.ndarray:
 
 
 def _store(out: torch.Tensor, values: torch.Tensor) -> None:
+    """Write float ``values`` ``(n, C, H, W)`` (contiguous) into ``out``, converting dtype and layout in one pass."""
     if not out.is_floating_point():
         info = torch.iinfo(out.dtype)
-        values = values.round_().clamp_(info.min, info.max).to(out.dtype)   # converted before the layout copy
-    out.copy_(values)
+        values = values.round_().clamp_(info.min, info.max)   # then the copy converts exactly
+    if out.is_contiguous() or out.device.type != 'cpu':
+        out.copy_(values)
+        return
+    # Into channels-last one channel at a time: torch's copy with the 3 channels innermost is about twice slower.
+    for channel in range(values.shape[1]):
+        out[:, channel].copy_(values[:, channel])
 
 
 def warp(images: torch.Tensor, maps: np.ndarray, size: tuple[int, int] | None = None, fill: float = 0.0,
@@ -51,8 +76,8 @@ def warp(images: torch.Tensor, maps: np.ndarray, size: tuple[int, int] | None = 
         fill: the value of output pixels that come from outside the input.
         field: ``(n, H, W, 2)`` displacements in pixels added to output positions before the maps (elastic).
         reflect: mirror the input at its borders instead of filling.
-        after: ``after(values, items)`` changes the float values of the items ``images[items]`` after sampling,
-            before they are stored (pixel operations fused into the warp).
+        after: ``after(values, items)`` changes the float values ``(k, C, H, W)`` (contiguous) of the items
+            ``images[items]`` after sampling, before they are stored (pixel operations fused into the warp).
         dtype: the output's dtype; the input's by default (integers rounded and clipped).
 
     The output keeps the input's memory layout. On the CPU images go in pieces of about 2 MB, which keeps the work
@@ -66,13 +91,15 @@ def warp(images: torch.Tensor, maps: np.ndarray, size: tuple[int, int] | None = 
     out = torch.empty((n, channels, out_height, out_width), dtype=dtype or images.dtype, device=images.device,
                       memory_format=layout)
     units = torch.as_tensor(_to_grid_units(maps, width, height), dtype=compute, device=images.device)
+    perspective = bool(np.any(maps[:, 2, :2] != 0) or np.any(maps[:, 2, 2] != 1))
     xs = torch.arange(out_width, dtype=compute, device=images.device) + 0.5
     ys = torch.arange(out_height, dtype=compute, device=images.device) + 0.5
     step = chunk_items(images, out_width * out_height)
     for start in range(0, n, step):
         piece = slice(start, start + step)
-        grid = _grid(units[piece], xs, ys, None if field is None else field[piece].to(compute))
-        values = images[piece].to(compute)
+        grid = _grid(units[piece], xs, ys, None if field is None else field[piece].to(compute), perspective)
+        # grid_sample reads channels-first input some 25 % faster than channels-last on the CPU
+        values = images[piece].to(compute, memory_format=torch.contiguous_format)
         if fill:
             values = values - fill
         values = F.grid_sample(values, grid, mode=resample, padding_mode='reflection' if reflect else 'zeros',
@@ -80,8 +107,7 @@ def warp(images: torch.Tensor, maps: np.ndarray, size: tuple[int, int] | None = 
         if fill:
             values += fill
         if after is not None:
-            # grid_sample gives NCHW; pixel operations and the store run faster in the output's own layout
-            values = after(values.contiguous(memory_format=layout), piece)
+            values = after(values, piece)
         _store(out[piece], values)
     return out
 

@@ -128,6 +128,31 @@ def test_noise_and_flip_behind_a_warp_give_what_they_give_after_it():
     assert np.abs(difference).max() <= 1                      # ... which the fused pass does once, at the end
 
 
+def test_the_affine_grid_is_the_general_grid_of_an_affine_map():
+    import torch
+
+    from flowpipe.batch.images_warp import _grid
+    maps = torch.as_tensor(np.random.default_rng(0).normal(size=(5, 3, 3)), dtype=torch.float32)
+    maps[:, 2] = torch.tensor([0.0, 0.0, 1.0])
+    xs, ys = torch.arange(7) + 0.5, torch.arange(4) + 0.5
+    general = _grid(maps, xs, ys, None, perspective=True)         # each coordinate written by itself
+    assert general.shape == (5, 4, 7, 2)
+    torch.testing.assert_close(_grid(maps, xs, ys, None, perspective=False), general)
+    x, y = 3.5, 2.5
+    expected = maps[1, :2, 0] * x + maps[1, :2, 1] * y + maps[1, :2, 2]
+    torch.testing.assert_close(general[1, 2, 3], expected)
+
+
+def test_fused_noise_and_flip_are_the_same_in_both_layouts_and_under_p():
+    images = random_images(n=6)
+    chain = lambda batch: (batch.rotate(PerItem([5, 10, 15, 20, 25, 30]))        # noqa: E731
+                           .additive_noise(('normal', 0, 5), clip=True, preserve_type=True).flip(p=0.5))
+    last = chain(make_batch(images, seed=3)).images
+    first = chain(make_batch(images, seed=3).to_array(dtype='uint8')).images
+    assert np.array_equal(first.transpose(0, 2, 3, 1), last)
+    assert np.array_equal(chain(make_batch(images, seed=3)).images, last)
+
+
 def test_fused_rotations_undo_each_other_where_sequential_ones_would_lose_corners():
     images = random_images(n=2, height=16, width=16, dtype=np.float32)
     out = make_batch(images).rotate(30).rotate(-30).images
