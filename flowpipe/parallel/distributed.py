@@ -256,8 +256,11 @@ def gather_batches(values: Sequence, dst: int | None = 0, concat: bool = True) -
         the per-rank values. Other ranks get ``None``.
     """
     gathered = gather(list(values), dst)
-    if gathered is None:
-        return None
+    return None if gathered is None else _in_dataset_order(gathered, concat)
+
+
+def _in_dataset_order(gathered: list, concat: bool) -> Any:
+    """``gathered[rank][batch]`` as a list per batch of the ranks' values, or all items concatenated."""
     counts = {len(per_rank) for per_rank in gathered}
     if len(counts) != 1:
         raise ValueError(f'Expected one value per batch on every rank. Received: '

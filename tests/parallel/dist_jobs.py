@@ -22,27 +22,27 @@ def dataset(n_items=N_ITEMS):
     return Dataset(n_items, preloaded={'x': x, 'y': y})
 
 
-def config(microbatch=None):
+def config(microbatch=None, device='cpu'):
     torch.manual_seed(0)
     network = nn.Sequential(nn.Linear(N_FEATURES, 7), nn.Tanh(), nn.Linear(7, N_CLASSES)).double()
     return {'model': network, 'inputs/x/shape': (N_FEATURES,), 'inputs/y/classes': N_CLASSES,
             'loss': 'ce', 'optimizer': {'name': 'SGD', 'lr': 0.1, 'momentum': 0.5}, 'microbatch': microbatch,
-            'device': 'cpu'}
+            'device': device}
 
 
-def train(batch_size, microbatch=None, n_epochs=2, prefetch=0, n_items=N_ITEMS):
+def train(batch_size, microbatch=None, n_epochs=2, prefetch=0, n_items=N_ITEMS, device='cpu'):
     """Train for ``n_epochs`` shuffled epochs; the parameters, the items and losses each batch saw here."""
     pipeline = (Pipeline()
                 .init_variable('ids', [])
                 .init_variable('loss', [])
                 .init_variable('draws', [])
-                .init_model('net', config=config(microbatch))
+                .init_model('net', config=config(microbatch, device))
                 .update(V('ids', mode='a'), B.indices)
                 .update(V('draws', mode='a'), P(R('uniform')))
                 .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << dataset(n_items)
     pipeline.run(batch_size, n_epochs=n_epochs, shuffle=True, seed=11, prefetch=prefetch)
     model = pipeline.m('net')
-    return {'params': [p.detach().numpy().copy() for p in model.model.parameters()],
+    return {'params': [p.detach().cpu().numpy().copy() for p in model.model.parameters()],
             'ids': [np.asarray(ids) for ids in pipeline.v('ids')], 'loss': list(pipeline.v('loss')),
             'draws': [np.asarray(draws, dtype=float) for draws in pipeline.v('draws')],
             'world': distributed.world_size(), 'rank': distributed.rank(), 'plan': repr(model)}

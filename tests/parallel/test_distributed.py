@@ -78,6 +78,11 @@ def test_predictions_gathered_to_rank_0_in_dataset_order_and_a_checkpoint_loads_
     loaded = dist_jobs.predict(4, model_path=path)               # saved by 2 processes, loaded in 1
     assert _rel(loaded['params'], ranks[0]['params']) < 1e-12
     np.testing.assert_allclose(loaded['gathered'], alone['gathered'], rtol=1e-10)
+    alone_path = str(tmp_path / 'alone.model')
+    dist_jobs.predict(4, save_path=alone_path)                    # saved by 1 process, loaded in 3
+    back = launch(dist_jobs.predict, 3, args=(4,), kwargs={'model_path': alone_path}, timeout=TIMEOUT)
+    np.testing.assert_allclose(back[0]['gathered'], alone['gathered'], rtol=1e-10)
+    assert all(_rel(rank['params'], alone['params']) < 1e-12 for rank in back)
 
 
 def test_shards_are_contiguous_balanced_and_empty_for_the_last_ranks_of_a_small_batch():
