@@ -26,7 +26,7 @@ def reference():
     return dist_jobs.scenarios(RUNS)
 
 
-@pytest.fixture(scope='module', params=[2, 3])
+@pytest.fixture(scope='module', params=[2, pytest.param(3, marks=pytest.mark.slow)])   # 3: also in 07_distributed
 def launched(request):
     return request.param, launch(dist_jobs.scenarios, request.param, args=(RUNS,), timeout=TIMEOUT)
 
