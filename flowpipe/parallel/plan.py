@@ -107,6 +107,9 @@ class DevicePlan:
         lines.extend(describe_speed(self))
         if batch_size is None:
             return '\n'.join(lines)
+        if batch_size == 0:
+            lines.append('  batch 0: no items, so no pieces and no optimizer step')
+            return '\n'.join(lines)
         local, lines = batch_size, lines + self._world_lines(batch_size)
         if self.world is not None:
             local = shard_sizes(batch_size, self.world.size)[self.world.rank]
@@ -118,11 +121,16 @@ class DevicePlan:
                          f'-> chunk sizes {list(chunks)}')
         if self.num_replicas > 1:
             for size in sorted(set(chunks), reverse=True):
-                lines.append(f'  chunk of {size} -> shards {list(self.shard_sizes(size))} '
-                             f'over {", ".join(d.name for d in self.devices)}')
-        summed = 'gradients summed over the ranks' if self.world is not None else 'gradients summed'
-        lines.append(f'  loss of each piece weighted by piece_size / {batch_size}; '
-                     f'{summed}; one optimizer step per batch')
+                shards = self.shard_sizes(size)
+                idle = [d.name for d, n in zip(self.devices, shards) if n == 0]
+                lines.append(f'  chunk of {size} -> shards {list(shards)} over {", ".join(d.name for d in self.devices)}'
+                             + (f' ({", ".join(idle)} idle)' if idle else ''))
+        if self.world is None and len(self.pieces(batch_size)) == 1:
+            lines.append('  the whole batch in one piece; one optimizer step per batch')
+        else:
+            summed = 'gradients summed over the ranks' if self.world is not None else 'gradients summed'
+            lines.append(f'  loss of each piece weighted by piece_size / {batch_size}; '
+                         f'{summed}; one optimizer step per batch')
         return '\n'.join(lines)
 
     def replicas_per_device(self) -> dict[str, int]:

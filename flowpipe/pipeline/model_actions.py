@@ -23,17 +23,54 @@ from ..expr import assign, contains_expressions, evaluate
 from ..expr.context import Context, Store
 from .registry import builtin
 
-__all__ = ['PendingModel', 'import_model', 'init_model', 'load_model', 'model_seed', 'predict_model',
-           'save_model', 'step_seed', 'train_model']
+__all__ = ['PLACEMENT_KEYS', 'PendingModel', 'declared_model', 'import_model', 'init_model', 'load_model',
+           'model_seed', 'predict_model', 'save_model', 'step_seed', 'train_model']
 
 MODES = ('dynamic', 'static')
 
 
-class PendingModel:
-    """A dynamic model declared by ``init_model`` and not built yet (it is built by the first model action)."""
+PLACEMENT_KEYS = ('device', 'microbatch', 'device_weights', 'device_map', 'amp', 'memory_format', 'compile',
+                  'pin_memory')
 
-    def __init__(self, name: str, model_class: Any, config: Any):
-        self.name, self.model_class, self.config = name, model_class, config
+
+class PendingModel:
+    """A dynamic model declared by ``init_model`` and not built yet (it is built by the first model action).
+
+    ``device_plan(batch_size)`` shows where it will run before any batch, when its placement keys do not depend on
+    the batch (``C('device')`` is read from the pipeline config).
+
+    Attributes:
+        name, model_class, config: as declared.
+        context: what named expressions in the placement keys are evaluated against (no batch), or ``None``.
+    """
+
+    def __init__(self, name: str, model_class: Any, config: Any, context: Context | None = None):
+        self.name, self.model_class, self.config, self.context = name, model_class, config, context
+
+    def placement(self) -> dict:
+        """The config's ``PLACEMENT_KEYS`` (``device``, ``microbatch``...), evaluated."""
+        from ..config import Config
+        context = self.context if self.context is not None else Context()
+        try:
+            config = evaluate(self.config, context) if not isinstance(self.config, Mapping) else self.config
+            flat = Config(config or {})
+            values = {key: flat.get(key) for key in PLACEMENT_KEYS}
+            if values['microbatch'] is None:
+                values['microbatch'] = flat.get('microbatch_size')
+            return {key: evaluate(value, context) if contains_expressions(value) else value
+                    for key, value in values.items()}
+        except ExpressionError as error:
+            raise ValueError(f"Expected placement keys ({', '.join(PLACEMENT_KEYS)}) that can be read before the "
+                             f"first batch to show the plan of {self.name!r}. Received: {error}") from None
+
+    def device_plan(self, batch_size: int | None = None) -> str:
+        """Where the model will run and how a batch of ``batch_size`` will be cut, before it is built."""
+        from ..parallel import make_plan
+        values = self.placement()
+        values['amp'] = values['amp'] or False
+        values['pin_memory'] = 'auto' if values['pin_memory'] is None else values['pin_memory']
+        plan = make_plan(**values)
+        return plan.describe(batch_size) + '\n  model not built yet: built by the first batch that reaches a model action'
 
     def build(self, ctx: Context) -> Any:
         """The model, with its config evaluated against ``ctx`` (the current batch, dataset and config).
@@ -59,7 +96,19 @@ class PendingModel:
 
     def __repr__(self) -> str:
         return (f"PendingModel({self.name!r}, {getattr(self.model_class, '__name__', self.model_class)}: "
-                "built by the first batch that reaches a model action)")
+                "built by the first batch that reaches a model action; device_plan(batch_size) shows its placement)")
+
+
+def declared_model(records: Any, name: str, context: Context) -> Any:
+    """What ``init_model(name, ...)`` among ``records`` will register: a static model, a ``PendingModel`` (with
+    ``context`` for its plan), or ``None`` when no ``init_model`` declares ``name``."""
+    for record in records:
+        if getattr(record, 'name', None) == 'init_model' and record.kwargs.get('name') == name:
+            static = record.kwargs['static']
+            if static is not None:
+                return static.model
+            return PendingModel(name, record.kwargs['model_class'], record.kwargs['config'], context)
+    return None
 
 
 class StaticModel:

@@ -215,9 +215,20 @@ class Pipeline(PipelineAliases):
         return self._ready_variables()
 
     def m(self, name: str) -> Any:
-        """The model ``name`` (created by ``init_model`` or ``import_model``)."""
+        """The model ``name`` (created by ``init_model`` or ``import_model``).
+
+        Before the first batch, a model that ``init_model`` declares is its ``PendingModel`` placeholder (or the
+        static model): ``pipeline.m(name).device_plan(64)`` shows where it will run.
+        """
         models = self._state.models
         if name not in models:
+            from ..expr.context import Context
+            from .model_actions import declared_model
+            context = Context(dataset=self._dataset, config=self._config, variables=self._state.variables,
+                              models=models, pipeline=self)
+            declared = declared_model(_flat(self.all_records()), name, context)
+            if declared is not None:
+                return declared
             raise ExpressionError(f"Pipeline has no model {name!r}. Models: {sorted(models)!r}. Models are "
                                   "created on the first batch by init_model; run or next_batch first.")
         return models[name]

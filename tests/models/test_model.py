@@ -214,3 +214,14 @@ def test_clip_grad_norm_clips_the_full_batch_gradient_whatever_the_devices():
 def test_bad_clip_grad_norm_is_an_error_when_the_model_is_built(config, error, match):
     with pytest.raises(error, match=match):
         _model(**config)
+
+
+def test_the_plan_is_known_before_the_network_is_built():
+    model = SimpleCNN({'inputs/labels/classes': 10, 'device': ['CPU:0', 'CPU:1'], 'microbatch': 8})
+    assert model.engine is None and model.plan.num_replicas == 2
+    text = model.device_plan(20)
+    assert 'chunk sizes [8, 8, 4]' in text and 'network not built yet' in text
+    assert '2 replicas' in repr(model)
+    model.train(images=np.zeros((20, 1, 8, 8), 'float32'), labels=np.zeros(20, 'int64'))
+    assert 'not built' not in model.device_plan(20)
+    model.close()

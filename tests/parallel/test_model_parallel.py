@@ -93,3 +93,13 @@ def test_a_placed_module_still_pickles():
     inputs = torch.randn(3, 4, dtype=torch.float64)
     torch.testing.assert_close(restored(inputs), engine.module(inputs))
     assert copy.deepcopy(engine.module)(inputs).shape == (3, 3)
+
+
+def test_the_model_plan_shows_where_auto_put_each_part():
+    from flowpipe.models.torch import SimpleCNN
+    model = SimpleCNN({'inputs/images/shape': (1, 8, 8), 'inputs/labels/classes': 10,
+                       'device': ['CPU:0', 'CPU:1'], 'device_map': 'auto'})
+    text = model.device_plan(8)
+    for name, device in model.engine.placement.items():
+        assert f'{name} on {device.name}: ' in text and f'{name} on {device.name}: ' in repr(model)
+    assert 'parameters' in text

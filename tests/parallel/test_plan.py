@@ -126,3 +126,14 @@ def test_a_device_holding_several_replicas_shows_what_they_cost():
     assert len(lines) == 2 and lines[0] == '  cpu holds 2 replicas: 2x parameters, gradients and buffers,'
     assert make_plan(['GPU:0', 'GPU:1'], num_gpus=2).shared_device_memory(10) == []
     assert make_plan(device_map={'a': 'CPU:0', 'b': 'CPU:1'}, num_gpus=0).replicas_per_device() == {}
+
+
+def test_describe_reads_right_for_an_empty_batch_idle_replicas_one_piece_and_ignored_amp():
+    text = make_plan(CPUS, microbatch=4, num_gpus=0).describe(0)
+    assert 'batch 0: no items, so no pieces and no optimizer step' in text and 'piece_size / 0' not in text
+    text = make_plan(CPUS, num_gpus=0).describe(2)
+    assert 'shards [1, 1, 0] over cpu:0, cpu:1, cpu:2 (cpu:2 idle)' in text
+    assert 'the whole batch in one piece' in make_plan(num_gpus=0).describe(8)
+    text = make_plan(amp=True, num_gpus=0).describe(8)
+    assert "amp=True ignored: mixed precision needs CUDA, the primary device is cpu:0" in text
+    assert 'gradient scaler' in make_plan('GPU:0', amp=True, num_gpus=1).describe()

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from flowpipe.errors import ExpressionError
-from flowpipe.expr import B, D, M, V
+from flowpipe.expr import B, C, D, M, V
 from flowpipe.models.torch import MLP, SimpleCNN, TorchModel
 from flowpipe.opensets import Digits
 from flowpipe.pipeline import Pipeline
@@ -201,3 +201,28 @@ def test_default_model_class_needs_a_network(digits):
     with pytest.raises(ValueError, match="'model'"):
         pipeline.next_batch(4)
     assert TorchModel  # the default class of init_model
+
+
+def test_a_declared_model_and_its_plan_can_be_inspected_before_the_first_batch(digits):
+    config = {**CONFIG, 'device': C('device'), 'microbatch': C('microbatch', default=None)}
+    pipeline = _template('dynamic', SimpleCNN, 'net', config=config) << digits.train << {
+        'device': ['CPU:0', 'CPU:1'], 'microbatch': 16}
+    pending = pipeline.m('net')
+    assert isinstance(pending, PendingModel) and 'device_plan(batch_size)' in repr(pending)
+    text = pending.device_plan(40)
+    assert '2 replicas' in text and 'chunk sizes [16, 16, 8]' in text and 'not built yet' in text
+    assert pending.placement()['device'] == ['CPU:0', 'CPU:1']
+    pipeline.run(40, n_iters=1, seed=0)
+    model = pipeline.m('net')
+    assert isinstance(model, SimpleCNN) and model.device_plan(40).splitlines()[:3] == text.splitlines()[:3]
+    model.close()
+
+
+def test_a_plan_that_depends_on_the_batch_says_so_and_unknown_names_still_fail(digits):
+    pipeline = _template('dynamic', SimpleCNN, 'net', config={**CONFIG, 'microbatch': B.size}) << digits.train
+    with pytest.raises(ValueError, match="can be read before the first batch to show the plan of 'net'"):
+        pipeline.m('net').device_plan(8)
+    with pytest.raises(ExpressionError, match="no model 'other'"):
+        pipeline.m('other')
+    static = Pipeline().init_model('static', MLP, 'mlp', config={'inputs/x/shape': (4,), 'inputs/y/classes': 2})
+    assert isinstance(static.m('mlp'), MLP) and static.m('mlp') is static.m('mlp')

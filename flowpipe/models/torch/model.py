@@ -71,6 +71,8 @@ class TorchModel:
         self.clip_grad_norm = check_max_norm(self.spec.get('clip_grad_norm'))
         self._loss_check = LossCheck(self.spec.get('nonfinite_loss'))
         self._batch_norm_check: BatchNormCheck | None = None
+        self._plan = make_plan(**{key: self.spec.get(key) for key in _PLAN_KEYS},
+                               pin_memory=self.spec.get('pin_memory', 'auto'))
         self.iteration = 0
         self._last_batch_size: int | None = None
         # Steps from concurrent threads (a prefetching run without use_lock) must not interleave gradients.
@@ -157,15 +159,18 @@ class TorchModel:
 
     @property
     def plan(self) -> Any:
-        """The engine's frozen ``DevicePlan``."""
-        return self._built().plan
+        """The frozen ``DevicePlan``, known before the network is built (the engine's once it is)."""
+        return self._plan if self.engine is None else self.engine.plan
 
     def device_plan(self, batch_size: int | None = None) -> str:
         """Readable placement: devices, shard sizes and micro-batch chunks for ``batch_size``, and the memory the
-        replicas cost on a device that holds several."""
-        engine = self._built()
-        return engine.plan.describe(batch_size, parameter_bytes=_bytes(engine.module.parameters()),
-                                    buffer_bytes=_bytes(engine.module.buffers()))
+        replicas cost on a device that holds several.
+
+        Available before the network is built (then without sizes and the parts of a ``device_map='auto'``).
+        """
+        if self.engine is None:
+            return self._plan.describe(batch_size) + '\n  network not built yet: it is built at the first step'
+        return self.engine.describe(batch_size)
 
     # steps
 
@@ -317,8 +322,9 @@ class TorchModel:
 
     def __repr__(self) -> str:
         if self.engine is None:
-            return (f'{type(self).__name__}(network built at the first step from its inputs\' shape, '
-                    f'targets: {", ".join(self.spec.target_names) or "?"})')
+            return '\n'.join([f'{type(self).__name__}(network built at the first step from its inputs\' shape, '
+                              f'targets: {", ".join(self.spec.target_names) or "?"})',
+                              *('  ' + line for line in self._plan.describe().splitlines())])
         inputs = ', '.join(f'{name} {self.spec.shapes.get(name, "")}'.strip() for name in self.spec.input_names)
         targets = ', '.join(f'{name} ({self.spec.classes[name]} classes)' if name in self.spec.classes else name
                             for name in self.spec.target_names)
@@ -331,10 +337,6 @@ class TorchModel:
                  f'{clip}trained on {self.iteration} batch{"" if self.iteration == 1 else "es"}',
                  *('  ' + line for line in self.device_plan(self._plan_batch_size()).splitlines())]
         return '\n'.join(lines)
-
-
-def _bytes(tensors: Any) -> int:
-    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
 
 
 def _fetches(fetches: Any, outputs: Any, default: Any = None) -> Any:

@@ -269,8 +269,18 @@ class Engine:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
+    def describe(self, batch_size: int | None = None) -> str:
+        """Readable placement for ``batch_size``: the plan's description and what only the built engine knows
+        (the sizes of the module's parameters and buffers)."""
+        return self.plan.describe(batch_size, parameter_bytes=_bytes(self.module.parameters()),
+                                  buffer_bytes=_bytes(self.module.buffers()))
+
     def __repr__(self) -> str:
-        return f'{type(self).__name__}({self.plan.describe()})'
+        return f'{type(self).__name__}({self.describe()})'
+
+
+def _bytes(tensors: Any) -> int:
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
 
 
 def _optimized(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -35,3 +35,19 @@ class ModelParallelEngine(Engine):
     def __init__(self, module: nn.Module, plan: DevicePlan, precision: Precision | None = None):
         self.placement = place_module(module, plan)
         super().__init__(plan, [module], [plan.primary.device], precision)
+
+    def describe(self, batch_size: int | None = None) -> str:
+        """The plan's description with the placement of every part (``'auto'`` included) and its size."""
+        first, *rest = self.plan.describe(batch_size).splitlines()
+        children = dict(self.module.named_children())
+        parts = []
+        for name, device in self.placement.items():
+            tensors = [*children[name].parameters(), *children[name].buffers()]
+            size = sum(t.numel() * t.element_size() for t in tensors)
+            count = sum(p.numel() for p in children[name].parameters())
+            parts.append(f'  {name} on {device.name}: {count:,} parameters, {_size(size)} with buffers')
+        return '\n'.join([first, *parts, *rest])
+
+
+def _size(nbytes: int) -> str:
+    return f'{nbytes / 1024:.1f} KiB' if nbytes < 2 ** 20 else f'{nbytes / 2 ** 20:.1f} MiB'
