@@ -132,7 +132,8 @@ class Notifier:
 
     def plot(self) -> Any:
         """Draw each monitor's and graph's history (an image for 2-D values); returns the figure."""
-        import matplotlib.pyplot as plt
+        from .plots import pyplot
+        plt = pyplot('plot()')
         import numpy as np
         tracked = self.monitors + self.graphs
         if not tracked:

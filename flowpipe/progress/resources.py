@@ -123,7 +123,8 @@ class ResourceMonitor:
 
     def plot(self) -> Any:
         """Draw every resource against time (matplotlib); returns the figure."""
-        import matplotlib.pyplot as plt
+        from .plots import pyplot
+        plt = pyplot('plot()')
         figure, axes = plt.subplots(1, len(self.sources), figsize=(6 * len(self.sources), 4), squeeze=False)
         for axis, name in zip(axes[0], self.sources):
             axis.plot(self.times, self.data[name])
