@@ -1,17 +1,27 @@
-"""Make the figures in ``img/`` used by ``docs/pipelines.md``, ``docs/images.md`` and the tutorials.
+"""Make the figures in ``img/`` used by the README, the docs and the tutorials.
 
 Needs matplotlib, which flowpipe does not depend on: ``pip install flowpipe[figures]`` (or ``pip install
-matplotlib``), then ``python tutorials/make_figures.py [name ...]`` from anywhere, with names among
-``loss_curve``, ``batchnorm_shards``, ``augmentations`` (all by default). Runs in well under a minute on a CPU.
+matplotlib``), then ``python tutorials/make_figures.py [name ...] [--out DIR]`` from anywhere, with names among
+``FIGURES`` (all by default); ``--out`` writes to another folder than ``img/``. Runs in about a minute on a CPU,
+with one torch thread (so the trained curves repeat exactly) and matplotlib's Agg backend.
 
+- ``img/batch_split.png``: how a batch is cut into micro-batches and shards over devices (a real plan's pieces).
+- ``img/replicas.png``: one data-parallel step: replicas, the gradient sum on the primary, one step, broadcast.
+- ``img/loss_curves.png``: the loss of one network on Digits on one device, on replicas, with micro-batches, and
+  with BatchNorm on one-item pieces.
 - ``img/loss_curve.png``: the training loss of the run in ``tutorials/02_training.ipynb`` (same model, data and seeds).
 - ``img/batchnorm_shards.png``: how far one training step on several devices or micro-batches lands from the
   single-device step, for a network with and without BatchNorm.
 - ``img/augmentations.png``: one Digits image, coloured and enlarged, under each image action of ``docs/images.md``.
+
+``tests/test_figures.py`` regenerates them into a temporary folder and compares them with ``img/``: equal bytes,
+or, where fonts, libraries or CPU arithmetic differ slightly, the same size with at most 0.5 % of the pixels
+differing by more than 1/8 of the colour range in some channel.
 """
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +29,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / 'tutorials'))
 
-from flowpipe import B, D, ImagesBatch, V, Pipeline  # noqa: E402  (after the path set-up above)
+from figure_diagrams import plot_batch_split, plot_replicas  # noqa: E402  (after the path set-up above)
+from flowpipe import B, C, D, ImagesBatch, V, Pipeline  # noqa: E402
 from flowpipe.models.torch import SimpleCNN  # noqa: E402
 from flowpipe.opensets import Digits  # noqa: E402
 
@@ -186,27 +198,100 @@ def plot_augmentations(digits: Digits, path: Path) -> None:
     plt.close(figure)
 
 
-FIGURES = ('loss_curve', 'batchnorm_shards', 'augmentations')
+CURVE_LAYOUTS = {'one device': (None, None), '2 replicas': (['CPU:0', 'CPU:1'], None),
+                 '2 replicas, microbatch 16 (pieces of 8)': (['CPU:0', 'CPU:1'], 16),
+                 '2 replicas, microbatch 2 (pieces of 1)': (['CPU:0', 'CPU:1'], 2)}
 
 
-def main(names: list[str]) -> None:
+def layout_losses(digits: Digits) -> dict[str, list[float]]:
+    """Loss histories of a SimpleCNN with BatchNorm on Digits (2 epochs, batches of 64) in each layout."""
+    config = {'inputs/images/shape': B.image_shape, 'inputs/labels/classes': D.num_classes,
+              'initial_block/inputs': 'images', 'body/filters': (16, 32), 'device': C('device'),
+              'microbatch': C('microbatch'), 'optimizer': {'name': 'Adam', 'lr': 1e-2}}
+    template = (Pipeline()
+                .init_variable('loss_history', [])
+                .init_model('dynamic', SimpleCNN, 'cnn', config=config)
+                .to_array()
+                .multiply(1 / 255)
+                .train_model('cnn', fetches='loss', images=B.images, labels=B.labels,
+                             save_to=V('loss_history', mode='a')))
+    found = {}
+    for name, (device, microbatch) in CURVE_LAYOUTS.items():
+        pipeline = template << digits.train << {'device': device, 'microbatch': microbatch}
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')             # the one-item pieces warn, as they should
+            pipeline.run(64, shuffle=True, n_epochs=2, drop_last=True, seed=0)
+        found[name] = pipeline.v('loss_history')
+        pipeline.m('cnn').close()
+    return found
+
+
+def plot_layout_losses(found: dict[str, list[float]], path: Path) -> None:
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(figsize=(6.4, 3.4), dpi=100)
+    for (name, losses), style in zip(found.items(), ('-', '--', ':', '-')):
+        window = 5
+        smooth = np.convolve(losses, np.ones(window) / window, mode='valid')
+        axes.plot(np.arange(window - 1, len(losses)), smooth, linestyle=style, linewidth=2, label=name)
+    axes.set(xlabel='batch', ylabel='cross-entropy (mean of 5 batches)')
+    axes.set_title('SimpleCNN with BatchNorm on Digits, batches of 64', fontsize=10)
+    axes.legend(frameon=False, fontsize=8)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+FIGURES = ('batch_split', 'replicas', 'loss_curves', 'loss_curve', 'batchnorm_shards', 'augmentations')
+
+
+def make(names: list[str], folder: Path = IMG) -> list[Path]:
+    """Write the figures ``names`` (all when empty) into ``folder``; returns their paths."""
     unknown = sorted(set(names) - set(FIGURES))
     if unknown:
-        raise SystemExit(f"Expected figure names among {FIGURES}. Received: {unknown}.")
-    names = names or list(FIGURES)
-    IMG.mkdir(exist_ok=True)
-    digits = Digits()
+        raise ValueError(f"Expected figure names among {FIGURES}. Received: {unknown}.")
+    import matplotlib
+    matplotlib.use('Agg')
+    names = list(names) or list(FIGURES)
+    folder.mkdir(parents=True, exist_ok=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _make(names, folder, Digits())
+    finally:
+        torch.set_num_threads(threads)
+    return [folder / f'{name}.png' for name in names]
+
+
+def _make(names: list[str], folder: Path, digits: Digits) -> None:
+    if 'batch_split' in names:
+        plot_batch_split(folder / 'batch_split.png')
+    if 'replicas' in names:
+        plot_replicas(folder / 'replicas.png')
+    if 'loss_curves' in names:
+        plot_layout_losses(layout_losses(digits), folder / 'loss_curves.png')
     if 'loss_curve' in names:
-        plot_losses(training_losses(digits), IMG / 'loss_curve.png')
+        plot_losses(training_losses(digits), folder / 'loss_curve.png')
     if 'batchnorm_shards' in names:
         found = layout_differences(digits)
         for batch_norm, values in found.items():
             print('batch_norm' if batch_norm else 'no batch norm', ['%.1e' % value for value in values])
-        plot_differences(found, IMG / 'batchnorm_shards.png')
+        plot_differences(found, folder / 'batchnorm_shards.png')
     if 'augmentations' in names:
-        plot_augmentations(digits, IMG / 'augmentations.png')
-    for name in names:
-        print(f"wrote img/{name}.png: {(IMG / f'{name}.png').stat().st_size // 1024} KB")
+        plot_augmentations(digits, folder / 'augmentations.png')
+
+
+def main(argv: list[str]) -> None:
+    folder = IMG
+    if '--out' in argv:
+        at = argv.index('--out')
+        folder, argv = Path(argv[at + 1]), argv[:at] + argv[at + 2:]
+    try:
+        paths = make(argv, folder)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+    for path in paths:
+        print(f'wrote {path}: {path.stat().st_size // 1024} KB')
 
 
 if __name__ == '__main__':

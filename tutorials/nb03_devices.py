@@ -133,7 +133,14 @@ How to read it:
 
 `model.device_plan(batch_size)` describes the placement: the replicas, how a batch is cut into micro-batches,
 how each micro-batch is split into shards, and how the losses are weighted. The model's repr ends with the same
-description for the last batch size it trained on."""),
+description for the last batch size it trained on.
+
+![How a batch is cut into micro-batches and shards](../img/batch_split.png)
+
+In a step, each replica runs forward and backward on its pieces, the gradients are summed on the first
+(primary) replica, the optimizer steps once, and the new weights are copied back to the replicas:
+
+![One data-parallel step](../img/replicas.png)"""),
     ('code', """
 model = pipelines['2 replicas, microbatch 16'].m('cnn')
 print(model.device_plan(50))

@@ -227,5 +227,16 @@ The fixes, in the order to try them:
   does not change the result at all (compare its two rows); on this small network it trains slower than
   BatchNorm in 2 epochs, a property of the layer, not of the layout;
 - **synchronized BatchNorm** computes the statistics over all devices of a step (across processes), at the price
-  of one more communication per layer; it does not help micro-batches, which run one after another."""),
+  of one more communication per layer; it does not help micro-batches, which run one after another.
+
+The same story for flowpipe's `SimpleCNN` (also with BatchNorm) in four layouts, made by
+`tutorials/make_figures.py`: the curves of one device, 2 replicas and pieces of 8 stay together, pieces of one
+item do not train.
+
+![Loss per layout, BatchNorm with pieces of 8 and of 1](../img/loss_curves.png)
+
+Even where training works, one step with BatchNorm on pieces is not the one-device step, while without
+BatchNorm it is, to rounding error:
+
+![One step in several layouts vs one device](../img/batchnorm_shards.png)"""),
 ]
