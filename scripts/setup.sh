@@ -21,7 +21,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     fi
 fi
 # Checked from / so that the source tree in the current folder does not pass for an installed package.
-if ! (cd / && "$OLDPWD/$VENV/bin/python" -c "import flowpipe, pytest, pytest_timeout, PIL, pandas") 2>/dev/null; then
+if ! (cd / && "$OLDPWD/$VENV/bin/python" -c "import flowpipe, pytest, pytest_timeout, PIL, pandas, matplotlib, nbclient, ipykernel") 2>/dev/null; then
     log=$(mktemp)
     if ! $PIP -e ".[test]" >"$log" 2>&1; then
         cat "$log" >&2
