@@ -128,12 +128,11 @@ def test_a_device_holding_several_replicas_shows_what_they_cost():
     assert make_plan(device_map={'a': 'CPU:0', 'b': 'CPU:1'}, num_gpus=0).replicas_per_device() == {}
 
 
-def test_describe_reads_right_for_an_empty_batch_idle_replicas_one_piece_and_ignored_amp():
+def test_describe_reads_right_for_an_empty_batch_idle_replicas_one_piece_and_amp():
     text = make_plan(CPUS, microbatch=4, num_gpus=0).describe(0)
     assert 'batch 0: no items, so no pieces and no optimizer step' in text and 'piece_size / 0' not in text
     text = make_plan(CPUS, num_gpus=0).describe(2)
     assert 'shards [1, 1, 0] over cpu:0, cpu:1, cpu:2 (cpu:2 idle)' in text
     assert 'the whole batch in one piece' in make_plan(num_gpus=0).describe(8)
-    text = make_plan(amp=True, num_gpus=0).describe(8)
-    assert "amp=True ignored: mixed precision needs CUDA, the primary device is cpu:0" in text
+    assert 'bfloat16 autocast, no loss scaling' in make_plan(amp=True, num_gpus=0).describe(8)
     assert 'gradient scaler' in make_plan('GPU:0', amp=True, num_gpus=1).describe()
