@@ -17,7 +17,8 @@ updated parameters whatever the devices and the micro-batch size**, up to floati
 without batch-dependent layers (BatchNorm is the exception, see `05_memory_and_microbatches`).
 
 How it works inside, in plain PyTorch: `04_data_parallel_from_scratch`. What micro-batches save and cost:
-`05_memory_and_microbatches`. A model too big for one device: `06_model_parallel`. It runs in about a minute."""),
+`05_memory_and_microbatches`. A model too big for one device: `06_model_parallel`. Several processes, on one
+machine or many: `07_distributed`. It runs in about a minute."""),
     ('code', """
 import time
 

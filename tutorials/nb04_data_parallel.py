@@ -199,7 +199,7 @@ The differences are rounding errors of float64 (sums taken in a different order)
 - **Several processes.** Here all replicas live in one process and the all-reduce is a loop. Across processes
   (and machines) each process holds one replica, the data loader gives each its shard, and the all-reduce is a
   collective call (`torch.distributed.all_reduce`), which `DistributedDataParallel` overlaps with backward.
-  flowpipe's multi-process training is described in `docs/parallel.md`.
+  flowpipe's multi-process training is the subject of `07_distributed` and `docs/distributed.md`.
 - **Speed.** Logical CPU devices share the same cores, so they show correctness, not speed-up. On GPUs the
   replicas compute at the same time and the all-reduce is the price of adding devices."""),
 ]
