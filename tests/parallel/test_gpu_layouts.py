@@ -241,3 +241,16 @@ def test_coalesced_reduction_and_broadcast_equal_the_per_tensor_reference(names,
     broadcast(actual, devices, flatten=flatten)
     for replica in actual[1:]:
         assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(replica, actual[0]))
+
+
+def test_saving_a_gpu_model_makes_no_second_copy_on_the_gpu(tmp_path):
+    model = TorchModel({'model': nn.Sequential(nn.Linear(1024, 4096), nn.Linear(4096, 3)), 'loss': 'ce',
+                        'device': 'GPU:0'})
+    weights = sum(p.numel() * p.element_size() for p in model.model.parameters())
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    model.save(tmp_path / 'gpu.pkl')
+    assert torch.cuda.max_memory_allocated() - before < weights / 4
+    loaded = TorchModel.from_file(tmp_path / 'gpu.pkl', device='cpu')
+    torch.testing.assert_close(loaded.model[0].weight, model.model[0].weight.cpu())

@@ -172,3 +172,29 @@ def test_a_model_prints_what_its_replicas_cost_on_a_shared_device():
     parameter_mib = (256 * 256 + 256) * 4 / 2 ** 20
     assert f'(2 x {2 * parameter_mib:.1f} MiB = {4 * parameter_mib:.1f} MiB)' in model.device_plan()
     model.close()
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(5, 4)
+        self.out = nn.Linear(4, 5, bias=False)
+        self.out.weight = self.embed.weight
+        self.norm = nn.BatchNorm1d(4)
+        self.frozen = nn.Parameter(torch.ones(2), requires_grad=False)
+
+    def forward(self, x):
+        return self.out(self.norm(self.embed(x)))
+
+
+def test_the_saved_copy_is_made_on_the_cpu_keeps_tied_weights_and_leaves_the_model_alone():
+    from flowpipe.models.torch.io import _cpu_copy
+    module = Tied()
+    place_module(module, make_plan(device_map={'embed': 'CPU:0', 'out': 'CPU:1'}, num_gpus=0))
+    saved = _cpu_copy(module)
+    assert saved.out.weight is saved.embed.weight and saved.embed.weight is not module.embed.weight
+    assert not saved.frozen.requires_grad and isinstance(saved.frozen, nn.Parameter)
+    assert torch.equal(saved.norm.running_var, module.norm.running_var) and move_hooks(saved) == dict.fromkeys(
+        ['embed', 'out', 'norm'], 0)
+    saved.embed.weight.data.zero_()
+    assert module.embed.weight.abs().sum() > 0 and move_hooks(module) == dict.fromkeys(['embed', 'out', 'norm'], 1)

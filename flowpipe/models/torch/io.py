@@ -13,6 +13,7 @@ over the target. Loading runs dill, which can execute code: load only files you 
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 import pickle
 import tempfile
@@ -48,13 +49,25 @@ def _to_cpu(value: Any) -> Any:
     return value
 
 
+def _cpu_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy of ``module`` whose parameters and buffers are made on the CPU directly (copying a GPU module
+    first would need a second copy of its weights on the GPU), without placement hooks."""
+    memo: dict[int, Any] = {}
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        cpu = tensor.detach().to('cpu', copy=True)
+        if isinstance(tensor, torch.nn.Parameter):
+            cpu = torch.nn.Parameter(cpu, tensor.requires_grad)
+        memo[id(tensor)] = cpu          # deepcopy takes these instead of copying the originals
+    return remove_move_hooks(copy.deepcopy(module, memo)).to('cpu')
+
+
 def _payload(model: 'TorchModel') -> dict:
     config = dict(model.config)
     module = None
     if config.get('model') is not None:
         # The config holds the live network (maybe on a GPU, maybe split over devices): store a CPU copy without
         # the input-moving hooks of its placement; loading places it again as the (new) config says.
-        module = remove_move_hooks(copy.deepcopy(model.model)).to('cpu')
+        module = _cpu_copy(model.model)
         config['model'] = None
     return {
         'format': FORMAT, 'format_version': FORMAT_VERSION,
