@@ -16,18 +16,9 @@ from flowpipe.parallel.engines.tensors import target_devices
 from flowpipe.parallel.model_parallel import MoveInputs, place_module, remove_move_hooks
 from flowpipe.parallel.scaler import DeviceScaler
 
+from .test_model_parallel import Net
+
 CPU, META = torch.device('cpu'), torch.device('meta')
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.initial_block = nn.Sequential(nn.Linear(4, 8), nn.Tanh())
-        self.body = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
-        self.head = nn.Linear(8, 3)
-
-    def forward(self, x):
-        return self.head(self.body(self.initial_block(x)))
 
 
 def move_hooks(module):
