@@ -40,6 +40,9 @@ class DeviceScaler(torch.amp.GradScaler):
         """Multiply by the scale; a loss on a foreign device gets a blocking copy of it."""
         if self._enabled and isinstance(outputs, torch.Tensor) and self.foreign(outputs.device):
             return outputs * self._scale_on(outputs.device)
+        if self._enabled and self._scale is None:       # unpickled: the scale goes on its device, not the loss's
+            with self._lock:
+                self._make_scale()
         return super().scale(outputs)
 
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:
