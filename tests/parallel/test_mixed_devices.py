@@ -130,8 +130,9 @@ def test_the_scaler_on_a_foreign_device_equals_the_torch_recipe():
     engine = SingleEngine(copy.deepcopy(model), make_plan(num_gpus=0), precision)
     optimizer = torch.optim.SGD(engine.parameters(), lr=0.5)
     for step in range(4):
-        engine.train_step([inputs], [targets], lambda o, t: F.cross_entropy(o, t) * (float('inf') if step == 1 else 1.0),
-                          optimizer, clip_grad_norm=0.3)
+        factor = float('inf') if step == 1 else 1.0
+        engine.train_step([inputs], [targets], lambda o, t: F.cross_entropy(o, t) * factor, optimizer,
+                          clip_grad_norm=0.3)
     for a, b in zip(engine.module.parameters(), expected.parameters()):
         assert torch.equal(a, b)
     assert precision.state_dict() == {'scaler': scaler.state_dict()} and scaler.get_scale() == 2.0 ** 15
