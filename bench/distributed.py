@@ -1,8 +1,8 @@
 """One epoch on 1, 2 (and 4) gloo processes against one process, the same global batch: wall time, the time
 a step spends communicating, and the items each rank processed, printed as ratios measured in one run.
 
-Setting: 8192 synthetic items of 64 features, 10 classes, an MLP 64-512-512-10 in float32, SGD, global batch
-256 (32 steps), one torch thread per process, the pipeline ``train_model`` as users write it. Every arm runs in
+Setting: 32768 synthetic items of 64 features, 10 classes, an MLP 64-512-512-10 in float32, SGD, global batch
+256 (128 steps), one torch thread per process, the pipeline ``train_model`` as users write it. Every arm runs in
 processes started by ``flowpipe.parallel.launch`` (the 1-process arm too, so all pay the same start-up, which is
 not timed): the epoch is timed on rank 0 between two barriers. The arms run in rounds, the order alternating
 (1, 2, 4 then 4, 2, 1: ABBA); each ratio is the median over rounds of the ratio within a round.
@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-ITEMS, FEATURES, CLASSES, BATCH, HIDDEN = 8192, 64, 10, 256, 512
+ITEMS, FEATURES, CLASSES, BATCH, HIDDEN = 32768, 64, 10, 256, 512
 
 
 def epoch(device='cpu'):

@@ -184,15 +184,21 @@ def _die_with_parent() -> None:
             pass
 
 
+def _set_threads() -> None:
+    """One torch thread per rank as torchrun does, or ``OMP_NUM_THREADS``: set through torch, since the rank is a
+    fork of a process that imported torch (where the variable is read) before the rank's environment existed."""
+    import torch
+    text = os.environ.get('OMP_NUM_THREADS', '').strip()
+    torch.set_num_threads(int(text) if text.isdigit() and int(text) > 0 else 1)
+
+
 def _worker(payload: bytes, env: dict, results: Any) -> None:
     """One rank: its environment, the target, its result or error sent to the caller, the group destroyed."""
     _die_with_parent()
     os.environ.update(env)
     rank = int(env['RANK'])
     try:
-        if 'OMP_NUM_THREADS' not in os.environ:
-            import torch
-            torch.set_num_threads(1)        # as torchrun: one thread per rank unless the user says otherwise
+        _set_threads()
         target, args, kwargs = dill.loads(payload)
         if isinstance(target, str):
             sys.argv = [target, *map(str, args)]
