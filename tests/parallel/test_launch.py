@@ -57,3 +57,13 @@ def test_a_job_past_its_timeout_is_ended(tmp_path):
 def test_bad_arguments_are_refused_before_any_process_starts(arguments, error):
     with pytest.raises(error, match='Expected'):
         launch(*arguments)
+
+
+def _threads():
+    import torch
+    return torch.get_num_threads()
+
+
+def test_each_rank_runs_one_torch_thread_unless_omp_num_threads_says_otherwise():
+    assert launch(_threads, 2, timeout=TIMEOUT) == [1, 1]
+    assert launch(_threads, 1, timeout=TIMEOUT, env={'OMP_NUM_THREADS': '2'}) == [2]
