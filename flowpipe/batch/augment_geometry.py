@@ -103,7 +103,7 @@ class GeometryActions(ImagesBase):
                                   src, dst, chosen)
 
         def make(sizes: np.ndarray) -> np.ndarray:
-            offsets = origins(origin, sizes - sizes * factors, self.random, whole=False).astype(np.float64)
+            offsets = origins(origin, sizes - sizes * factors, self.random, whole=False, batch=self).astype(np.float64)
             if not isinstance(origin, str) and not is_per_item(origin) and np.issubdtype(np.asarray(origin).dtype,
                                                                                         np.integer):
                 offsets = np.where(factors > 1, -offsets, offsets)   # ints: the crop's corner when enlarging

@@ -113,12 +113,15 @@ def _relative_origin(origin: Any) -> tuple[float, float] | None:
     return None
 
 
-def _one_origin(origin: Any, room: np.ndarray, random: np.random.Generator, whole: bool) -> np.ndarray:
-    """``(n, 2)`` positions ``(x, y)`` for one origin spec and free ``room`` ``(n, 2)``."""
+def _one_origin(origin: Any, room: np.ndarray, random: np.random.Generator, whole: bool,
+                batch: Any = None) -> np.ndarray:
+    """``(n, 2)`` positions ``(x, y)`` for one origin spec and free ``room`` ``(n, 2)`` (``batch``: the items'
+    batch, whose uniform draws are those of its global batch in a distributed run)."""
     if isinstance(origin, str) and origin == 'random':
+        uniform = draw_for_items(batch, len(room), lambda count: random.random((count, *room.shape[1:])))
         if not whole:
-            return random.random(room.shape) * room
-        return np.floor(random.random(room.shape) * (np.maximum(room, 0) + 1)).astype(np.int64)
+            return uniform * room
+        return np.floor(uniform * (np.maximum(room, 0) + 1)).astype(np.int64)
     relative = _relative_origin(origin)
     if relative is not None:
         return np.floor(room * np.array(relative) + 1e-9).astype(np.int64) if whole else room * np.array(relative)
@@ -129,7 +132,8 @@ def _one_origin(origin: Any, room: np.ndarray, random: np.random.Generator, whol
                      f"(a position relative to the free room). Received: origin={origin!r}.")
 
 
-def origins(origin: Any, room: np.ndarray, random: np.random.Generator, whole: bool = True) -> np.ndarray:
+def origins(origin: Any, room: np.ndarray, random: np.random.Generator, whole: bool = True,
+            batch: Any = None) -> np.ndarray:
     """Whole-pixel positions ``(n, 2)`` of windows or pasted images, from ``origin`` and the free ``room``.
 
     ``room`` is, per item, how far the smaller box can move inside the larger one, ``(x, y)``: ``'center'`` puts
@@ -142,4 +146,4 @@ def origins(origin: Any, room: np.ndarray, random: np.random.Generator, whole: b
             raise ValueError(f"Expected P(...) with one origin per item ({len(room)}). Received: {len(origin)}.")
         return np.concatenate([_one_origin(item, room[i:i + 1], random, whole) for i, item in enumerate(origin)]) \
             if len(room) else np.empty((0, 2), dtype=np.int64)
-    return _one_origin(origin, room, random, whole)
+    return _one_origin(origin, room, random, whole, batch)

@@ -64,7 +64,7 @@ class RegionActions(ImagesBase):
             raise ValueError(f"Expected a crop shape=(width, height) that fits every image. Received: shape="
                              f"{tuple(windows[bad])!r} for an image of {sizes[bad][0]}x{sizes[bad][1]} (width x "
                              f"height) at position {bad}. Resize first, crop less, or pass crop_boundaries=True.")
-        corners = origins(origin, room, self.random)
+        corners = origins(origin, room, self.random, batch=self)
         if not crop_boundaries and len(room) and (np.any(corners < 0) or np.any(corners > room)):
             raise ValueError(f"Expected a crop window inside every image. Received: origin={origin!r}, whose "
                              f"window goes past the border. Move the origin, crop less, or pass "
@@ -135,7 +135,7 @@ class RegionActions(ImagesBase):
             raise ValueError(f"Expected background as an image (H, W) or (H, W, C). Received: "
                              f"{type(backgrounds[0]).__name__} of shape {np.shape(backgrounds[0])!r}.")
         source = self._pairs(src, dst)[0][0]
-        corners = origins(origin, grounds - self._sizes(source), self.random)
+        corners = origins(origin, grounds - self._sizes(source), self.random, batch=self)
         masks = None if mask is None else ([mask[i] for i in range(n)] if is_per_item(mask) else [mask] * n)
         fill = lambda images, positions, size: background_of(images, [backgrounds[i] for i in positions])  # noqa
         if masks is None:
@@ -157,7 +157,7 @@ class RegionActions(ImagesBase):
         from .augment_kernels import fill_boxes
         n, chosen = len(self), self._chosen(p)
         boxes = size_pair(shape, n, 'shape')
-        corners = origins(origin, self._sizes(self._pairs(src, dst)[0][0]) - boxes, self.random)
+        corners = origins(origin, self._sizes(self._pairs(src, dst)[0][0]) - boxes, self.random, batch=self)
 
         def kernel(images: Any, positions: np.ndarray) -> Any:
             colors = channel_values(color, n, images.shape[1], 'color')[positions]

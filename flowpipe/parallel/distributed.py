@@ -270,7 +270,8 @@ def _in_dataset_order(gathered: list, concat: bool) -> Any:
         return batches
     import numpy as np
     parts = [np.asarray(_numpy(part)) for batch in batches for part in batch]
-    return np.concatenate(parts) if parts else np.empty(0)
+    filled = [part for part in parts if part.ndim == 0 or len(part)]    # an idle rank's empty shard adds nothing
+    return np.concatenate(filled) if filled else np.empty(0)
 
 
 def _numpy(value: Any) -> Any:

@@ -93,3 +93,21 @@ def kill_self(rank):
         os.kill(os.getpid(), signal.SIGKILL)
     distributed.barrier()
     return 'unreachable'
+
+
+def augment(batch_size, n_items=11):
+    """Random augmentations (rotation angles, ``p=`` choices, random crop origins, per-item ``P(R(...))``) of each
+    batch's items, as arrays per batch."""
+    from flowpipe import ImagesBatch
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 255, size=(n_items, 12, 12, 3)).astype(np.uint8)
+    data = Dataset(n_items, batch_class=ImagesBatch, preloaded={'images': images})
+    pipeline = (Pipeline()
+                .init_variable('out', [])
+                .rotate(angle=(-30, 30), p=0.6)
+                .crop(origin='random', shape=(8, 8))
+                .multiply(multiplier=P(R('uniform', 0.5, 1.5)))
+                .to_array()
+                .update(V('out', mode='a'), B.images)) << data
+    pipeline.run(batch_size, n_epochs=1, shuffle=True, seed=3)
+    return [np.asarray(out) for out in pipeline.v('out')]

@@ -114,3 +114,10 @@ def test_a_plan_in_a_distributed_job_has_one_device_and_says_where_it_runs():
 def test_replicas_inside_a_rank_are_refused_with_a_clear_error(flags):
     with pytest.raises(ValueError, match='distributed job'):
         make_plan(**flags, world=WORLD)
+
+
+def test_augmentation_of_an_item_does_not_depend_on_the_world_size():
+    ranks = launch(dist_jobs.augment, 2, args=(5,), timeout=TIMEOUT)
+    for b, whole in enumerate(dist_jobs.augment(5)):
+        shards = [rank[b] for rank in ranks if len(rank[b])]        # the last batch of 1 leaves rank 1 idle
+        np.testing.assert_allclose(np.concatenate(shards), whole, rtol=1e-6)
