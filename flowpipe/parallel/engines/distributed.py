@@ -64,6 +64,12 @@ class DistributedEngine(Engine):
                                f'plan {plan.describe()!r} outside a distributed job. Start the processes with '
                                f'torchrun or flowpipe.parallel.launch.')
         device = plan.primary.device
+        if dist.get_backend() == 'nccl' and device.type != 'cuda':
+            raise ValueError(f"Expected a CUDA device with the NCCL backend. Received: device {plan.primary.name} "
+                             f"in a NCCL process group. Use device='GPU:*' (each rank its GPU), or run the job on "
+                             f"gloo (FLOWPIPE_DIST_BACKEND=gloo, or flowpipe.parallel.distributed.init('gloo')).")
+        if device.type == 'cuda':
+            torch.cuda.set_device(device)       # NCCL's collectives (and object gathers) run on the rank's GPU
         module = module.to(device)
         super().__init__(plan, [module], [device], precision)
         self.ddp = nn.parallel.DistributedDataParallel(
@@ -73,8 +79,7 @@ class DistributedEngine(Engine):
         self.forwards = [compiled(self.ddp, plan.compile)]     # pieces run through DDP's forward
         self._inner = module
         self._rank = dist.get_rank()
-        self._group_device = torch.device('cuda', torch.cuda.current_device()) \
-            if dist.get_backend() == 'nccl' else torch.device('cpu')
+        self._group_device = device if dist.get_backend() == 'nccl' else torch.device('cpu')
         self.counts: tuple[int, ...] | None = None
         self._idle_rank = False
 
