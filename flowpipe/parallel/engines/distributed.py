@@ -101,7 +101,7 @@ class DistributedEngine(Engine):
         The step seed (the same on every rank in a seeded run) is mixed with the shard's offset in the global
         batch, so the ranks' pieces draw different dropout masks, as the pieces of one process do.
         """
-        self.counts = self._exchange_counts(inputs, targets)
+        self.counts = self._exchange_counts(inputs)
         if not sum(self.counts):
             raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
         self._idle_rank = min(self.counts) == 0
@@ -117,7 +117,8 @@ class DistributedEngine(Engine):
             return BatchTensors(tensors, targets_, 0, self.compute_dtype())
         return super().prepare(inputs, targets)
 
-    def _exchange_counts(self, inputs: Any, targets: Any) -> tuple[int, ...]:
+    def _exchange_counts(self, inputs: Any) -> tuple[int, ...]:
+        """Every rank's item count, in rank order (one all-gather)."""
         tensors = as_batch(inputs, 'inputs')
         local = int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 0
         mine = torch.tensor([local], dtype=torch.int64, device=self._group_device)
