@@ -3,12 +3,12 @@
 Control flow: ``SkipBatch`` drops the current batch, ``StopPipeline`` ends the run cleanly.
 Domain errors users catch: ``DeviceError`` (no device matches a spec), ``ModelFileError`` (a model file
 that is not a flowpipe file or comes from an incompatible version), ``LaunchError`` (a rank of a launched
-distributed job failed).
+distributed job failed), ``CheckpointError`` (a checkpoint that cannot be written, read or used for a run).
 Bad values raise ``ValueError``, bad types ``TypeError``, unknown names ``KeyError``/``AttributeError`` subclasses
 below, so that plain ``except KeyError`` still works.
 """
 
-__all__ = ['DeviceError', 'ExpressionError', 'LaunchError', 'ModelFileError',
+__all__ = ['CheckpointError', 'DeviceError', 'ExpressionError', 'LaunchError', 'ModelFileError',
            'SkipBatch', 'StopPipeline', 'UnknownActionError']
 
 
@@ -45,6 +45,10 @@ class LaunchError(RuntimeError):
 
 class ModelFileError(ValueError):
     """A model file is corrupt, foreign, or from an incompatible version."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be written, read or used for this run; the message says why and what to do."""
 
 
 class ExpressionError(KeyError):

@@ -30,6 +30,7 @@ from typing import Any
 import dill
 
 from ..errors import SkipBatch, StopPipeline
+from .nodes import Node
 
 __all__ = ['Prefetcher']
 
@@ -88,8 +89,11 @@ class _Pool:
 
 
 
-class Prefetcher:
+class Prefetcher(Node):
     """Iterate over ``process(seq, item)`` for each item, computed up to ``size`` items ahead.
+
+    As a run's node (``flowpipe.execution.nodes``), its state is the number of the next item to deliver and the
+    state its ``items`` node had when that item was drawn; items drawn ahead are drawn again after loading it.
 
     Args:
         items: the items to process (for example the sub-indices of the batches).
@@ -106,6 +110,10 @@ class Prefetcher:
                  on_close: Callable[[], None] | None = None):
         self._check_args(process, size, target, workers)
         self._items = iter(items)
+        self.source = items if isinstance(items, Node) else None
+        self._start = self._next = 0
+        self._snapshots: dict[int, dict] = {}
+        self._delivered = self.source.state() if self.source is not None else None
         self._process = process
         self.size = size
         self.target = target
@@ -161,6 +169,30 @@ class Prefetcher:
         elif self._on_close is not None:
             self._on_close()
         self._pending.clear()
+        if self.source is not None:
+            self.source.close()
+
+    def state(self) -> dict:
+        """``{'seq': next item's number, 'source': the items' state as that item was drawn}``."""
+        return {'seq': self._next, 'source': self._delivered}
+
+    def load_state(self, state: dict) -> None:
+        """Number items from ``state['seq']`` on and load the items' node; before iterating."""
+        if self._started:
+            raise RuntimeError("Expected load_state before the Prefetcher is iterated. Received: a started one.")
+        self._start = self._next = int(state['seq'])
+        if self.source is not None:
+            self.source.load_state(state['source'])
+        self._delivered = state['source']
+
+    def _drawn(self, seq: int) -> None:
+        if self.source is not None:
+            self._snapshots[seq] = self.source.state()
+
+    def _passed(self, seq: int) -> None:
+        """Item ``seq`` is delivered (or skipped, or ended the run): the state moves past it."""
+        self._next = seq + 1
+        self._delivered = self._snapshots.pop(seq, self._delivered)
 
     def __enter__(self) -> Prefetcher:
         return self
@@ -177,18 +209,22 @@ class Prefetcher:
 
     def _run_inline(self) -> Iterator[Any]:
         try:
-            for seq, item in enumerate(self._items):
+            for seq, item in enumerate(self._items, self._start):
                 if self._closed:
                     return
+                self._drawn(seq)
                 try:
                     result = self._process(seq, item)
                 except SkipBatch:
+                    self._passed(seq)
                     continue
                 except StopPipeline:
+                    self._passed(seq)
                     return
                 except BaseException as error:
                     _note_batch(error, seq)
                     raise
+                self._passed(seq)
                 yield result
         finally:
             self.close()
@@ -197,8 +233,8 @@ class Prefetcher:
         if self._closed:
             return
         try:
-            submitted = 0
-            for seq in itertools.count():
+            submitted = self._start
+            for seq in itertools.count(self._start):
                 # Keep `size` items in flight, the one about to be delivered included; start nothing new once
                 # an item has failed or stopped the run.
                 while submitted - seq < self.size and not self._stopping and self._submit(submitted):
@@ -206,6 +242,8 @@ class Prefetcher:
                 if seq >= submitted:
                     return
                 error, result = self._wait_for(seq)
+                if error is None or isinstance(error, (SkipBatch, StopPipeline)):
+                    self._passed(seq)
                 if error is None:
                     yield result
                 elif isinstance(error, StopPipeline):
@@ -225,6 +263,7 @@ class Prefetcher:
         except StopIteration:
             self._exhausted = True
             return False
+        self._drawn(seq)
         pool = self._pool
         if self.target == 'threads':
             future = pool.executor.submit(self._process, seq, item)

@@ -15,7 +15,7 @@ from ..pipeline.records import ActionRecord, MaybeRecord
 from ..pipeline.registry import get_builtin
 from .ordering import access_of
 
-__all__ = ['InProcess', 'check_processes', 'reattached']
+__all__ = ['InProcess', 'check_processes', 'reattach']
 
 # Built-ins whose effect lives in the caller's models or in other pipelines' iterators.
 _STATEFUL = ('join', 'merge', *(name for name in model_actions.__all__ if get_builtin(name) is not None))
@@ -70,12 +70,8 @@ class InProcess:
         return batch
 
 
-def reattached(batches: Iterator[Any], dataset: Any) -> Iterator[Any]:
-    """``batches`` from worker processes, each given back the caller's ``dataset``."""
-    try:
-        for batch in batches:
-            if hasattr(batch, 'dataset') and batch.dataset is None:
-                batch.dataset = dataset
-            yield batch
-    finally:
-        batches.close()
+def reattach(batch: Any, dataset: Any) -> Any:
+    """A batch from a worker process, given back the caller's ``dataset``."""
+    if hasattr(batch, 'dataset') and batch.dataset is None:
+        batch.dataset = dataset
+    return batch

@@ -9,49 +9,74 @@ import functools
 from typing import Any, Callable, Iterator
 
 from ..errors import SkipBatch, StopPipeline
+from .nodes import CheckpointError, Node
 
-__all__ = ['rebatch_stage']
+__all__ = ['RebatchStage', 'rebatch_stage']
 
 
-def rebatch_stage(stream: Iterator[Any], runner: Any, batch_size: int, merge: Callable | None = None,
-                  drop_last: bool = False, options: dict | None = None) -> Iterator[Any]:
-    """Yield batches of ``batch_size`` items cut from ``stream`` and processed by ``runner``.
+class RebatchStage(Node):
+    """Batches of ``batch_size`` items cut from the processed batches of ``source`` and processed by ``runner``.
 
     Args:
-        stream: processed batches of the previous stage.
+        source: processed batches of the previous stage.
         runner: the ``BatchRunner`` of this stage.
         batch_size: items per re-cut batch.
         merge: ``merge(batches, batch_size) -> (batch, rest)``; the batch class's ``merge`` by default.
         drop_last: drop the final batch when it has fewer than ``batch_size`` items.
         options: keywords of the batch class's ``merge`` (``components``, ``batch_class``).
+
+    Between two re-cut batches it holds items of the previous stage, which a checkpoint does not keep: its
+    ``state()`` refuses.
     """
-    if merge is None:
-        merge = functools.partial(_class_merge, options=options or {})
-    pending: list = []
-    count = seq = 0
-    try:
-        for batch in stream:
-            pending.append(batch)
-            count += batch.size
-            while count >= batch_size:
-                cut, rest = _merge(merge, pending, batch_size)
-                pending = [rest] if rest is not None and rest.size else []
-                count -= cut.size
-                done = _process(runner, seq, cut)
-                seq += 1
-                if done is _STOP:
-                    return
-                if done is not _SKIP:
+
+    def __init__(self, source: Any, runner: Any, batch_size: int, merge: Callable | None = None,
+                 drop_last: bool = False, options: dict | None = None):
+        self.source, self.runner, self.batch_size, self.drop_last = source, runner, batch_size, drop_last
+        self.merge = merge if merge is not None else functools.partial(_class_merge, options=options or {})
+
+    def __iter__(self) -> Iterator[Any]:
+        pending: list = []
+        count = seq = 0
+        try:
+            for batch in self.source:
+                pending.append(batch)
+                count += batch.size
+                while count >= self.batch_size:
+                    cut, rest = _merge(self.merge, pending, self.batch_size)
+                    pending = [rest] if rest is not None and rest.size else []
+                    count -= cut.size
+                    done = _process(self.runner, seq, cut)
+                    seq += 1
+                    if done is _STOP:
+                        return
+                    if done is not _SKIP:
+                        yield done
+            if pending and count and not self.drop_last:
+                cut, _ = _merge(self.merge, pending, None)
+                done = _process(self.runner, seq, cut)
+                if done is not _STOP and done is not _SKIP:
                     yield done
-        if pending and count and not drop_last:
-            cut, _ = _merge(merge, pending, None)
-            done = _process(runner, seq, cut)
-            if done is not _STOP and done is not _SKIP:
-                yield done
-    finally:
-        close = getattr(stream, 'close', None)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        close = getattr(self.source, 'close', None)
         if close is not None:
             close()
+
+    def state(self) -> dict:
+        raise CheckpointError("Expected a pipeline without rebatch to checkpoint. Received: a rebatch stage, which "
+                              "holds items of earlier batches between its own; checkpoints do not keep them. Run "
+                              "the pipeline without checkpoint=, or do the rebatching in the dataset.")
+
+    def load_state(self, state: dict) -> None:
+        self.state()
+
+
+def rebatch_stage(stream: Iterator[Any], runner: Any, batch_size: int, merge: Callable | None = None,
+                  drop_last: bool = False, options: dict | None = None) -> Iterator[Any]:
+    """Iterate over a ``RebatchStage`` (arguments as there)."""
+    return iter(RebatchStage(stream, runner, batch_size, merge, drop_last, options))
 
 
 _SKIP, _STOP = object(), object()

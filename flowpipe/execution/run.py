@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import numbers
+import os
 import weakref
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
@@ -17,13 +18,16 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from ..errors import StopPipeline
+from .checkpoint import as_checkpoint
 from .locks import OrderedLocks
+from .nodes import DeferredStage, IndexSource, MapStage
 from .prefetch import TARGETS, Prefetcher
-from .processes import InProcess, check_processes, reattached
-from .profile import Profiler
-from .rebatch import rebatch_stage
 from ..data.shards import run_world, shard_batches
-from .runner import BatchRunner, deferred_stage, run_steps
+from .processes import InProcess, check_processes, reattach
+from .profile import Profiler
+from .rebatch import RebatchStage
+from .resume import RunCheckpoints, check_resumable
+from .runner import BatchRunner, run_steps
 from .steps import compile_plan
 
 __all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline']
@@ -42,6 +46,8 @@ class RunArgs:
     target: str = 'threads'
     seed: int | None = None
     profile: bool = False
+    checkpoint: Any = None
+    resume: Any = False
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
@@ -70,6 +76,10 @@ class RunArgs:
             raise ValueError(f"Expected target to be one of {TARGETS}. Received: target={self.target!r}")
         if self.seed is not None and not isinstance(self.seed, (numbers.Integral, np.random.SeedSequence)):
             raise TypeError(f"Expected seed to be an int or None. Received: seed={self.seed!r}")
+        as_checkpoint(self.checkpoint)
+        if not isinstance(self.resume, (bool, str, os.PathLike)):
+            raise TypeError(f"Expected resume as True, False or the path of a checkpoint (file or folder). "
+                            f"Received: resume={self.resume!r}")
 
     def __repr__(self) -> str:
         defaults = RunArgs()
@@ -136,22 +146,30 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     if n_epochs is None and n_iters is None and not infinite:
         n_epochs = 1
     world = run_world()
-    root = _root_seed(args)
+    checkpoints = None
+    if args.checkpoint is not None or args.resume:
+        check_resumable(pipeline)
+        checkpoints = RunCheckpoints(pipeline, args)
+    seeds = (_root_seed(args), _seed_given(args))
     if world is not None:
         from ..parallel import distributed
-        root = distributed.broadcast(root)      # one shuffle and one seed tree for every rank
+        seeds = (distributed.broadcast(seeds[0]), seeds[1])     # one shuffle and one seed tree for every rank
+    if checkpoints is not None:
+        seeds = checkpoints.root(seeds)
+
+    def batches() -> Iterator[Any]:
+        drawn = dataset.index.gen_batch(args.batch_size, args.shuffle, n_iters, n_epochs, args.drop_last, seeds[0],
+                                        **args.extra)
+        return drawn if world is None else shard_batches(drawn, world.rank, world.size)
     try:
-        indices = dataset.index.gen_batch(args.batch_size, args.shuffle, n_iters, n_epochs, args.drop_last, root,
-                                          **args.extra)
+        indices = IndexSource(batches)
     except TypeError as error:
         if not args.extra:
             raise
         raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
-    if world is not None:
-        indices = shard_batches(indices, world.rank, world.size)
-    return _batches(pipeline, args, indices, total, root, ahead, world is None or world.rank == 0)
+    return _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0)
 
 
 def _root_seed(args: RunArgs) -> int:
@@ -170,37 +188,50 @@ def _targets(reset: Any) -> tuple:
     return (reset,) if isinstance(reset, str) else tuple(reset)
 
 
-def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None, root: int,
-             ahead: bool, main: bool = True) -> Iterator[Any]:
+def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | None, seeds: tuple[int, bool],
+             ahead: bool, checkpoints: RunCheckpoints | None, main: bool = True) -> Iterator[Any]:
     # Only `pipeline` is kept here, never its state: next_batch passes a weak proxy, so that the iterator its state
     # holds does not keep the pipeline (and the prefetch workers) alive once the user drops it.
     in_processes = args.prefetch > 0 and args.target == 'processes'
+    # A checkpoint is taken between two batches: stateful actions run in the caller's thread, as for gen_batch.
+    defer = not in_processes and ((args.prefetch > 0 and not ahead) or checkpoints is not None)
     locks = OrderedLocks() if args.prefetch else None
     plan = compile_plan(pipeline.actions, getattr(pipeline.dataset, 'batch_class', None), locks, args.batch_size,
-                        defer=args.prefetch > 0 and not ahead and not in_processes)
-    runners = _runners(pipeline, args, plan, locks, total, root)
+                        defer=defer)
+    runners = _runners(pipeline, args, plan, locks, total, seeds)
     sections = runners[0].section_context()
     pipeline.state.declare_variables(pipeline.all_records(), sections)
     if not _run_section(pipeline.before.actions, sections):
         return
     prefetcher = _prefetcher(args, indices, runners[0], locks, bool(plan.deferred))
-    stream: Iterator[Any] = iter(prefetcher)
-    if in_processes:
-        stream = reattached(stream, pipeline.dataset)
+    stream = _stages(prefetcher, runners, plan, pipeline.dataset if in_processes else None)
     progress = None
     # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
     prefetched = args.prefetch > 0
     try:
-        if plan.deferred:
-            stream = deferred_stage(stream, runners.pop(1))
-        for runner, options in zip(runners[1:], plan.rebatches):
-            stream = rebatch_stage(stream, runner, **options)
-        progress = _progress(args.bar if main else False, total, pipeline.state.variables)   # rank 0's only
+        if checkpoints is not None:
+            checkpoints.check(stream)
+            checkpoints.restore(stream)
+        progress = _progress(args.bar if main else False, total, pipeline.state.variables,   # rank 0's only
+                             checkpoints)
         for batch in stream:
             pipeline.state.batches += 1
             if progress is not None:
                 progress.update(1, ready=prefetcher.ready if prefetched else None)
-            yield batch
+            try:
+                yield batch
+            except GeneratorExit:                   # the caller is done with this batch, and leaves
+                if checkpoints is not None:
+                    checkpoints.done += 1
+                raise
+            if checkpoints is not None:
+                checkpoints.after_batch(stream, seeds)
+        if checkpoints is not None:
+            checkpoints.finish(stream, seeds, interrupted=False)
+    except (KeyboardInterrupt, GeneratorExit):
+        if checkpoints is not None:
+            checkpoints.finish(stream, seeds, interrupted=True)
+        raise
     finally:
         stream.close()
         prefetcher.close()
@@ -209,7 +240,20 @@ def _batches(pipeline: Any, args: RunArgs, indices: Iterator, total: int | None,
     _run_section(pipeline.after.actions, sections)
 
 
-def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | None, root: int) -> list:
+def _stages(prefetcher: Prefetcher, runners: list, plan: Any, dataset: Any) -> Any:
+    """The nodes after the prefetcher: batches back from worker processes, deferred steps, later stages."""
+    stream: Any = prefetcher
+    if dataset is not None:
+        stream = MapStage(stream, lambda batch: reattach(batch, dataset))
+    if plan.deferred:
+        stream = DeferredStage(stream, runners.pop(1))
+    for runner, options in zip(runners[1:], plan.rebatches):
+        stream = RebatchStage(stream, runner, **options)
+    return stream
+
+
+def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | None,
+             seeds: tuple[int, bool]) -> list:
     """A runner per stage; with deferred steps, theirs comes second (stage 0 too, so the same seeds)."""
     profiler = Profiler(detailed=args.profile in ('detailed', 2)) if args.profile else None
     if profiler is not None:
@@ -219,8 +263,8 @@ def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | N
         parts.append((0, plan.deferred, None))
     parts += [(stage, steps, None) for stage, steps in enumerate(plan.stages[1:], 1)]
     firsts = itertools.accumulate((len(steps) for _, steps, _ in parts), initial=0)
-    return [BatchRunner(pipeline, steps, root, stage, total if stage == 0 else None, stage_locks, profiler, first,
-                        _seed_given(args))
+    return [BatchRunner(pipeline, steps, seeds[0], stage, total if stage == 0 else None, stage_locks, profiler,
+                        first, seeds[1])
             for (stage, steps, stage_locks), first in zip(parts, firsts)]
 
 
@@ -250,8 +294,11 @@ def _run_section(records: tuple, ctx: Any) -> bool:
     return True
 
 
-def _progress(bar: Any, total: int | None, variables: Any) -> Any:
+def _progress(bar: Any, total: int | None, variables: Any, checkpoints: RunCheckpoints | None) -> Any:
     if not bar:
         return None
     from ..progress import make_progress
-    return make_progress(bar, total, variables)
+    progress = make_progress(bar, total, variables)
+    if checkpoints is not None and checkpoints.done:
+        progress.update(checkpoints.done)          # a resumed run's bar starts where the checkpoint was
+    return progress

@@ -3,7 +3,7 @@
 ``BatchRunner.process(seq, index)`` creates the batch from its sub-index, gives it the seed of batch ``seq``
 from the run's seed tree, builds the ``Context`` and runs every step. It is what the prefetcher calls, in the
 caller's thread (``prefetch=0``) or in a worker. When ``gen_batch``/``next_batch`` keep the stateful steps for
-the caller, the prefetcher calls ``start`` instead (it returns the batch's ``Context``) and ``deferred_stage``
+the caller, the prefetcher calls ``start`` instead (it returns the batch's ``Context``) and ``DeferredStage``
 runs the rest with ``resume`` on that same context, in the caller's thread, when the batch is asked for.
 """
 from __future__ import annotations
@@ -12,14 +12,13 @@ import cProfile
 import pstats
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from ..errors import SkipBatch, StopPipeline
 from ..expr.context import Context
 from .seeds import batch_seed
 
-__all__ = ['BatchRunner', 'NOTE_PREFIX', 'ProfiledStep', 'deferred_stage', 'run_steps']
+__all__ = ['BatchRunner', 'NOTE_PREFIX', 'ProfiledStep', 'run_steps']
 
 NOTE_PREFIX = 'flowpipe: raised in action'
 _DETAILED = threading.Lock()
@@ -141,19 +140,3 @@ class BatchRunner:
         """A context without a batch, for the ``before``/``after`` sections."""
         return Context(None, self.dataset, self.config, self.variables, self.models, 0, self.total, None,
                        self.pipeline)
-
-
-def deferred_stage(contexts: Iterator[Context], runner: BatchRunner) -> Iterator[Any]:
-    """Finish each started batch with ``runner.resume`` as the caller asks for it; ``SkipBatch`` drops it,
-    ``StopPipeline`` ends the stage."""
-    try:
-        for ctx in contexts:
-            try:
-                batch = runner.resume(ctx)
-            except SkipBatch:
-                continue
-            except StopPipeline:
-                return
-            yield batch
-    finally:
-        contexts.close()

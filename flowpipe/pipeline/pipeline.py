@@ -266,20 +266,22 @@ class Pipeline(PipelineAliases):
             n_iters: int | None = None, drop_last: bool | None = None, bar: Any = None,
             prefetch: int | None = None, lazy: bool = False, seed: int | None = None,
             profile: bool | None = None, reset: Any = None, target: str | None = None, notifier: Any = None,
-            **kwargs: Any) -> Pipeline:
+            checkpoint: Any = None, resume: Any = None, **kwargs: Any) -> Pipeline:
         """Process every batch; returns the pipeline (a new one holding the arguments when ``lazy=True``).
 
         Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one
         epoch, no shuffling, ``drop_last=False``, no bar, no prefetch, fresh random seed, no profiling. With
         ``prefetch > 0``, ``target='processes'`` processes the batches in worker processes instead of threads
         (their changes to variables and models do not come back; see docs/pipelines.md). ``notifier`` is
-        batchflow's name for ``bar``. Extra keyword arguments go to the index's ``gen_batch``.
+        batchflow's name for ``bar``. ``checkpoint`` (a folder, or ``Checkpoint(path, every=, seconds=, keep=)``)
+        writes checkpoints as batches complete; ``resume=True`` (or a checkpoint's path) continues after the latest
+        one (see docs/pipelines.md#checkpoints). Extra keyword arguments go to the index's ``gen_batch``.
         """
         from ..execution.run import RunArgs, run_pipeline
         bar = bar_or_notifier(bar, notifier)
         args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
                              n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
-                             profile=profile, target=target, extra=kwargs)
+                             profile=profile, target=target, checkpoint=checkpoint, resume=resume, extra=kwargs)
         if lazy:
             return self._replace(run_args=args)
         return run_pipeline(self, args, reset)
@@ -288,13 +290,18 @@ class Pipeline(PipelineAliases):
                   n_epochs: int | None = None, n_iters: int | None = None, drop_last: bool | None = None,
                   bar: Any = None, prefetch: int | None = None, seed: int | None = None,
                   profile: bool | None = None, reset: Any = None, target: str | None = None,
-                  notifier: Any = None, **kwargs: Any) -> Iterator[Any]:
-        """Yield processed batches; the arguments are those of ``run``."""
+                  notifier: Any = None, checkpoint: Any = None, resume: Any = None,
+                  **kwargs: Any) -> Iterator[Any]:
+        """Yield processed batches; the arguments are those of ``run``.
+
+        With ``checkpoint``, the checkpoint of a batch is written when the loop asks for the next one (or leaves),
+        so it holds what the loop's body did to the pipeline's variables and models.
+        """
         from ..execution.run import RunArgs, iterate
         bar = bar_or_notifier(bar, notifier)
         args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
                              n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
-                             profile=profile, target=target, extra=kwargs)
+                             profile=profile, target=target, checkpoint=checkpoint, resume=resume, extra=kwargs)
         return iterate(self, args, reset)
 
     def next_batch(self, batch_size: int | None = None, shuffle: bool | int | None = None,

@@ -141,7 +141,7 @@ def test_the_precision_state_travels_with_the_file(tmp_path):
 
 def test_a_file_without_precision_state_still_loads(tmp_path):
     model = _trained()
-    payload = io._payload(model)
+    payload = io.payload(model)
     del payload['state']['precision']                   # as written before the precision state was saved
     (tmp_path / 'old.pkl').write_bytes(dill.dumps(payload))
     loaded = SimpleCNN.from_file(tmp_path / 'old.pkl')

@@ -28,7 +28,7 @@ from ...parallel.model_parallel import remove_move_hooks
 if TYPE_CHECKING:
     from .model import TorchModel
 
-__all__ = ['FORMAT', 'FORMAT_VERSION', 'load', 'load_into', 'read', 'save']
+__all__ = ['FORMAT', 'FORMAT_VERSION', 'from_payload', 'load', 'load_into', 'payload', 'read', 'save']
 
 FORMAT = 'flowpipe-model'
 FORMAT_VERSION = 1
@@ -61,7 +61,8 @@ def _cpu_copy(module: torch.nn.Module) -> torch.nn.Module:
     return remove_move_hooks(copy.deepcopy(module, memo)).to('cpu')
 
 
-def _payload(model: 'TorchModel') -> dict:
+def payload(model: 'TorchModel') -> dict:
+    """What a model file holds: format, versions, class, config, network and the training state (CPU tensors)."""
     config = dict(model.config)
     module = None
     if config.get('model') is not None:
@@ -86,11 +87,11 @@ def save(model: 'TorchModel', path: str | os.PathLike) -> None:
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    payload = _payload(model)
+    contents = payload(model)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.', suffix='.tmp')
     try:
         with os.fdopen(handle, 'wb') as file:
-            dill.dump(payload, file, protocol=pickle.HIGHEST_PROTOCOL)
+            dill.dump(contents, file, protocol=pickle.HIGHEST_PROTOCOL)
             file.flush()
             os.fsync(file.fileno())
         os.chmod(temporary, 0o644)
@@ -148,11 +149,15 @@ def load_into(model: 'TorchModel', payload: dict) -> None:
 
 def load(path: str | os.PathLike, model_class: type | None = None, **overrides: Any) -> 'TorchModel':
     """A new model from a file, built by its saved class (or ``model_class``) with ``overrides`` on its config."""
-    payload = read(path)
-    config = dict(payload['config'])
-    if payload.get('module') is not None:
-        config['model'] = payload['module']
-    cls = model_class or payload['model_class']
+    return from_payload(read(path), model_class, **overrides)
+
+
+def from_payload(contents: dict, model_class: type | None = None, **overrides: Any) -> 'TorchModel':
+    """A new model from the contents of a model file (``payload``), as ``load`` makes it."""
+    config = dict(contents['config'])
+    if contents.get('module') is not None:
+        config['model'] = copy.deepcopy(contents['module'])
+    cls = model_class or contents['model_class']
     model = cls(config, **overrides)
-    load_into(model, payload)
+    load_into(model, contents)
     return model

@@ -1,0 +1,193 @@
+"""Checkpoint files: what ``run(..., checkpoint=...)`` asks for, and writing and reading them atomically.
+
+A checkpoint folder holds files ``checkpoint-<batches>.flowpipe``, one dill pickle each, numbered by the batches
+the run had completed. A file is written under a temporary name in the same folder, flushed to disk and renamed
+over its final name (``os.replace``), so a crash while writing leaves the earlier files as they were and never a
+half-written file under a checkpoint's name. Reading runs dill, which can execute code: read only checkpoints
+you trust.
+"""
+from __future__ import annotations
+
+import numbers
+import os
+import pickle
+import re
+import tempfile
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import dill
+
+from .nodes import CheckpointError
+
+__all__ = ['Checkpoint', 'FORMAT', 'as_checkpoint', 'differences', 'fingerprint', 'latest', 'latest_in', 'read',
+           'write']
+
+FORMAT = 'flowpipe-checkpoint'
+FORMAT_VERSION = 1
+_NAME = re.compile(r'^checkpoint-(\d+)\.flowpipe$')
+_ADDRESS = re.compile(r' at 0x[0-9a-fA-F]+')
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where and how often a run writes checkpoints.
+
+    Args:
+        path: the folder of the checkpoint files (made when missing).
+        every: write after every ``every`` completed batches.
+        seconds: write when at least this many seconds have passed since the last write. With neither
+            ``every`` nor ``seconds``, every batch.
+        keep: how many of the newest files to keep; older ones are removed after a successful write.
+        on_interrupt: on Ctrl-C (or leaving a ``gen_batch`` loop early) between two batches, write one for the
+            last completed batch if it has none yet.
+    """
+    path: str
+    every: int | None = None
+    seconds: float | None = None
+    keep: int = 1
+    on_interrupt: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, (str, os.PathLike)) or not os.fspath(self.path):
+            raise TypeError(f"Expected the checkpoint path as a str or os.PathLike. Received: path={self.path!r}")
+        object.__setattr__(self, 'path', os.fspath(self.path))
+        _check_int('every', self.every, allow_none=True)
+        _check_int('keep', self.keep, allow_none=False)
+        if self.seconds is not None and (isinstance(self.seconds, bool) or not isinstance(self.seconds, numbers.Real)
+                                         or not self.seconds > 0):
+            raise ValueError(f"Expected seconds as a positive number or None. Received: seconds={self.seconds!r}")
+        if self.every is None and self.seconds is None:
+            object.__setattr__(self, 'every', 1)
+
+
+def _check_int(name: str, value: Any, allow_none: bool) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"Expected {name} as an int >= 1{' or None' if allow_none else ''}. "
+                         f"Received: {name}={value!r}")
+
+
+def as_checkpoint(value: Any) -> Checkpoint | None:
+    """``checkpoint=`` as a ``Checkpoint``: a path, a dict of its fields, or an object with ``path`` (and maybe
+    ``every``, ``seconds``, ``keep``, ``on_interrupt`` attributes); ``None`` for none."""
+    if value is None or isinstance(value, Checkpoint):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return Checkpoint(value)
+    if isinstance(value, dict):
+        try:
+            return Checkpoint(**value)
+        except TypeError as error:
+            raise TypeError(f"Expected checkpoint= as a dict of path, every, seconds, keep, on_interrupt. "
+                            f"Received: {value!r} ({error})") from None
+    if hasattr(value, 'path'):
+        fields = ('every', 'seconds', 'keep', 'on_interrupt')
+        return Checkpoint(value.path, **{name: getattr(value, name) for name in fields if hasattr(value, name)})
+    raise TypeError(f"Expected checkpoint= as a folder path, a dict or a Checkpoint(path, every=, seconds=, keep=). "
+                    f"Received: checkpoint={value!r}")
+
+
+# ----- files -----
+
+def write(folder: str, number: int, payload: dict, keep: int) -> str:
+    """Write ``payload`` as checkpoint ``number`` in ``folder`` atomically, then keep the ``keep`` newest files."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f'checkpoint-{number:09d}.flowpipe')
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix='.checkpoint-', suffix='.tmp')
+    try:
+        with os.fdopen(handle, 'wb') as file:
+            dill.dump({'format': FORMAT, 'format_version': FORMAT_VERSION, **payload}, file,
+                      protocol=pickle.HIGHEST_PROTOCOL)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+    for _, old in _files(folder)[keep:]:
+        os.unlink(old)
+    return path
+
+
+def _files(folder: str) -> list[tuple[int, str]]:
+    """``(number, path)`` of the checkpoint files in ``folder``, newest first."""
+    if not os.path.isdir(folder):
+        return []
+    found = [(int(match.group(1)), os.path.join(folder, name))
+             for name in os.listdir(folder) if (match := _NAME.match(name))]
+    return sorted(found, reverse=True)
+
+
+def latest_in(folder: str) -> str | None:
+    """The newest checkpoint file of ``folder``; ``None`` when it has none."""
+    files = _files(folder)
+    return files[0][1] if files else None
+
+
+def latest(source: str) -> str | None:
+    """The newest checkpoint file of a folder (``None`` when it has none), or ``source`` if it is a file."""
+    return source if os.path.isfile(source) else latest_in(source)
+
+
+def read(path: str) -> dict:
+    """The checked contents of a checkpoint file; ``CheckpointError`` when it is corrupt or not a checkpoint."""
+    try:
+        with open(path, 'rb') as file:
+            payload = dill.load(file)
+    except Exception as error:  # a truncated or foreign pickle raises many different types
+        raise CheckpointError(f"Expected a flowpipe checkpoint file. Received: {path!r}, which cannot be read "
+                              f"({type(error).__name__}: {error}). Delete it to resume from the one before.") from error
+    if not isinstance(payload, dict) or payload.get('format') != FORMAT:
+        raise CheckpointError(f"Expected a flowpipe checkpoint file (format {FORMAT!r}). Received: {path!r} holding "
+                              f"{type(payload).__name__}.")
+    if payload.get('format_version', 0) > FORMAT_VERSION:
+        raise CheckpointError(f"Expected a checkpoint of format version {FORMAT_VERSION} or older. Received: "
+                              f"{path!r}, version {payload.get('format_version')!r}. Upgrade flowpipe to read it.")
+    return payload
+
+
+# ----- what must match to resume -----
+
+def _stable(value: Any) -> str:
+    """``repr`` without memory addresses (functions, objects), so it is the same in every process."""
+    return _ADDRESS.sub('', repr(value))
+
+
+def fingerprint(pipeline: Any, args: Any) -> dict[str, Any]:
+    """What decides a run's batches besides its state: the actions, config, dataset and run arguments."""
+    actions = [_stable(record) for record in pipeline.all_records()]
+    index = pipeline.dataset.index
+    ids = index.indices
+    data = ids.tobytes() if ids.dtype.kind in 'iuf' else repr(ids.tolist()).encode()
+    run = {'batch_size': args.batch_size, 'shuffle': args.shuffle, 'n_epochs': args.n_epochs,
+           'n_iters': args.n_iters, 'drop_last': args.drop_last, 'seed': args.seed, **dict(args.extra)}
+    return {'actions': actions, 'config': _stable(dict(pipeline.config)),
+            'dataset': f'{type(pipeline.dataset).__name__} of {len(ids)} items (ids crc32 {zlib.crc32(data)})',
+            'run': {key: _stable(value) for key, value in run.items()}}
+
+
+def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Readable lines naming what differs between two fingerprints (empty when they match)."""
+    lines = []
+    old, new = saved['actions'], now['actions']
+    for position in range(max(len(old), len(new))):
+        first = old[position] if position < len(old) else '(none)'
+        second = new[position] if position < len(new) else '(none)'
+        if first != second:
+            lines.append(f"action #{position}: checkpoint {first}, now {second}")
+            break
+    if len(old) != len(new):
+        lines.append(f"number of actions: checkpoint {len(old)}, now {len(new)}")
+    for key in ('config', 'dataset'):
+        if saved[key] != now[key]:
+            lines.append(f"{key}: checkpoint {saved[key]}, now {now[key]}")
+    for key in sorted(set(saved['run']) | set(now['run'])):
+        first, second = saved['run'].get(key, '(not given)'), now['run'].get(key, '(not given)')
+        if first != second:
+            lines.append(f"run argument {key}: checkpoint {first}, now {second}")
+    return lines

@@ -1,0 +1,194 @@
+"""One run's checkpoints: what it resumes from, when it writes, and the state a checkpoint holds.
+
+A checkpoint is taken in the caller's thread between two batches, when no stateful action of a later batch has
+started (a run with ``checkpoint=`` runs its stateful actions in the caller's thread, as ``gen_batch`` does, while
+the workers prefetch the rest). It holds the run's nodes' state (the position in the index), the root seed, the
+variables, every built model (weights, optimizer, scheduler, scaler, step count) and the global random states
+(Python's, numpy's, torch's), so the resumed run draws, trains and writes exactly what the uninterrupted one would.
+"""
+from __future__ import annotations
+
+import random
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from . import checkpoint as files
+from .checkpoint import as_checkpoint
+from .nodes import CheckpointError, chain_busy
+
+__all__ = ['RunCheckpoints', 'check_resumable']
+
+
+def _names(records: tuple) -> set[str]:
+    names = set()
+    for record in records:
+        inner = getattr(record, 'actions', None)         # the records of a ``p @ prob`` block
+        names |= _names(inner) if inner is not None else {record.name}
+    return names
+
+
+def check_resumable(pipeline: Any) -> None:
+    """Refuse a pipeline whose state a checkpoint cannot hold: ``join``/``merge`` pull other pipelines' batches."""
+    pulls = sorted(_names(pipeline.all_records()) & {'join', 'merge'})
+    if pulls:
+        raise CheckpointError(f"Expected a pipeline without join or merge to checkpoint. Received: {', '.join(pulls)}, "
+                              "which pull batches from other pipelines whose position a checkpoint does not keep.")
+
+
+class RunCheckpoints:
+    """The checkpoints of one run.
+
+    Args:
+        pipeline: the running pipeline.
+        args: the run's ``RunArgs`` (``checkpoint``, ``resume``).
+    """
+
+    def __init__(self, pipeline: Any, args: Any):
+        self.spec = as_checkpoint(args.checkpoint)
+        self.pipeline = pipeline
+        self.fingerprint = files.fingerprint(pipeline, args)
+        self.saved = self._read(args.resume)
+        if self.saved is None and self.spec is not None and files.latest_in(self.spec.path) is not None:
+            raise CheckpointError(f"Expected an empty checkpoint folder for a run that does not resume. Received: "
+                                  f"{self.spec.path!r}, which holds {files.latest_in(self.spec.path)!r}. Pass "
+                                  "resume=True to go on from it, or delete the folder's checkpoints to start afresh.")
+        self.done = self.saved['batches'] if self.saved is not None else 0
+        self.written = self.done if self.saved is not None else None
+        self._since, self._clock = 0, time.monotonic()
+
+    def _read(self, resume: Any) -> dict | None:
+        if resume is False or resume is None:
+            return None
+        if resume is True:
+            if self.spec is None:
+                raise ValueError("Expected checkpoint=path with resume=True (the folder to resume from). Received: "
+                                 "no checkpoint. Pass checkpoint=..., or resume='path/to/folder-or-file'.")
+            source = self.spec.path
+        else:
+            import os
+            source = os.fspath(resume)
+            if not os.path.exists(source):
+                raise FileNotFoundError(f"Expected a checkpoint file or folder to resume from. Received: "
+                                        f"resume={source!r}, which does not exist.")
+        path = files.latest(source)
+        if path is None:
+            return None
+        saved = files.read(path)
+        changed = files.differences(saved['fingerprint'], self.fingerprint)
+        if changed:
+            raise CheckpointError(f"Expected the pipeline and run arguments of the checkpoint {path!r}. Received a "
+                                  "different run:\n  " + '\n  '.join(changed) +
+                                  "\nResume with the same pipeline and arguments, or start afresh without resume=.")
+        return saved
+
+    def root(self, default: tuple[int, bool]) -> tuple[int, bool]:
+        """The run's ``(root seed, given)``: the checkpoint's when resuming, else ``default``."""
+        return (self.saved['root'], self.saved['given']) if self.saved is not None else default
+
+    def restore(self, stream: Any) -> None:
+        """Put the checkpoint's state into the pipeline and the run's nodes (before the first batch)."""
+        if self.saved is None:
+            return
+        state = self.pipeline.state
+        with state.variables.lock:
+            state.variables.update(self.saved['variables'])
+        _load_models(state.models, self.saved['models'])
+        stream.load_state(self.saved['nodes'])
+        state.batches = self.saved['pipeline_batches']
+        _set_random_states(self.saved['random'])
+
+    def check(self, stream: Any) -> None:
+        """Fail before the first batch when a node cannot be checkpointed."""
+        if self.spec is not None:
+            stream.state()
+
+    def after_batch(self, stream: Any, root: tuple[int, bool]) -> None:
+        """A batch is complete: write when one is due."""
+        self.done += 1
+        self._since += 1
+        spec = self.spec
+        if spec is None:
+            return
+        due = (spec.every is not None and self._since >= spec.every) or (
+            spec.seconds is not None and time.monotonic() - self._clock >= spec.seconds)
+        if due:
+            self.write(stream, root)
+
+    def finish(self, stream: Any, root: tuple[int, bool], interrupted: bool) -> None:
+        """At the end of the run (``interrupted``: Ctrl-C or an early exit): write the last completed batch's
+        checkpoint if it has none and the state is between batches."""
+        if self.spec is None or self.written == self.done or chain_busy(stream):
+            return
+        if interrupted and not self.spec.on_interrupt:
+            return
+        self.write(stream, root)
+
+    def write(self, stream: Any, root: tuple[int, bool]) -> None:
+        """Write the state after the ``done`` completed batches."""
+        state = self.pipeline.state
+        with state.variables.lock:
+            variables = dict(state.variables)
+        payload = {'fingerprint': self.fingerprint, 'root': root[0], 'given': root[1], 'batches': self.done,
+                   'pipeline_batches': state.batches, 'nodes': stream.state(), 'variables': variables,
+                   'models': _model_states(state.models), 'random': _random_states()}
+        files.write(self.spec.path, self.done, payload, self.spec.keep)
+        self.written, self._since, self._clock = self.done, 0, time.monotonic()
+
+
+def _model_states(models: Any) -> dict[str, Any]:
+    """``{name: model file payload}`` of built models; ``None`` for one not built yet."""
+    from ..pipeline.model_actions import PendingModel
+    states = {}
+    with models.lock:
+        items = list(models.items())
+    for name, model in items:
+        if isinstance(model, PendingModel):
+            states[name] = None
+            continue
+        from ..models.torch import TorchModel, io
+        if not isinstance(model, TorchModel):
+            raise CheckpointError(f"Expected TorchModel models to checkpoint. Received: model {name!r} of type "
+                                  f"{type(model).__name__}. Checkpoints keep TorchModel models only.")
+        states[name] = io.payload(model) if model.engine is not None else None
+    return states
+
+
+def _load_models(models: Any, saved: dict[str, Any]) -> None:
+    from ..pipeline.model_actions import PendingModel
+    for name, payload in saved.items():
+        if payload is None:
+            continue
+        import torch
+
+        from ..models.torch import io
+        current = models.get(name)
+        if current is not None and not isinstance(current, PendingModel) and current.engine is not None:
+            io.load_into(current, payload)
+            continue
+        with torch.random.fork_rng(devices=[]):        # building must not move the generator restored later
+            model = io.from_payload(payload)
+        with models.lock:
+            models[name] = model
+
+
+def _random_states() -> dict[str, Any]:
+    states = {'python': random.getstate(), 'numpy': np.random.get_state()}
+    torch = sys.modules.get('torch')
+    if torch is not None:
+        states['torch'] = torch.get_rng_state()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            states['cuda'] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _set_random_states(states: dict[str, Any]) -> None:
+    random.setstate(states['python'])
+    np.random.set_state(states['numpy'])
+    if 'torch' in states:
+        import torch
+        torch.set_rng_state(states['torch'])
+        if 'cuda' in states and torch.cuda.is_available() and torch.cuda.device_count() == len(states['cuda']):
+            torch.cuda.set_rng_state_all(states['cuda'])

@@ -1,0 +1,195 @@
+"""Checkpoints: a run stopped at batch k and resumed ends exactly as the run that was never stopped."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import dill
+import pytest
+import torch
+
+from flowpipe import B, Checkpoint, CheckpointError, Dataset, Pipeline, V
+from flowpipe.execution import checkpoint as files
+
+from . import checkpoint_cases as cases
+from .checkpoint_cases import RUN, TRIGGER, Crash, assert_same, outcome, pipeline
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(autouse=True)
+def no_trigger():
+    TRIGGER.update(at=None, error=None, delay=0.0, where='first')
+    yield
+    TRIGGER.update(at=None, error=None, delay=0.0, where='first')
+
+
+def crash_at(at, error=None, where='first', **run):
+    TRIGGER.update(at=at, error=error or Crash(f'batch {at}'), where=where)
+    with pytest.raises(type(TRIGGER['error'])):
+        pipeline(**run.pop('make', {})).run(**run)
+    TRIGGER.update(at=None, error=None)
+
+
+def numbers(folder):
+    return sorted(int(name.split('-')[1].split('.')[0]) for name in os.listdir(folder) if name.endswith('.flowpipe'))
+
+
+@pytest.mark.parametrize('prefetch', [0, 4])
+@pytest.mark.parametrize('where', ['first', 'last'])
+def test_a_crashed_run_resumes_to_the_uninterrupted_result(tmp_path, prefetch, where):
+    reference = outcome(pipeline().run(**RUN, prefetch=prefetch))
+    crash_at(7, where=where, **RUN, prefetch=prefetch, checkpoint=tmp_path)
+    assert numbers(tmp_path) == [7]                          # the last completed batch's, and only it (keep=1)
+    resumed = outcome(pipeline().run(**RUN, prefetch=prefetch, checkpoint=tmp_path, resume=True))
+    assert_same(reference, resumed)
+    assert numbers(tmp_path) == [15]
+
+
+def test_prefetch_may_change_between_the_crash_and_the_resume(tmp_path):
+    reference = outcome(pipeline().run(**RUN))
+    crash_at(4, **RUN, prefetch=3, checkpoint=tmp_path)
+    assert_same(reference, outcome(pipeline().run(**RUN, checkpoint=tmp_path, resume=True)))
+
+
+def test_float64_one_device_and_the_global_torch_generator(tmp_path):
+    """No seed given: shuffling off, dropout from step seeds drawn from torch's global generator."""
+    make = {'devices': ('cpu',), 'microbatch': None, 'dtype': torch.float64, 'augment': False}
+    run = {'batch_size': 8, 'n_epochs': 2}
+    torch.manual_seed(1)
+    reference = outcome(pipeline(**make).run(**run))
+    torch.manual_seed(1)
+    crash_at(6, make=make, **run, checkpoint=tmp_path)
+    torch.manual_seed(123)                                   # the checkpoint restores the generator's state
+    assert_same(reference, outcome(pipeline(**make).run(**run, checkpoint=tmp_path, resume=True)))
+
+
+def test_ctrl_c_writes_the_last_completed_batch_and_stops_the_workers(tmp_path):
+    reference = outcome(pipeline().run(**RUN))
+    crash_at(5, KeyboardInterrupt(), **RUN, prefetch=4, checkpoint=Checkpoint(tmp_path, every=100))
+    assert numbers(tmp_path) == [5]
+    assert_same(reference, outcome(pipeline().run(**RUN, checkpoint=tmp_path, resume=True)))
+
+
+def test_on_interrupt_false_keeps_only_the_periodic_checkpoints(tmp_path):
+    crash_at(5, KeyboardInterrupt(), **RUN, checkpoint={'path': tmp_path, 'every': 2, 'on_interrupt': False})
+    assert numbers(tmp_path) == [4]
+
+
+def test_ctrl_c_in_the_middle_of_a_batch_keeps_the_checkpoint_before_it(tmp_path):
+    """Batch 5 has trained when the interrupt comes: a checkpoint now would hold half of it."""
+    reference = outcome(pipeline().run(**RUN))
+    crash_at(5, KeyboardInterrupt(), where='last', **RUN, checkpoint=Checkpoint(tmp_path, every=2))
+    assert numbers(tmp_path) == [4]
+    assert_same(reference, outcome(pipeline().run(**RUN, checkpoint=tmp_path, resume=True)))
+
+
+def test_every_and_keep(tmp_path):
+    pipeline().run(**RUN, checkpoint=Checkpoint(tmp_path, every=4, keep=2))
+    assert numbers(tmp_path) == [12, 15]                     # 4, 8, 12, then the end of the run
+
+
+def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    reference = outcome(pipeline().run(**RUN))
+    real_dump, calls = dill.dump, []
+
+    def dump_then_die(payload, file, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            file.write(b'half a checkpoint')
+            raise Crash('killed while writing')
+        real_dump(payload, file, **kwargs)
+    monkeypatch.setattr(files.dill, 'dump', dump_then_die)
+    with pytest.raises(Crash, match='while writing'):
+        pipeline().run(**RUN, checkpoint=tmp_path)
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ['checkpoint-000000003.flowpipe']     # no temporary file left either
+    assert files.read(str(tmp_path / 'checkpoint-000000003.flowpipe'))['batches'] == 3
+    assert_same(reference, outcome(pipeline().run(**RUN, checkpoint=tmp_path, resume=True)))
+
+
+def test_a_different_pipeline_or_run_is_refused(tmp_path):
+    crash_at(3, **RUN, checkpoint=tmp_path)
+    other = pipeline().update(V('loss'), V('loss'))
+    with pytest.raises(CheckpointError, match=r"action #8: checkpoint \(none\), now update"):
+        other.run(**RUN, checkpoint=tmp_path, resume=True)
+    with pytest.raises(CheckpointError, match="run argument batch_size: checkpoint 8, now 4"):
+        pipeline().run(**{**RUN, 'batch_size': 4}, checkpoint=tmp_path, resume=True)
+    with pytest.raises(CheckpointError, match="config: checkpoint"):
+        (pipeline() << {'lr': 1}).run(**RUN, checkpoint=tmp_path, resume=True)
+
+
+def test_a_run_that_does_not_resume_refuses_a_folder_with_checkpoints(tmp_path):
+    crash_at(3, **RUN, checkpoint=tmp_path)
+    with pytest.raises(CheckpointError, match="empty checkpoint folder.*resume=True"):
+        pipeline().run(**RUN, checkpoint=tmp_path)
+    assert numbers(tmp_path) == [3]
+
+
+def test_a_corrupt_checkpoint_is_named(tmp_path):
+    (tmp_path / 'checkpoint-000000002.flowpipe').write_bytes(b'not a pickle')
+    with pytest.raises(CheckpointError, match="cannot be read.*Delete it"):
+        pipeline().run(**RUN, checkpoint=tmp_path, resume=True)
+
+
+def test_resume_without_a_checkpoint_starts_from_the_beginning(tmp_path):
+    reference = outcome(pipeline().run(**RUN))
+    assert_same(reference, outcome(pipeline().run(**RUN, checkpoint=tmp_path / 'new', resume=True)))
+    finished = pipeline().run(**RUN, checkpoint=tmp_path / 'new', resume=True)   # a finished run: nothing to do
+    assert finished.v('loss') == reference['loss']
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="checkpoint=path with resume=True"):
+        pipeline().run(**RUN, resume=True)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        pipeline().run(**RUN, resume=str(tmp_path / 'missing'))
+    with pytest.raises(ValueError, match="every as an int >= 1"):
+        pipeline().run(**RUN, checkpoint={'path': tmp_path, 'every': 0})
+    with pytest.raises(TypeError, match="checkpoint= as a folder path"):
+        pipeline().run(**RUN, checkpoint=3)
+
+
+def test_pipelines_a_checkpoint_cannot_hold_are_refused_before_any_batch(tmp_path):
+    dataset = Dataset(10)
+    recut = (Pipeline().init_variable('n', 0).rebatch(4).update(V('n'), V('n') + B.size)) << dataset
+    with pytest.raises(CheckpointError, match="without rebatch"):
+        recut.run(2, checkpoint=tmp_path)
+    joined = (Pipeline().join(Pipeline() << dataset).call(print)) << dataset
+    with pytest.raises(CheckpointError, match="without join or merge"):
+        joined.run(2, checkpoint=tmp_path)
+    assert recut.v('n') == 0 and not os.listdir(tmp_path)
+
+
+def test_gen_batch_checkpoints_when_the_loop_asks_for_the_next_batch(tmp_path):
+    seen = [batch.indices.tolist() for batch in pipeline().gen_batch(**RUN)]
+    first = []
+    for batch in pipeline().gen_batch(**RUN, prefetch=2, checkpoint=tmp_path):
+        first.append(batch.indices.tolist())
+        if len(first) == 4:
+            break
+    assert numbers(tmp_path) == [4]
+    rest = [batch.indices.tolist() for batch in pipeline().gen_batch(**RUN, checkpoint=tmp_path, resume=True)]
+    assert first + rest == seen
+
+
+def test_a_killed_process_resumes_to_the_uninterrupted_result(tmp_path):
+    """A real SIGKILL in the middle of a run (maybe in the middle of a write), then a fresh process resumes."""
+    script, env = cases.__file__, {**os.environ, 'PYTHONPATH': os.getcwd()}
+    folder, out = tmp_path / 'checkpoints', tmp_path / 'resumed.pt'
+    child = subprocess.Popen([sys.executable, script, str(folder), str(out), '--slow'], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (folder.is_dir() and any(n >= 3 for n in numbers(folder))):
+            assert child.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(30) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert not out.exists() and 3 <= numbers(folder)[-1] < 15
+    subprocess.run([sys.executable, script, str(folder), str(out)], env=env, check=True, timeout=120)
+    assert_same(outcome(pipeline().run(**RUN)), torch.load(out, weights_only=False))
