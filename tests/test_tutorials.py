@@ -88,6 +88,8 @@ def test_01_pipelines():
 def test_02_training():
     facts = run_notebook('02_training.ipynb', losses='losses', accuracy='float(accuracy)',
                          loaded_accuracy='float(loaded_accuracy)', same_with_prefetch='same_with_prefetch',
+                         same_after_resume='bool(same_after_resume)',
+                         resumed_batches="len(resumed.v('loss_history'))",
                          profiled="'train_model' in profiled.profile_summary()")
     losses = facts['losses']
     assert len(losses) == 4 * (1437 // 64)
@@ -95,6 +97,7 @@ def test_02_training():
     assert facts['accuracy'] > 0.8
     assert facts['loaded_accuracy'] == facts['accuracy']
     assert facts['same_with_prefetch'] is True
+    assert facts['same_after_resume'] is True and facts['resumed_batches'] == 10
     assert facts['profiled'] is True
 
 

@@ -124,8 +124,9 @@ print(f"accuracy after loading: {loaded_accuracy:.3f}")"""),
 
 Two runs with the same seed give the same model whether batches are prepared ahead or not: the shuffle, the
 random rotations (drawn from each batch's own seeded generator) and the order of training steps are the same.
-The run's seed also sets the model's initial weights; dropout and models built outside a seeded run use torch's
-global generator, so seed it with `torch.manual_seed` too when every draw must repeat."""),
+The run's seed also sets the model's initial weights and the dropout masks of every training step; models built
+outside a seeded run use torch's global generator, so seed it with `torch.manual_seed` too when every draw must
+repeat."""),
     ('code', """
 def train(prefetch):
     torch.manual_seed(0)
@@ -135,6 +136,43 @@ def train(prefetch):
 
 same_with_prefetch = train(prefetch=0) == train(prefetch=3)
 same_with_prefetch"""),
+    ('md', """
+## Checkpoints: stop and go on
+
+A long training stops for many reasons: a crash, a pre-empted job, a Ctrl-C. `checkpoint=folder` writes, after
+each completed batch, the model (weights, optimizer, scheduler), the variables, the position in the shuffled
+epochs and the random states, atomically; `resume=True` goes on from the newest checkpoint. The resumed run ends
+with exactly the model and loss history of a run that never stopped. Here a run is made to fail at batch 6 (the
+trigger lives outside the pipeline: a checkpoint only resumes the same pipeline with the same run arguments).
+`Checkpoint(folder, every=100)` or `seconds=600` writes less often; see `docs/pipelines.md#checkpoints`."""),
+    ('code', """
+from flowpipe import I, Checkpoint
+
+failure = {'at': None}
+
+def fail_at(number):
+    if number == failure['at']:
+        raise RuntimeError(f"the machine went away during batch {number}")
+
+def training():
+    return (template + Pipeline().call(fail_at, I('c'))) << digits.train << {'augment': 0.5}
+
+run_args = dict(batch_size=64, shuffle=True, n_iters=10, seed=1, prefetch=2)
+uninterrupted = training().run(**run_args)
+
+checkpoints = os.path.join(folder, 'checkpoints')
+failure['at'] = 6
+try:
+    training().run(**run_args, checkpoint=checkpoints)
+except RuntimeError as error:
+    print(error, '- checkpoints:', os.listdir(checkpoints))
+failure['at'] = None
+
+resumed = training().run(**run_args, checkpoint=checkpoints, resume=True)
+same_after_resume = (resumed.v('loss_history') == uninterrupted.v('loss_history')
+                     and all(torch.equal(a, b) for a, b in zip(resumed.m('cnn').model.parameters(),
+                                                               uninterrupted.m('cnn').model.parameters())))
+same_after_resume"""),
     ('md', """
 ## Where the time goes
 
