@@ -1,0 +1,133 @@
+"""What checkpoints cost: one checkpoint of ResNet18 against one training step, and ``every=1`` over an epoch.
+
+1. *Write vs step*: a pipeline trains ``ResNet18`` (Adam, float32) on small images; alternating blocks (ABBA) time
+   ``--steps`` training steps (``model.train`` on one batch) and ``--writes`` checkpoint writes of the same
+   pipeline (models, optimizer, variables, random states: what ``run(checkpoint=...)`` writes after a batch,
+   fsync included). Printed: the median ms of each and the median of the per-block ratios write / step.
+2. *An epoch*: ``run(...)`` over the dataset with ``checkpoint=Checkpoint(folder, every=1)`` against the same run
+   without a checkpoint, ABBA blocks of one epoch each (each run starts from a fresh pipeline built with the same
+   seed); printed: the median seconds per epoch of each and the median of the per-block ratios.
+
+Fixed torch threads (``--threads``, 1 by default), the checkpoint folder in a temporary directory (the disk the
+system's temporary files are on). Small inputs so that it runs in a minute or two on two shared cores.
+
+Run: ``python bench/checkpoint.py [--size 32] [--batch 8] [--batches 4] [--blocks 4] [--steps 3] [--writes 2]``
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from flowpipe import B, Checkpoint, Dataset, Pipeline, V
+from flowpipe.execution.nodes import IndexSource
+from flowpipe.execution.resume import RunCheckpoints
+from flowpipe.execution.run import RunArgs
+from flowpipe.models.torch import ResNet18
+
+
+def dataset(items: int, size: int) -> Dataset:
+    rng = np.random.default_rng(0)
+    images = rng.random((items, 3, size, size), dtype=np.float32)
+    return Dataset(items, preloaded={'images': images, 'labels': rng.integers(0, 10, items)})
+
+
+def pipeline(data: Dataset, size: int) -> Pipeline:
+    config = {'inputs/images/shape': (3, size, size), 'inputs/labels/classes': 10, 'initial_block/inputs': 'images',
+              'optimizer': 'Adam'}
+    return (Pipeline().init_variable('loss', []).init_model('net', ResNet18, config=config)
+            .train_model('net', images=B.images, labels=B.labels, fetches='loss', save_to=V('loss', mode='a'))
+            ) << data
+
+
+def write_vs_step(data: Dataset, args: argparse.Namespace, folder: str) -> None:
+    trained = pipeline(data, args.size).run(args.batch, n_iters=2, seed=0)       # a model with optimizer state
+    model = trained.m('net')
+    images, labels = data.preloaded['images'][:args.batch], data.preloaded['labels'][:args.batch]
+    run = RunArgs(batch_size=args.batch, n_iters=2, seed=0, checkpoint=Checkpoint(folder, keep=1))
+    checkpoints = RunCheckpoints(trained, run)
+    node = IndexSource(lambda: iter(()))                    # the run's position: a node with nothing drawn
+
+    def step() -> None:
+        model.train(images=images, labels=labels)
+
+    def write() -> None:
+        checkpoints.done += 1
+        checkpoints.write(node, (0, True))
+
+    times = {'step': [], 'write': []}
+    ratios = []
+    for block in range(args.blocks):
+        order = ('step', 'write') if block % 2 == 0 else ('write', 'step')
+        measured = {}
+        for name in order:
+            repeats = args.steps if name == 'step' else args.writes
+            start = time.perf_counter()
+            for _ in range(repeats):
+                (step if name == 'step' else write)()
+            measured[name] = (time.perf_counter() - start) / repeats
+            times[name].append(measured[name])
+        ratios.append(measured['write'] / measured['step'])
+    size_mb = sum(p.numel() * p.element_size() for p in model.model.parameters()) / 2 ** 20
+    print(f"ResNet18 ({size_mb:.0f} MB of float32 weights, Adam), batch {args.batch} of 3x{args.size}x{args.size}: "
+          f"step {1e3 * statistics.median(times['step']):.0f} ms, checkpoint write "
+          f"{1e3 * statistics.median(times['write']):.0f} ms, write / step {statistics.median(ratios):.2f} "
+          f"(median of {args.blocks} ABBA blocks)")
+    model.close()
+
+
+def epoch(data: Dataset, args: argparse.Namespace, folder: str | None) -> float:
+    run = pipeline(data, args.size)
+    checkpoint = None if folder is None else Checkpoint(folder, every=1)
+    start = time.perf_counter()
+    run.run(args.batch, n_epochs=1, seed=0, checkpoint=checkpoint)
+    elapsed = time.perf_counter() - start
+    run.m('net').close()
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+    return elapsed
+
+
+def every_one_vs_none(data: Dataset, args: argparse.Namespace, folder: str) -> None:
+    epoch(data, args, None)                                 # warm-up: allocator, kernels
+    times = {'none': [], 'every=1': []}
+    ratios = []
+    for block in range(args.blocks):
+        order = ('none', 'every=1') if block % 2 == 0 else ('every=1', 'none')
+        measured = {name: epoch(data, args, None if name == 'none' else folder) for name in order}
+        for name, value in measured.items():
+            times[name].append(value)
+        ratios.append(measured['every=1'] / measured['none'])
+    print(f"one epoch of {args.batches} batches: no checkpoint {statistics.median(times['none']):.2f} s, "
+          f"checkpoint every batch {statistics.median(times['every=1']):.2f} s, ratio "
+          f"{statistics.median(ratios):.2f} (median of {args.blocks} ABBA blocks)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--size', type=int, default=32, help='image side')
+    parser.add_argument('--batch', type=int, default=8)
+    parser.add_argument('--batches', type=int, default=4, help='batches per epoch')
+    parser.add_argument('--blocks', type=int, default=4)
+    parser.add_argument('--steps', type=int, default=3, help='training steps per block')
+    parser.add_argument('--writes', type=int, default=2, help='checkpoint writes per block')
+    parser.add_argument('--threads', type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    data = dataset(args.batch * args.batches, args.size)
+    root = tempfile.mkdtemp(prefix='flowpipe-bench-')
+    try:
+        write_vs_step(data, args, f'{root}/write')
+        every_one_vs_none(data, args, f'{root}/epoch')
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == '__main__':
+    main()
