@@ -8,6 +8,7 @@ variables, every built model (weights, optimizer, scheduler, scaler, step count)
 """
 from __future__ import annotations
 
+import pickle
 import random
 import sys
 import time
@@ -134,8 +135,24 @@ class RunCheckpoints:
         payload = {'fingerprint': self.fingerprint, 'root': root[0], 'given': root[1], 'batches': self.done,
                    'pipeline_batches': state.batches, 'nodes': stream.state(), 'variables': variables,
                    'models': _model_states(state.models), 'random': _random_states()}
-        files.write(self.spec.path, self.done, payload, self.spec.keep)
+        try:
+            files.write(self.spec.path, self.done, payload, self.spec.keep)
+        except (pickle.PicklingError, TypeError, AttributeError) as error:
+            raise CheckpointError(f"Expected variables that dill can pickle to write a checkpoint. Received: "
+                                  f"{_unpicklable(variables)} ({type(error).__name__}: {error}). Keep such objects "
+                                  "out of the pipeline's variables, or run without checkpoint=.") from error
         self.written, self._since, self._clock = self.done, 0, time.monotonic()
+
+
+def _unpicklable(variables: dict) -> str:
+    """The first variable dill cannot pickle, named for an error message."""
+    import dill
+    for name, value in variables.items():
+        try:
+            dill.dumps(value)
+        except Exception:  # noqa: BLE001 - any failure names the variable
+            return f"variable {name!r} of type {type(value).__name__}"
+    return "a value that does not pickle"
 
 
 def _model_states(models: Any) -> dict[str, Any]:

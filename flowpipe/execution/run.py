@@ -206,18 +206,31 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
     prefetcher = _prefetcher(args, indices, runners[0], locks, bool(plan.deferred))
     stream = _stages(prefetcher, runners, plan, pipeline.dataset if in_processes else None)
     progress = None
-    # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
-    prefetched = args.prefetch > 0
     try:
         if checkpoints is not None:
             checkpoints.check(stream)
             checkpoints.restore(stream)
         progress = _progress(args.bar if main else False, total, pipeline.state.variables,   # rank 0's only
                              checkpoints)
+        # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
+        yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None, checkpoints,
+                              seeds)
+    finally:
+        stream.close()
+        prefetcher.close()
+        if progress is not None:
+            progress.close()
+    _run_section(pipeline.after.actions, sections)
+
+
+def _delivered(stream: Any, pipeline: Any, progress: Any, prefetcher: Prefetcher | None,
+               checkpoints: RunCheckpoints | None, seeds: tuple[int, bool]) -> Iterator[Any]:
+    """The batches of ``stream``, counted, shown on the bar and checkpointed as the caller asks for the next."""
+    try:
         for batch in stream:
             pipeline.state.batches += 1
             if progress is not None:
-                progress.update(1, ready=prefetcher.ready if prefetched else None)
+                progress.update(1, ready=None if prefetcher is None else prefetcher.ready)
             try:
                 yield batch
             except GeneratorExit:                   # the caller is done with this batch, and leaves
@@ -232,12 +245,6 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
         if checkpoints is not None:
             checkpoints.finish(stream, seeds, interrupted=True)
         raise
-    finally:
-        stream.close()
-        prefetcher.close()
-        if progress is not None:
-            progress.close()
-    _run_section(pipeline.after.actions, sections)
 
 
 def _stages(prefetcher: Prefetcher, runners: list, plan: Any, dataset: Any) -> Any:

@@ -9,7 +9,7 @@ import dill
 import pytest
 import torch
 
-from flowpipe import B, Checkpoint, CheckpointError, Dataset, Pipeline, V
+from flowpipe import B, Checkpoint, CheckpointError, Dataset, F, Pipeline, V
 from flowpipe.execution import checkpoint as files
 
 from . import checkpoint_cases as cases
@@ -125,6 +125,16 @@ def test_a_run_that_does_not_resume_refuses_a_folder_with_checkpoints(tmp_path):
     with pytest.raises(CheckpointError, match="empty checkpoint folder.*resume=True"):
         pipeline().run(**RUN, checkpoint=tmp_path)
     assert numbers(tmp_path) == [3]
+
+
+def _counter():
+    yield 1
+
+
+def test_a_variable_that_does_not_pickle_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="variable 'counter' of type generator"):
+        pipeline().update(V('counter'), F(_counter)()).run(**RUN, checkpoint=tmp_path)
+    assert not os.listdir(tmp_path)
 
 
 def test_a_corrupt_checkpoint_is_named(tmp_path):
