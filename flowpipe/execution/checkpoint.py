@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import numbers
 import os
-import pickle
 import re
-import tempfile
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import dill
 
+from ..atomic import dump_atomically
 from .nodes import CheckpointError
 
 __all__ = ['Checkpoint', 'FORMAT', 'as_checkpoint', 'differences', 'fingerprint', 'latest', 'latest_in', 'read',
@@ -94,21 +93,8 @@ def as_checkpoint(value: Any) -> Checkpoint | None:
 
 def write(folder: str, number: int, payload: dict, keep: int) -> str:
     """Write ``payload`` as checkpoint ``number`` in ``folder`` atomically, then keep the ``keep`` newest files."""
-    os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f'checkpoint-{number:09d}.flowpipe')
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix='.checkpoint-', suffix='.tmp')
-    try:
-        with os.fdopen(handle, 'wb') as file:
-            dill.dump({'format': FORMAT, 'format_version': FORMAT_VERSION, **payload}, file,
-                      protocol=pickle.HIGHEST_PROTOCOL)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    dump_atomically({'format': FORMAT, 'format_version': FORMAT_VERSION, **payload}, path)
     for _, old in _files(folder)[keep:]:
         os.unlink(old)
     return path

@@ -15,13 +15,12 @@ from __future__ import annotations
 import copy
 import itertools
 import os
-import pickle
-import tempfile
 from typing import TYPE_CHECKING, Any
 
 import dill
 import torch
 
+from ...atomic import dump_atomically
 from ...errors import ModelFileError
 from ...parallel.model_parallel import remove_move_hooks
 
@@ -84,22 +83,7 @@ def payload(model: 'TorchModel') -> dict:
 
 def save(model: 'TorchModel', path: str | os.PathLike) -> None:
     """Write ``model`` to ``path``: a temporary file in the same folder, fsync, then ``os.replace``."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    contents = payload(model)
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.', suffix='.tmp')
-    try:
-        with os.fdopen(handle, 'wb') as file:
-            dill.dump(contents, file, protocol=pickle.HIGHEST_PROTOCOL)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    dump_atomically(payload(model), path)
 
 
 def read(path: str | os.PathLike) -> dict:

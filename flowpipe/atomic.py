@@ -1,0 +1,34 @@
+"""Atomic file writes: a file appears under its name complete, or not at all.
+
+The contents go to a temporary file in the target's folder, are flushed to disk (``fsync``), and the temporary
+file is renamed over the target (``os.replace``, atomic on POSIX and Windows). A crash at any point leaves the
+target as it was; the temporary file is removed when the writer raises.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from typing import Any
+
+__all__ = ['dump_atomically']
+
+
+def dump_atomically(value: Any, path: str | os.PathLike) -> None:
+    """Pickle ``value`` with dill into ``path`` atomically (the folder is made when missing)."""
+    import dill
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.', suffix='.tmp')
+    try:
+        with os.fdopen(handle, 'wb') as file:
+            dill.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
