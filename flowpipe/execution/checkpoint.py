@@ -144,14 +144,16 @@ def _stable(value: Any) -> str:
     return _ADDRESS.sub('', repr(value))
 
 
-def fingerprint(pipeline: Any, args: Any) -> dict[str, Any]:
-    """What decides a run's batches besides its state: the actions, config, dataset and run arguments."""
+def fingerprint(pipeline: Any, args: Any, world_size: int = 1) -> dict[str, Any]:
+    """What decides a run's batches besides its state: the actions, config, dataset, run arguments and the number
+    of processes of a distributed job."""
     actions = [_stable(record) for record in pipeline.all_records()]
     index = pipeline.dataset.index
     ids = index.indices
     data = ids.tobytes() if ids.dtype.kind in 'iuf' else repr(ids.tolist()).encode()
     run = {'batch_size': args.batch_size, 'shuffle': args.shuffle, 'n_epochs': args.n_epochs,
-           'n_iters': args.n_iters, 'drop_last': args.drop_last, 'seed': args.seed, **dict(args.extra)}
+           'n_iters': args.n_iters, 'drop_last': args.drop_last, 'seed': args.seed, 'world_size': world_size,
+           **dict(args.extra)}
     return {'actions': actions, 'config': _stable(dict(pipeline.config)),
             'dataset': f'{type(pipeline.dataset).__name__} of {len(ids)} items (ids crc32 {zlib.crc32(data)})',
             'run': {key: _stable(value) for key, value in run.items()}}

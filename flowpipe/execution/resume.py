@@ -42,15 +42,20 @@ def check_resumable(pipeline: Any) -> None:
 class RunCheckpoints:
     """The checkpoints of one run.
 
+    In a distributed job (``world``) every rank takes part in each write: rank 0 gathers the ranks' variables and
+    random states and writes one file with the models (the same on every rank) and the position (the same global
+    batch everywhere); every rank resumes from the file rank 0 picks, with its own variables and random states.
+
     Args:
         pipeline: the running pipeline.
         args: the run's ``RunArgs`` (``checkpoint``, ``resume``).
+        world: the ``World`` of a distributed job, or ``None``.
     """
 
-    def __init__(self, pipeline: Any, args: Any):
+    def __init__(self, pipeline: Any, args: Any, world: Any = None):
         self.spec = as_checkpoint(args.checkpoint)
-        self.pipeline = pipeline
-        self.fingerprint = files.fingerprint(pipeline, args)
+        self.pipeline, self.world = pipeline, world
+        self.fingerprint = files.fingerprint(pipeline, args, 1 if world is None else world.size)
         self.saved = self._read(args.resume)
         if self.saved is None and self.spec is not None and files.latest_in(self.spec.path) is not None:
             raise CheckpointError(f"Expected an empty checkpoint folder for a run that does not resume. Received: "
@@ -75,6 +80,8 @@ class RunCheckpoints:
                 raise FileNotFoundError(f"Expected a checkpoint file or folder to resume from. Received: "
                                         f"resume={source!r}, which does not exist.")
         path = files.latest(source)
+        if self.world is not None:
+            path = _distributed().broadcast(path)         # every rank resumes from the file rank 0 found
         if path is None:
             return None
         saved = files.read(path)
@@ -94,12 +101,13 @@ class RunCheckpoints:
         if self.saved is None:
             return
         state = self.pipeline.state
+        own = self.saved['ranks'][self.world.rank] if self.world is not None else self.saved
         with state.variables.lock:
-            state.variables.update(self.saved['variables'])
+            state.variables.update(own['variables'])
         _load_models(state.models, self.saved['models'])
         stream.load_state(self.saved['nodes'])
         state.batches = self.saved['pipeline_batches']
-        _set_random_states(self.saved['random'])
+        _set_random_states(own['random'])
 
     def check(self, stream: Any) -> None:
         """Fail before the first batch when a node cannot be checkpointed."""
@@ -115,6 +123,8 @@ class RunCheckpoints:
             return
         due = (spec.every is not None and self._since >= spec.every) or (
             spec.seconds is not None and time.monotonic() - self._clock >= spec.seconds)
+        if spec.seconds is not None and self.world is not None:
+            due = _distributed().broadcast(due)           # rank 0's clock decides for every rank
         if due:
             self.write(stream, root)
 
@@ -123,8 +133,8 @@ class RunCheckpoints:
         checkpoint if it has none and the state is between batches."""
         if self.spec is None or self.written == self.done or chain_busy(stream):
             return
-        if interrupted and not self.spec.on_interrupt:
-            return
+        if interrupted and (not self.spec.on_interrupt or self.world is not None):
+            return                                         # the other ranks are not here to take part
         self.write(stream, root)
 
     def write(self, stream: Any, root: tuple[int, bool]) -> None:
@@ -132,9 +142,14 @@ class RunCheckpoints:
         state = self.pipeline.state
         with state.variables.lock:
             variables = dict(state.variables)
+        own = {'variables': variables, 'random': _random_states()}
+        ranks = None if self.world is None else _distributed().gather(own, dst=0)
+        if self.world is not None and self.world.rank != 0:
+            self.written, self._since, self._clock = self.done, 0, time.monotonic()
+            return
         payload = {'fingerprint': self.fingerprint, 'root': root[0], 'given': root[1], 'batches': self.done,
-                   'pipeline_batches': state.batches, 'nodes': stream.state(), 'variables': variables,
-                   'models': _model_states(state.models), 'random': _random_states()}
+                   'pipeline_batches': state.batches, 'nodes': stream.state(), **own, 'ranks': ranks,
+                   'models': _model_states(state.models)}
         try:
             files.write(self.spec.path, self.done, payload, self.spec.keep)
         except (pickle.PicklingError, TypeError, AttributeError) as error:
@@ -142,6 +157,11 @@ class RunCheckpoints:
                                   f"{_unpicklable(variables)} ({type(error).__name__}: {error}). Keep such objects "
                                   "out of the pipeline's variables, or run without checkpoint=.") from error
         self.written, self._since, self._clock = self.done, 0, time.monotonic()
+
+
+def _distributed() -> Any:
+    from ..parallel import distributed
+    return distributed
 
 
 def _unpicklable(variables: dict) -> str:

@@ -149,7 +149,7 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     checkpoints = None
     if args.checkpoint is not None or args.resume:
         check_resumable(pipeline)
-        checkpoints = RunCheckpoints(pipeline, args)
+        checkpoints = RunCheckpoints(pipeline, args, world)
     seeds = (_root_seed(args), _seed_given(args))
     if world is not None:
         from ..parallel import distributed

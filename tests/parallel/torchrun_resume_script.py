@@ -1,0 +1,43 @@
+"""Run by ``torchrun --max-restarts=1`` in the tests: trains with a checkpoint after every batch, resuming from the
+newest one, and writes each rank's final state.
+
+Usage: ``torchrun ... tests/parallel/torchrun_resume_script.py CHECKPOINTS OUT_DIR`` (the repository root on
+``PYTHONPATH``). With ``KILL_RANK`` and ``KILL_AT`` set, that rank kills itself with ``SIGKILL`` at that batch in the
+job's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0); torchrun then restarts every rank.
+"""
+import os
+import signal
+import sys
+
+import dill
+
+from flowpipe import B, I, Pipeline, V
+from flowpipe.parallel import distributed
+from tests.parallel import dist_jobs
+
+
+def die(number):
+    """SIGKILL this process at the batch ``KILL_AT`` says, in the rank ``KILL_RANK`` says, on the first attempt."""
+    first = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') == '0'
+    if first and str(number) == os.environ.get('KILL_AT') and str(distributed.rank()) == os.environ.get('KILL_RANK'):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def train(folder):
+    pipeline = (Pipeline()
+                .init_variable('loss', [])
+                .init_variable('ids', [])
+                .init_model('net', config=dist_jobs.config())
+                .call(die, I('c'))
+                .update(V('ids', mode='a'), B.indices)
+                .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << dist_jobs.dataset()
+    pipeline.run(5, n_epochs=3, shuffle=True, seed=11, prefetch=1, checkpoint=folder, resume=True)
+    model = pipeline.m('net')
+    return {'params': [p.detach().numpy().copy() for p in model.model.parameters()], 'loss': pipeline.v('loss'),
+            'ids': [ids.tolist() for ids in pipeline.v('ids')], 'attempt': os.environ.get('TORCHELASTIC_RESTART_COUNT')}
+
+
+if __name__ == '__main__':
+    result = train(sys.argv[1])
+    with open(os.path.join(sys.argv[2], f'rank{os.environ["RANK"]}.pkl'), 'wb') as file:
+        dill.dump(result, file)
