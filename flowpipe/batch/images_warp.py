@@ -34,8 +34,8 @@ def _affine_grid(maps: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor) -> torc
     """The grid of affine maps as one multiply-add over rows of ``(x, y)`` pairs: ``row(x) + y * step``.
 
     Seen as ``(n, H, 2 W)``, every row of the grid is the same ``2 W`` numbers (what ``x`` contributes, plus the
-    offsets) moved by ``y`` times a fixed step: one ``addcmul`` writes it contiguously, some four times faster
-    on the CPU than filling the two coordinates separately (strided) or ``affine_grid``'s matrix product.
+    offsets) moved by ``y`` times a fixed step: one ``addcmul`` writes it contiguously, faster on the CPU than
+    filling the two coordinates separately (strided) or ``affine_grid``'s matrix product.
     """
     n, height, width = len(maps), len(ys), len(xs)
     linear, offset = maps[:, :2, :2], maps[:, :2, 2]
@@ -60,7 +60,7 @@ def _store(out: torch.Tensor, values: torch.Tensor) -> None:
     if out.is_contiguous() or out.device.type != 'cpu':
         out.copy_(values)
         return
-    # Into channels-last one channel at a time: torch's copy with the 3 channels innermost is about twice slower.
+    # Into channels-last one channel at a time: torch's copy with the 3 channels innermost is slower.
     for channel in range(values.shape[1]):
         out[:, channel].copy_(values[:, channel])
 
@@ -98,7 +98,7 @@ def warp(images: torch.Tensor, maps: np.ndarray, size: tuple[int, int] | None = 
     for start in range(0, n, step):
         piece = slice(start, start + step)
         grid = _grid(units[piece], xs, ys, None if field is None else field[piece].to(compute), perspective)
-        # grid_sample reads channels-first input some 25 % faster than channels-last on the CPU
+        # grid_sample reads channels-first input faster than channels-last on the CPU
         values = images[piece].to(compute, memory_format=torch.contiguous_format)
         if fill:
             values = values - fill
