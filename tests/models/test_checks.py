@@ -114,3 +114,17 @@ def test_a_model_class_declares_the_keys_it_reads():
         warnings.simplefilter('error')
         model = Scaled({**IMAGES, 'width': 10})
     assert model.model[1].out_features == 10
+
+
+def test_in_a_distributed_job_a_small_shard_per_process_warns():
+    from torch import nn
+
+    from flowpipe.models.torch.checks import BatchNormCheck
+    from flowpipe.parallel import make_plan
+    from flowpipe.parallel.distributed import World
+    network = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2))
+    check = BatchNormCheck(network, make_plan('cpu', world=World(rank=1, size=4)))
+    assert check.smallest_piece(4) == 4 and check.smallest_piece(BATCHNORM_MIN_ITEMS) == BATCHNORM_MIN_ITEMS
+    assert check.smallest_piece(0) is None
+    with pytest.warns(BatchNormShardWarning, match=r"shard of the global batch \(4 items, 1 of 4 processes\)"):
+        check(4)

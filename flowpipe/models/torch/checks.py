@@ -39,7 +39,8 @@ class BatchNormCheck:
     """Warns once when the pieces a batch is cut into are too small for the network's BatchNorm layers.
 
     The pieces counted are the shards of the batch's first micro-batch chunk (a short last chunk is a remainder
-    of the batch size, not the layout's choice); a batch that is not cut at all is never warned about.
+    of the batch size, not the layout's choice); a batch that is not cut at all is never warned about, except in
+    a distributed job, where the batch a process trains on is already its shard of the global batch.
     """
 
     def __init__(self, module: nn.Module, plan: Any, min_items: int = BATCHNORM_MIN_ITEMS):
@@ -50,11 +51,10 @@ class BatchNormCheck:
 
     def smallest_piece(self, batch_size: int) -> int | None:
         """The fewest items in a piece of the first chunk, or ``None`` when the batch is one piece."""
-        pieces = self.plan.pieces(batch_size)
-        if len(pieces) < 2:
+        pieces = self.plan.pieces(batch_size) if batch_size else ()
+        if not pieces or len(pieces) < 2 and getattr(self.plan, 'world', None) is None:
             return None
-        first = [piece.size for piece in pieces if piece.chunk == pieces[0].chunk]
-        return min(first)
+        return min(piece.size for piece in pieces if piece.chunk == pieces[0].chunk)
 
     def __call__(self, batch_size: int) -> None:
         if self.done or batch_size in self._checked:
@@ -70,11 +70,15 @@ class BatchNormCheck:
         """The warning's text: the numbers and the fixes."""
         plan = self.plan
         layout = []
+        world = getattr(plan, 'world', None)
         if plan.num_replicas > 1:
             layout.append(f'{plan.num_replicas} replicas')
         if plan.microbatch is not None:
             layout.append(f'microbatch={plan.microbatch}')
-        return (f"BatchNorm on small pieces: a batch of {batch_size} cut by {' and '.join(layout)} puts as few as "
+        cut = f" cut by {' and '.join(layout)}" if layout else ''
+        batch = (f'a batch of {batch_size}{cut}' if world is None else
+                 f"this process's shard of the global batch ({batch_size} items, 1 of {world.size} processes){cut}")
+        return (f"BatchNorm on small pieces: {batch} puts as few as "
                 f"{smallest} item{'s' if smallest != 1 else ''} through each of the network's {self.layers} "
                 f"BatchNorm layer{'s' if self.layers != 1 else ''} (fewer than {self.min_items}); each piece is "
                 "normalized with its own statistics, which are too noisy to train well. Fixes: a larger microbatch "
