@@ -1,4 +1,4 @@
-"""Run by ``torchrun --max-restarts`` in the tests: trains with a checkpoint after every batch, resuming from the
+"""Run by ``torchrun --max-restarts=1`` in the tests: trains with a checkpoint after every batch, resuming from the
 newest one, and writes each rank's final state.
 
 Usage: ``torchrun ... tests/parallel/torchrun_resume_script.py CHECKPOINTS OUT_DIR`` (the repository root on
