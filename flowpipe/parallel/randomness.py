@@ -19,9 +19,7 @@ Devices other than the CPU and CUDA keep their generators untouched.
 """
 from __future__ import annotations
 
-import contextlib
 import threading
-from typing import Iterator
 
 import torch
 
@@ -41,9 +39,7 @@ def _mix(value: int) -> int:
 
 def piece_seed(step_seed: int, chunk: int, start: int) -> int:
     """The seed of the piece of micro-batch ``chunk`` that starts at item ``start`` (a non-negative 63-bit int)."""
-    value = _mix((step_seed & _MASK) ^ 0x9E3779B97F4A7C15)
-    value = _mix(value ^ (chunk + 1))
-    return _mix(value ^ ((start + 1) << 20)) >> 1
+    return _mix(_mix(step_seed & _MASK) ^ (chunk << 40) ^ (start + 1)) >> 1
 
 
 def _key(device: torch.device) -> tuple[str, int] | None:
@@ -66,27 +62,34 @@ def _generator(key: tuple[str, int]) -> torch.Generator:
     return torch.default_generator if key[0] == 'cpu' else torch.cuda.default_generators[key[1]]
 
 
+_DRAW = torch.empty((), dtype=torch.int64)
+
+
 def draw_step_seed() -> int:
     """A step seed drawn from torch's global CPU generator (under its lock, so no piece is using it)."""
     with _lock(('cpu', 0)):
-        return int(torch.randint(0, 2 ** 63 - 1, (), dtype=torch.int64))
+        return int(_DRAW.random_())
 
 
-@contextlib.contextmanager
-def piece_random(device: torch.device, seed: int | None) -> Iterator[None]:
+class piece_random:  # noqa: N801 - used as a function: ``with piece_random(device, seed):``
     """Run the block with ``device``'s default generator seeded by ``seed``, restored afterwards.
 
     ``seed=None``, or a device whose generator flowpipe does not manage, runs the block as it is.
     """
-    key = None if seed is None else _key(device)
-    if key is None:
-        yield
-        return
-    with _lock(key):
-        generator = _generator(key)
-        saved = generator.get_state()
-        generator.manual_seed(seed)
-        try:
-            yield
-        finally:
-            generator.set_state(saved)
+    __slots__ = ('_key', '_seed', '_saved')
+
+    def __init__(self, device: torch.device, seed: int | None):
+        self._key = None if seed is None else _key(device)
+        self._seed, self._saved = seed, None
+
+    def __enter__(self) -> None:
+        if self._key is not None:
+            _lock(self._key).acquire()
+            generator = _generator(self._key)
+            self._saved = generator.get_state()
+            generator.manual_seed(self._seed)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._key is not None:
+            _generator(self._key).set_state(self._saved)
+            _lock(self._key).release()
