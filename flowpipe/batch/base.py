@@ -271,6 +271,38 @@ class Batch:
         return self
 
     @action
+    def to_device(self, device: Any = 'cpu', src: str | Sequence[str] | None = None,
+                  pin_memory: bool | str = 'auto') -> Batch:
+        """Make components torch tensors on ``device`` (a GPU: copied ahead of the model step under prefetch).
+
+        Args:
+            device: one device spec, as a model's ``device`` (``'GPU:0'``, ``'cuda:1'``, ``'cpu'``): the model's
+                primary device, where its steps take their inputs without another copy.
+            src: a component or a list of them; ``None``: every component that holds one numeric array or tensor.
+            pin_memory: towards a GPU, copy through pinned host memory with non-blocking copies; ``'auto'``:
+                when ``device`` is a GPU.
+
+        See ``flowpipe.batch.device``: the copies run on a side stream of the calling (prefetch) thread and are
+        complete when the action returns; towards the CPU, arrays become tensors sharing their memory.
+        """
+        from .device import device_of_spec, movable, to_device
+        target = device_of_spec(device)
+        names = ([src] if isinstance(src, str) else list(src) if src is not None
+                 else [name for name in self.components if movable(getattr(self, name))])
+        bad = {name: type(getattr(self, name, None)).__name__ for name in names
+               if name not in self.components or not movable(getattr(self, name))}
+        if bad:
+            raise ValueError(f"Expected components holding one numeric array or tensor. Received: {bad} (name: "
+                             f"type; object arrays of items of different shapes cannot move). Stack them first, "
+                             f"e.g. with to_array().")
+        if pin_memory not in (True, False, 'auto'):
+            raise ValueError(f"Expected pin_memory as True, False or 'auto'. Received: pin_memory={pin_memory!r}.")
+        pin = target.type == 'cuda' if pin_memory == 'auto' else pin_memory and target.type == 'cuda'
+        for name, tensor in to_device({name: getattr(self, name) for name in names}, target, pin).items():
+            setattr(self, name, tensor)
+        return self
+
+    @action
     def apply_parallel(self, func: Callable, src: str | Sequence[str] = 'images',
                        dst: str | Sequence[str] | None = None, p: float | None = None, *args: Any,
                        workers: int | None = None, target: str | None = None, requires_rng: bool = False,

@@ -1,5 +1,6 @@
 """Speed options of a plan: checked flags, the plan's description, memory format and CPU mixed precision in steps."""
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -176,3 +177,38 @@ def test_the_reference_network_is_left_alone():
     before = copy.deepcopy(model.state_dict())
     engine_step(model, make_plan(amp=True, memory_format='channels_last', num_gpus=0), *data(4, (2, 6, 6)), lr=0.1)
     assert all(torch.equal(before[key], value) for key, value in model.state_dict().items())
+
+
+# --- pinned memory ------------------------------------------------------------------------------------------
+
+def test_pinned_memory_pins_each_host_tensor_once_per_batch(monkeypatch):
+    # pinning needs CUDA: here the plan says so and the pin is recorded, to check which tensors are pinned when
+    plan = dataclasses.replace(make_plan(CPUS, 2, num_gpus=0), pin_memory=True)
+    pinned = []
+    with build_engine(convnet(), plan) as engine:
+        monkeypatch.setattr(engine, 'pin', lambda tensor: pinned.append(tuple(tensor.shape)) or tensor)
+        optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+        inputs, targets = data(7, (2, 6, 6))
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+        assert pinned == [(7, 2, 6, 6), (7,)]           # the whole batch, before it is cut into 4 chunks
+        engine.predict([inputs])
+        assert pinned[2:] == [(7, 2, 6, 6)]
+    with build_engine(convnet(), make_plan(CPUS, 2, num_gpus=0)) as engine:
+        monkeypatch.setattr(engine, 'pin', lambda tensor: pytest.fail('pinned without a GPU'))
+        engine.predict([inputs])
+
+
+def test_pin_leaves_tensors_off_the_host_and_pinned_ones_alone():
+    engine = build_engine(mlp(), make_plan(num_gpus=0))
+    meta = torch.empty(3, device='meta')
+    assert engine.pin(meta) is meta
+
+
+@pytest.mark.gpu
+def test_pinned_non_blocking_steps_on_a_gpu_equal_the_pageable_ones():
+    model, (inputs, targets) = float_convnet(), data(10, (2, 6, 6))
+    plans = [make_plan(['GPU:0x2'], 3, pin_memory=pin) for pin in (False, True)]
+    results = [engine_step(model, plan, inputs, targets, steps=3, lr=0.1) for plan in plans]
+    assert results[1][1] == pytest.approx(results[0][1], rel=1e-6)
+    for a, b in zip(results[1][0].parameters(), results[0][0].parameters()):
+        torch.testing.assert_close(a, b)

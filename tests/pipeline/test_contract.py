@@ -25,6 +25,7 @@ SAMPLES = {
     'add_components': (('y',), {}),
     'apply_parallel': ((abs,), {'src': 'x'}),
     'do_nothing': ((B().size,), {}),
+    'to_device': (('cpu',), {}),
     'load': ((), {'src': {'x': list(range(100))}}),
 }
 OWN_BUILTINS = ('init_variable', 'update', 'save_to', 'call', 'print', 'rebatch', 'join', 'merge')

@@ -212,14 +212,24 @@ class Engine:
             return forward(*[move(t, device, batch.dtype, piece, self.memory_format) for t in batch.inputs])
 
     def prepare(self, inputs: Tensors, targets: Tensors) -> BatchTensors:
-        """The checked batch of a step (see ``tensors.prepare_batch``); with ``memory_format='channels_last'``
-        given explicitly, an error when no input is 4-D (the option cannot apply)."""
+        """The checked batch of a step (see ``tensors.prepare_batch``); with ``plan.pin_memory`` its host tensors
+        pinned, once per batch, so that every piece's copy to a GPU is non-blocking; with
+        ``memory_format='channels_last'`` given explicitly, an error when no input is 4-D (it cannot apply)."""
         batch = prepare_batch(inputs, targets, self.compute_dtype())
+        if self.plan.pin_memory:
+            batch = batch._replace(inputs=[self.pin(t) for t in batch.inputs],
+                                   targets=[self.pin(t) for t in batch.targets])
         if self.plan.memory_format == 'channels_last' and not any(t.dim() == 4 for t in batch.inputs):
             shapes = [tuple(t.shape) for t in batch.inputs]
             raise ValueError(f"Expected a 4-D (N, C, H, W) input for memory_format='channels_last'. Received: "
                              f"inputs of shapes {shapes}. Use memory_format='auto' or None for this model.")
         return batch
+
+    def pin(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host tensor in pinned memory (its copies to a GPU then run asynchronously); others as they are."""
+        if tensor.device.type != 'cpu' or tensor.is_pinned():
+            return tensor
+        return tensor.pin_memory()
 
     def groups(self, batch_size: int) -> dict[int, tuple[Piece, ...]]:
         """The plan's pieces of a batch by replica (replicas with pieces, ascending), computed once per size."""
