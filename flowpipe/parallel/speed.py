@@ -111,14 +111,18 @@ def describe_speed(plan: DevicePlan) -> list[str]:
 
 
 def resolve_memory_format(plan: DevicePlan, module: nn.Module) -> str | None:
-    """``plan.memory_format`` with ``'auto'`` decided: ``'channels_last'`` for a module with 2-D convolutions,
-    on a CPU or under mixed precision on a GPU (where oneDNN and cuDNN run them faster in that layout)."""
+    """``plan.memory_format`` with ``'auto'`` decided: ``'channels_last'`` for a module with 2-D convolutions on a
+    GPU under mixed precision (the layout tensor cores take), else ``None``.
+
+    Not on a CPU: there oneDNN ran a small CNN about 1.3x faster channels-last but ResNet18 on 32x32 images slower
+    (``docs/performance.md``), so no rule of the module alone chooses well; say ``'channels_last'`` explicitly.
+    """
     if plan.memory_format != 'auto':
         return plan.memory_format
     from torch import nn
     convolutional = any(isinstance(layer, (nn.Conv2d, nn.ConvTranspose2d)) for layer in module.modules())
-    fits_device = plan.primary.device.type == 'cpu' or bool(plan.amp)
-    return 'channels_last' if convolutional and fits_device else None
+    on_gpu = plan.primary.device.type == 'cuda' and bool(plan.amp)
+    return 'channels_last' if convolutional and on_gpu else None
 
 
 def torch_memory_format(name: str | None) -> torch.memory_format | None:

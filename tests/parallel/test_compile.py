@@ -75,6 +75,11 @@ def test_dynamic_true_compiles_once_and_dynamic_false_once_per_size():
     assert len(compiled_graphs({'dynamic': False}, [12, 7, 12, 5])) == 3
 
 
+def test_a_piece_of_one_item_is_its_own_graph():
+    assert len(compiled_graphs({}, [12, 7, 1, 9])) == 3
+    assert len(compiled_graphs({'dynamic': True}, [12, 1])) == 2
+
+
 def test_micro_batches_with_a_shorter_last_chunk_follow_the_same_rule():
     # chunks of 4 from a batch of 10: sizes 4, 4, 2 -> the static graph of 4 and one symbolic graph
     assert len(compiled_graphs({}, [10, 10], microbatch=4)) == 2

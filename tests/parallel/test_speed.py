@@ -9,6 +9,7 @@ from torch.nn import functional as F
 
 from flowpipe.parallel import build_engine, make_plan
 from flowpipe.parallel.engines.tensors import move
+from flowpipe.parallel.speed import resolve_memory_format
 
 from .test_engines import assert_same_parameters, convnet, data, engine_step, mlp, reference_step
 
@@ -121,10 +122,13 @@ def test_a_channels_last_input_is_not_copied_again():
     assert move(flat, torch.device('cpu'), torch.float32, None, torch.channels_last) is flat
 
 
-def test_auto_chooses_channels_last_for_convolutions_on_a_cpu():
-    assert build_engine(convnet(), make_plan(memory_format='auto', num_gpus=0)).memory_format is torch.channels_last
-    assert build_engine(mlp(), make_plan(memory_format='auto', num_gpus=0)).memory_format is None
-    assert build_engine(convnet(), make_plan(num_gpus=0)).memory_format is None
+def test_auto_chooses_channels_last_for_convolutions_on_a_gpu_under_mixed_precision():
+    gpu = make_plan('GPU:0', amp=True, memory_format='auto', num_gpus=1)
+    assert resolve_memory_format(gpu, convnet()) == 'channels_last'
+    assert resolve_memory_format(gpu, mlp()) is None
+    assert resolve_memory_format(dataclasses.replace(gpu, amp=False), convnet()) is None
+    assert build_engine(convnet(), make_plan(memory_format='auto', num_gpus=0)).memory_format is None  # a CPU
+    assert resolve_memory_format(make_plan(memory_format='channels_last', num_gpus=0), mlp()) == 'channels_last'
 
 
 def test_explicit_channels_last_without_a_4d_input_is_an_error():
