@@ -17,9 +17,10 @@ Every arm trains the same network on the same batches: shuffled batches of the s
   channels-last: for the small CNN by default, for ResNet18 with ``--compile-all`` (compiling it takes minutes).
 
 Networks: the small CNN (``SimpleCNN``, widths 16, 32, 64) and the demo's ResNet18 (32x32 inputs: the ImageNet stem,
-8x8 maps). All arms run in this one process with one torch thread (``--threads``), timed in rounds of one block
-per arm, the order reversed every other round (ABBA); each block's time is divided by the ``naive`` block of its
-round and the median of these ratios is printed (``naive / arm``: above 1 is faster than the hand loop).
+8x8 maps). All arms run in this one process with one torch thread (``--threads``). Each round times every arm
+in a block beside a block of ``naive``, the naive block first in even rounds and second in odd ones (ABBA), arms
+in reversed order every other round; the median over rounds of ``naive time / arm time`` of the two adjacent
+blocks is printed (above 1: faster than the hand loop), with its range.
 
 On a machine with CUDA the same arms run on ``cuda:0`` (bf16 there is ``amp='bfloat16'``; every flowpipe arm adds
 ``to_device('GPU:0')`` under ``prefetch=2``, so the next batch is copied through pinned memory while one trains,
@@ -122,27 +123,33 @@ def make_arms(name: str, dataset, images, labels, args, device: torch.device) ->
     return arms
 
 
-def measure(arms: dict[str, Callable], iters: int, rounds: int) -> dict[str, list[float]]:
-    """Seconds per iteration of every block, arms in ABBA order (reversed every other round)."""
+def measure(arms: dict[str, Callable], iters: int,
+            rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per arm, ``naive`` time / arm time of adjacent blocks: every round runs each arm beside a ``naive`` block of
+    its own, the naive block first in even rounds and second in odd ones (ABBA), so a change of machine load hits
+    both blocks of a pair alike."""
     for arm in arms.values():
         arm(max(2, iters // 2), 0)      # warm-up: kernels, allocator, optimizer state, compilation
-    names = list(arms)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    others = [name for name in arms if name != 'naive']
+    ratios: dict[str, list[float]] = {name: [] for name in others}
+    times: dict[str, list[float]] = {name: [] for name in arms}
     for repeat in range(rounds):
-        for name in (names if repeat % 2 == 0 else names[::-1]):
-            times[name].append(arms[name](iters, repeat + 1))
-    return times
+        for name in (others if repeat % 2 == 0 else others[::-1]):
+            pair = ('naive', name) if repeat % 2 == 0 else (name, 'naive')
+            measured = {arm: arms[arm](iters, repeat + 1) for arm in pair}
+            ratios[name].append(measured['naive'] / measured[name])
+            for arm, value in measured.items():
+                times[arm].append(value)
+    return {'naive': [1.0] * rounds, **ratios}, times
 
 
-def report(network: str, device: torch.device, times: dict[str, list[float]]) -> None:
-    naive = times['naive']
-    print(f"\n{network} on {device}: ms per iteration (median of blocks), naive/arm (median of per-round ratios, "
-          f"range)")
+def report(network: str, device: torch.device, ratios: dict[str, list[float]], times: dict[str, list[float]]) -> None:
+    print(f"\n{network} on {device}: ms per iteration (median of blocks); naive/arm: median of the ratios of "
+          f"adjacent blocks (above 1: faster than the hand-written NCHW loop), their range")
     print(f"{'arm':>21} {'ms/iter':>9} {'naive/arm':>10} {'range':>13}")
-    for name, values in times.items():
-        ratios = [base / value for base, value in zip(naive, values)]
-        print(f'{name:>21} {1000 * statistics.median(values):>9.2f} {statistics.median(ratios):>10.3f} '
-              f'{min(ratios):>6.3f}-{max(ratios):<6.3f}')
+    for name, values in ratios.items():
+        print(f'{name:>21} {1000 * statistics.median(times[name]):>9.2f} {statistics.median(values):>10.3f} '
+              f'{min(values):>6.3f}-{max(values):<6.3f}')
 
 
 def main() -> None:
@@ -170,7 +177,7 @@ def main() -> None:
     for device in devices:
         for network in args.networks:
             arms = make_arms(network, dataset, images, labels, args, device)
-            report(network, device, measure(arms, args.iters, args.rounds))
+            report(network, device, *measure(arms, args.iters, args.rounds))
     if len(devices) == 1:
         print('\nGPU: no CUDA device available here (or --no-gpu); the GPU part was not run.')
 
