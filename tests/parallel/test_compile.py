@@ -96,6 +96,6 @@ def test_prediction_after_training_runs_the_compiled_module_in_evaluation_mode()
 def test_inductor_compiled_training_tracks_the_default_steps():
     model, (inputs, targets) = convnet().float(), data(8, (2, 6, 6))
     expected = [engine_step(model, make_plan(num_gpus=0), inputs, targets, steps=n, lr=0.1)[1] for n in (1, 2)]
-    plan = make_plan(CPUS, 3, compile=True, memory_format='channels_last', num_gpus=0)
+    plan = make_plan(compile=True, memory_format='channels_last', num_gpus=0)    # one graph: minutes on a CPU
     got = [engine_step(model, plan, inputs, targets, steps=n, lr=0.1)[1] for n in (1, 2)]
     assert got == pytest.approx(expected, rel=1e-5)
