@@ -150,7 +150,7 @@ class TestActions:
         assert not hasattr(PairBatch.helper, 'action')
 
     def test_action_names_include_inherited(self):
-        base = ('add_components', 'apply_parallel', 'do_nothing', 'load')
+        base = ('add_components', 'apply_parallel', 'do_nothing', 'load', 'to_device')
         assert PairBatch.action_names() == tuple(sorted(base + ('double', 'locked')))
         assert ChildBatch.action_names() == tuple(sorted(base + ('double', 'extra')))
         assert Batch.action_names() == base
