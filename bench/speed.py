@@ -140,6 +140,8 @@ def measure(arms: dict[str, Callable], iters: int,
             ratios[name].append(measured['naive'] / measured[name])
             for arm, value in measured.items():
                 times[arm].append(value)
+        print(f'  round {repeat + 1}/{rounds}: ' + ', '.join(f'{name} {values[-1]:.3f}'
+                                                          for name, values in ratios.items()), flush=True)
     return {'naive': [1.0] * rounds, **ratios}, times
 
 
