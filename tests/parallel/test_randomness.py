@@ -126,3 +126,12 @@ def test_a_pipeline_with_replicas_and_dropout_repeats_bit_for_bit(seeds):
     reference = _pipeline_run(0, **seeds)
     assert same(reference, _pipeline_run(0, **seeds))
     assert same(reference, _pipeline_run(4, **seeds))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('devices', ['GPU:0x2', 'GPU:*'], ids=['one_gpu_twice', 'every_gpu'])
+def test_gpu_replica_dropout_is_reproducible(devices):
+    """CUDA pieces draw from their device's generator, seeded per piece: two runs give the same parameters."""
+    first = train(devices, 4, seeds=range(4))
+    assert same(first, train(devices, 4, seeds=range(4)))
+    assert not same(first, train(devices, 4, seeds=range(1, 5)))
