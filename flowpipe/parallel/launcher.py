@@ -1,14 +1,16 @@
 """``launch``: run a function or a script in N local processes that form one distributed job (for notebooks and
 tests; use ``torchrun`` for real jobs).
 
-Each process is started with ``multiprocessing``'s ``spawn`` (a fresh interpreter: no threads or CUDA state
-copied from the caller) and gets torchrun's environment: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+Each process is a fork of ``multiprocessing``'s forkserver, a clean process that imported torch and flowpipe once
+(no thread or CUDA state of the caller is copied; later launches start in a fraction of a second), and gets
+torchrun's environment: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``, ``GLOO_SOCKET_IFNAME=lo`` and
 ``FLOWPIPE_DIST_TIMEOUT``, so flowpipe's runs see a distributed job (gloo on the CPU). The function travels with
 dill, so one defined in a notebook works. The caller waits for every rank: the first error of any rank (an
 exception, an exit code, a signal) ends the others and raises :class:`LaunchError` naming the rank, the
 exception type and message, with the rank's traceback; past ``timeout`` every rank is ended and ``TimeoutError``
-raised. Ranks are also ended if the caller dies (Linux's parent-death signal), so none is left behind.
+raised. Ranks are also ended if the caller dies (the forkserver exits with it, and the ranks have Linux's
+parent-death signal), so none is left behind.
 """
 from __future__ import annotations
 
