@@ -9,8 +9,8 @@ torchrun's environment: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 dill, so one defined in a notebook works. The caller waits for every rank: the first error of any rank (an
 exception, an exit code, a signal) ends the others and raises :class:`LaunchError` naming the rank, the
 exception type and message, with the rank's traceback; past ``timeout`` every rank is ended and ``TimeoutError``
-raised. Ranks are also ended if the caller dies (the forkserver exits with it, and the ranks have Linux's
-parent-death signal), so none is left behind.
+raised. Ranks also end when the caller dies (each rank watches it, and the forkserver exits once its ranks are
+gone), so none is left behind.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import runpy
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable, Sequence
@@ -32,6 +33,7 @@ from ..errors import LaunchError
 __all__ = ['LaunchError', 'launch']
 
 _POLL = 0.05
+_WATCH = 0.5      # seconds between checks that the caller is alive
 _GRACE = 1.0      # seconds to look for a dead rank behind another rank's error
 
 
@@ -83,7 +85,8 @@ def launch(target: Callable | str | os.PathLike, nprocs: int = 2, args: Sequence
     processes = []
     try:
         for rank in range(nprocs):
-            rank_env = {**base_env, 'RANK': str(rank), 'LOCAL_RANK': str(rank), 'GROUP_RANK': '0'}
+            rank_env = {**base_env, 'RANK': str(rank), 'LOCAL_RANK': str(rank), 'GROUP_RANK': '0',
+                        'FLOWPIPE_LAUNCH_CALLER': str(os.getpid())}
             process = context.Process(target=_worker, args=(payload, rank_env, results), name=f'flowpipe-rank-{rank}')
             process.start()
             processes.append(process)
@@ -178,12 +181,35 @@ def _end(processes: list) -> None:
             process.join(timeout=3.0)
 
 
-def _die_with_parent() -> None:
+def _die_with_caller(caller: int) -> None:
+    """End this rank when the caller is gone: a watcher thread, since the rank's parent is the forkserver, which
+    outlives a killed caller as long as any rank holds its pipe (and the forkserver's death, Linux's
+    parent-death signal)."""
     if sys.platform.startswith('linux'):
         try:
             ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)    # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
+
+    def watch() -> None:
+        while _alive(caller):
+            time.sleep(_WATCH)
+        os._exit(1)
+    threading.Thread(target=watch, name='flowpipe-caller-watch', daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f'/proc/{pid}/stat', encoding='ascii') as stat:
+            return stat.read().rsplit(')', 1)[1].split()[0] != 'Z'    # a zombie is gone too
+    except OSError:
+        return True
 
 
 def _set_threads() -> None:
@@ -196,7 +222,7 @@ def _set_threads() -> None:
 
 def _worker(payload: bytes, env: dict, results: Any) -> None:
     """One rank: its environment, the target, its result or error sent to the caller, the group destroyed."""
-    _die_with_parent()
+    _die_with_caller(int(env.pop('FLOWPIPE_LAUNCH_CALLER')))
     os.environ.update(env)
     rank = int(env['RANK'])
     try:

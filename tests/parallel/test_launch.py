@@ -1,5 +1,8 @@
 """The launcher: results in rank order, a failing or killed rank fails the job within the timeout, no orphans."""
 import multiprocessing
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -67,3 +70,46 @@ def _threads():
 def test_each_rank_runs_one_torch_thread_unless_omp_num_threads_says_otherwise():
     assert launch(_threads, 2, timeout=TIMEOUT) == [1, 1]
     assert launch(_threads, 1, timeout=TIMEOUT, env={'OMP_NUM_THREADS': '2'}) == [2]
+
+
+CALLER = '''
+import os, sys, time
+from flowpipe.parallel import launch
+
+def sleeper(folder):
+    open(os.path.join(folder, str(os.getpid())), 'w').close()
+    time.sleep(300)
+
+if __name__ == '__main__':
+    launch(sleeper, 2, args=(sys.argv[1],), timeout=600)
+'''
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f'/proc/{pid}/stat') as stat:
+        return stat.read().rsplit(')', 1)[1].split()[0] != 'Z'
+
+
+@pytest.mark.slow
+def test_ranks_end_when_their_caller_is_killed(tmp_path):
+    script, folder = tmp_path / 'caller.py', tmp_path / 'pids'
+    script.write_text(CALLER)
+    folder.mkdir()
+    caller = subprocess.Popen([sys.executable, str(script), str(folder)])
+    try:
+        deadline = time.monotonic() + 120
+        while len(os.listdir(folder)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ranks = [int(name) for name in os.listdir(folder)]
+        assert len(ranks) == 2
+    finally:
+        caller.kill()
+        caller.wait()
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in ranks)
