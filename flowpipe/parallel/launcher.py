@@ -222,10 +222,10 @@ def _set_threads() -> None:
 
 def _worker(payload: bytes, env: dict, results: Any) -> None:
     """One rank: its environment, the target, its result or error sent to the caller, the group destroyed."""
-    _die_with_caller(int(env.pop('FLOWPIPE_LAUNCH_CALLER')))
-    os.environ.update(env)
     rank = int(env['RANK'])
     try:
+        _die_with_caller(int(env['FLOWPIPE_LAUNCH_CALLER']))
+        os.environ.update(env)
         _set_threads()
         target, args, kwargs = dill.loads(payload)
         if isinstance(target, str):
