@@ -92,8 +92,18 @@ def test_prediction_after_training_runs_the_compiled_module_in_evaluation_mode()
         torch.testing.assert_close(engine.predict([inputs]), model.eval()(inputs.double()), rtol=1e-12, atol=1e-14)
 
 
+@pytest.fixture
+def inductor_workers_stopped():
+    """Inductor compiles in a pool of threads it keeps: stop them, so that the test leaves no thread behind."""
+    yield
+    from torch._inductor.async_compile import AsyncCompile, shutdown_compile_workers
+    shutdown_compile_workers()
+    AsyncCompile.pool().shutdown(wait=True)
+    AsyncCompile.pool.cache_clear()
+
+
 @pytest.mark.slow
-def test_inductor_compiled_training_tracks_the_default_steps():
+def test_inductor_compiled_training_tracks_the_default_steps(inductor_workers_stopped):
     model, (inputs, targets) = convnet().float(), data(8, (2, 6, 6))
     expected = [engine_step(model, make_plan(num_gpus=0), inputs, targets, steps=n, lr=0.1)[1] for n in (1, 2)]
     plan = make_plan(compile=True, memory_format='channels_last', num_gpus=0)    # one graph: minutes on a CPU
