@@ -111,3 +111,19 @@ def augment(batch_size, n_items=11):
                 .update(V('out', mode='a'), B.images)) << data
     pipeline.run(batch_size, n_epochs=1, shuffle=True, seed=3)
     return [np.asarray(out) for out in pipeline.v('out')]
+
+
+def batchnorm_idle():
+    """One step of a BatchNorm network on a global batch of 2 that rank 0 holds alone; the running mean."""
+    from flowpipe.parallel.factory import build_engine
+    from flowpipe.parallel.plan import make_plan
+
+    torch.manual_seed(0)
+    network = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)).double()
+    engine = build_engine(network, make_plan('cpu', world=distributed.init()))
+    optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+    x, y = torch.randn(2, 3, dtype=torch.double), torch.tensor([0, 1])
+    if distributed.rank() != 0:
+        x, y = x[:0], y[:0]
+    engine.train_step([x], [y], nn.functional.cross_entropy, optimizer, seed=1)
+    return network[1].running_mean.numpy().copy()

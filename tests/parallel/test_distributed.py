@@ -121,3 +121,9 @@ def test_augmentation_of_an_item_does_not_depend_on_the_world_size():
     for b, whole in enumerate(dist_jobs.augment(5)):
         shards = [rank[b] for rank in ranks if len(rank[b])]        # the last batch of 1 leaves rank 1 idle
         np.testing.assert_allclose(np.concatenate(shards), whole, rtol=1e-6)
+
+
+def test_running_stats_reach_an_idle_rank_when_one_rank_holds_the_whole_batch():
+    ranks = launch(dist_jobs.batchnorm_idle, 2, timeout=TIMEOUT)
+    for running_mean in ranks:
+        np.testing.assert_array_equal(running_mean, dist_jobs.batchnorm_idle())

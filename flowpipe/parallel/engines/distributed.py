@@ -172,7 +172,7 @@ class DistributedEngine(Engine):
         mine = 1.0 if counts and counts[self._rank] else 0.0
         for buffer in self._inner.buffers():
             if buffer.is_floating_point():
-                if seen > 1 or mine == 0.0:
+                if len(counts) > 1:         # every rank joins: an idle one takes the mean of the others
                     total = buffer * mine
                     dist.all_reduce(total)
                     buffer.copy_(total / seen)
