@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 from ..errors import SkipBatch, StopPipeline
 from .nodes import CheckpointError, Node
 
-__all__ = ['RebatchStage', 'rebatch_stage']
+__all__ = ['RebatchStage']
 
 
 class RebatchStage(Node):
@@ -29,7 +29,7 @@ class RebatchStage(Node):
     ``state()`` refuses.
     """
 
-    def __init__(self, source: Any, runner: Any, batch_size: int, merge: Callable | None = None,
+    def __init__(self, source: Node, runner: Any, batch_size: int, merge: Callable | None = None,
                  drop_last: bool = False, options: dict | None = None):
         self.source, self.runner, self.batch_size, self.drop_last = source, runner, batch_size, drop_last
         self.merge = merge if merge is not None else functools.partial(_class_merge, options=options or {})
@@ -42,7 +42,7 @@ class RebatchStage(Node):
                 pending.append(batch)
                 count += batch.size
                 while count >= self.batch_size:
-                    cut, rest = _merge(self.merge, pending, self.batch_size)
+                    cut, rest = self.merge(pending, self.batch_size)
                     pending = [rest] if rest is not None and rest.size else []
                     count -= cut.size
                     done = _process(self.runner, seq, cut)
@@ -52,7 +52,7 @@ class RebatchStage(Node):
                     if done is not _SKIP:
                         yield done
             if pending and count and not self.drop_last:
-                cut, _ = _merge(self.merge, pending, None)
+                cut, _ = self.merge(pending, None)
                 done = _process(self.runner, seq, cut)
                 if done is not _STOP and done is not _SKIP:
                     yield done
@@ -60,9 +60,7 @@ class RebatchStage(Node):
             self.close()
 
     def close(self) -> None:
-        close = getattr(self.source, 'close', None)
-        if close is not None:
-            close()
+        self.source.close()
 
     def state(self) -> dict:
         raise CheckpointError("Expected a pipeline without rebatch to checkpoint. Received: a rebatch stage, which "
@@ -73,21 +71,11 @@ class RebatchStage(Node):
         self.state()
 
 
-def rebatch_stage(stream: Iterator[Any], runner: Any, batch_size: int, merge: Callable | None = None,
-                  drop_last: bool = False, options: dict | None = None) -> Iterator[Any]:
-    """Iterate over a ``RebatchStage`` (arguments as there)."""
-    return iter(RebatchStage(stream, runner, batch_size, merge, drop_last, options))
-
-
 _SKIP, _STOP = object(), object()
 
 
 def _class_merge(batches: list, batch_size: int | None, options: dict) -> tuple[Any, Any]:
     return type(batches[0]).merge(batches, batch_size, **options)
-
-
-def _merge(merge: Callable, batches: list, batch_size: int | None) -> tuple[Any, Any]:
-    return merge(batches, batch_size)
 
 
 def _process(runner: Any, seq: int, batch: Any) -> Any:
