@@ -169,7 +169,8 @@ class ClassificationMetrics:
     def plot_confusion_matrix(self, classes: Sequence[str] | None = None, normalize: bool = False,
                               xtick_rotation: float = 90, **kwargs: Any) -> Any:
         """Draw the confusion matrix with matplotlib (columns: actual class, rows: predicted); returns the axes."""
-        import matplotlib.pyplot as plt
+        from ...progress.plots import pyplot
+        plt = pyplot('plot_confusion_matrix()')
         matrix = self.confusion_matrix.astype(float)
         if normalize:
             matrix = matrix / np.maximum(matrix.sum(axis=0, keepdims=True), 1)
