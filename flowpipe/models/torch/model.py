@@ -71,8 +71,7 @@ class TorchModel:
         self.clip_grad_norm = check_max_norm(self.spec.get('clip_grad_norm'))
         self._loss_check = LossCheck(self.spec.get('nonfinite_loss'))
         self._batch_norm_check: BatchNormCheck | None = None
-        self._plan = make_plan(**{key: self.spec.get(key) for key in _PLAN_KEYS},
-                               pin_memory=self.spec.get('pin_memory', 'auto'))
+        self._plan = self._make_plan()
         self.iteration = 0
         self._last_batch_size: int | None = None
         # Steps from concurrent threads (a prefetching run without use_lock) must not interleave gradients.
@@ -96,23 +95,28 @@ class TorchModel:
                           "config_keys.", UserWarning, stacklevel=3)
 
     def _shape_missing(self) -> bool:
-        name = self.spec.input_names[0] if self.spec.input_names else DEFAULT_INPUT
+        name = self._first_input()
         return (self.spec.get('model') is None and type(self).network_factory is not None
                 and name not in self.spec.shapes)
 
     def _build(self) -> None:
         network = self._make_network()
-        plan = make_plan(**{key: self.spec.get(key) for key in _PLAN_KEYS},
-                         pin_memory=self.spec.get('pin_memory', 'auto'), world=distributed.setup())
-        self.engine = build_engine(network, plan)
+        self.engine = build_engine(network, self._make_plan(world=distributed.setup()))
         self._batch_norm_check = BatchNormCheck(self.engine.module, self.engine.plan)
         self.loss_fn = make_loss(self.spec.get('loss'), has_classes=bool(self.spec.classes))
         self.optimizer = make_optimizer(self.spec.get('optimizer'), self.engine.parameters())
         self.decay = make_decay(self.spec.get('decay'), self.optimizer)
 
+    def _make_plan(self, world: Any = None) -> Any:
+        return make_plan(**{key: self.spec.get(key) for key in _PLAN_KEYS},
+                         pin_memory=self.spec.get('pin_memory', 'auto'), world=world)
+
+    def _first_input(self) -> str:
+        return self.spec.input_names[0] if self.spec.input_names else DEFAULT_INPUT
+
     def _build_for(self, inputs: list[torch.Tensor]) -> None:
         """Build a network deferred for want of a shape: ``inputs/<first input>/shape`` is the first input's."""
-        name = self.spec.input_names[0] if self.spec.input_names else DEFAULT_INPUT
+        name = self._first_input()
         self.config.setdefault('inputs', {}).setdefault(name, {})['shape'] = tuple(inputs[0].shape[1:])
         self.spec = parse_config(self.config)
         with torch.random.fork_rng(devices=[]):
