@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .images_data import Groups, put, take
+from .images_data import Groups, cast_rounded, put, take
 
 __all__ = ['LUMA', 'as_dtype', 'background_of', 'blend', 'fill_boxes', 'gray', 'pad_by_mode', 'paste_with_mask',
            'patches_of', 'top_value', 'write_patches']
@@ -31,7 +31,7 @@ def as_dtype(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return values
     if not dtype.is_floating_point and values.is_floating_point():
         info = torch.iinfo(dtype)
-        values = values.round().clamp_(info.min, info.max)
+        return cast_rounded(values.round().clamp_(info.min, info.max), dtype)
     return values.to(dtype)
 
 

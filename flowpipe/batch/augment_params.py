@@ -46,6 +46,15 @@ def _array(value: Any, name: str, shape: tuple[int, ...], expected: str) -> np.n
     return np.broadcast_to(array, shape)
 
 
+def _stacked(values: Any, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``values`` as one finite float array of ``shape`` (what ``R(..., size=...)`` gives), else None."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return array if array.shape == shape and np.all(np.isfinite(array)) else None
+
+
 def per_item(value: Any, n: int, name: str, width: int | None = None, expected: str | None = None) -> np.ndarray:
     """An ``(n,)`` array (or ``(n, width)``) of a value for all items or a ``PerItem`` with one per item.
 
@@ -56,6 +65,9 @@ def per_item(value: Any, n: int, name: str, width: int | None = None, expected: 
     if is_per_item(value):
         if len(value) != n:
             raise ValueError(f"Expected P(...) with one {name} per item ({n}). Received: {len(value)} values.")
+        whole = _stacked(value, (n, *shape))
+        if whole is not None:
+            return whole
         rows = [_array(item, name, shape, expected + ' per item') for item in value]
         return np.stack(rows) if rows else np.empty((0, *shape))
     return np.array(np.broadcast_to(_array(value, name, shape, expected), (n, *shape)))

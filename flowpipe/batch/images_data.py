@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ['Groups', 'chunk_items', 'chunked', 'is_ragged', 'on_chosen', 'put', 'read', 'stacked', 'take', 'write']
+__all__ = ['Groups', 'cast_rounded', 'chunk_items', 'chunked', 'is_ragged', 'on_chosen', 'put', 'read', 'stacked',
+           'take', 'write']
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,18 @@ def write(results: list, like: Groups, channels_first: bool) -> Any:
     for position, item in enumerate(items):
         packed[position] = item
     return packed
+
+
+def cast_rounded(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Float ``values``, already rounded and clipped to the integer ``dtype``'s range, converted to ``dtype``.
+
+    On the CPU the conversion goes through numpy, whose cast is several times faster than torch's own
+    float-to-integer copy (1.1 against 6.6 ms for 9.6 million float32 values to uint8 on one thread); the values
+    are whole numbers in range, so both give the same result.
+    """
+    if values.device.type != 'cpu' or values.dtype not in (torch.float32, torch.float64) or values.requires_grad:
+        return values.to(dtype)
+    return torch.from_numpy(values.numpy().astype(torch.empty((), dtype=dtype).numpy().dtype))
 
 
 _CHUNK_BYTES = 1 << 21   # CPU kernels take about 2 MB of float images at a time: their temporaries stay in cache

@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .images_data import cast_rounded
+
 __all__ = ['MODES', 'resize']
 
 MODES = ('nearest', 'bilinear', 'bicubic')
@@ -24,4 +26,4 @@ def resize(images: torch.Tensor, size: tuple[int, int], mode: str = 'bilinear') 
     if out.dtype == images.dtype:
         return out
     info = torch.iinfo(images.dtype)
-    return out.round_().clamp_(info.min, info.max).to(images.dtype)
+    return cast_rounded(out.round_().clamp_(info.min, info.max), images.dtype)

@@ -114,3 +114,19 @@ def test_per_item_arguments_reach_their_items():
     images = random_images(n=3)
     out = make_batch(images).rotate(PerItem([0, 90, 180])).images
     assert np.array_equal(out[0], images[0]) and np.array_equal(out[2], images[2, ::-1, ::-1])
+
+
+def test_per_item_values_in_mixed_forms_mean_the_same_as_one_array():
+    images = random_images(n=3)
+    offsets = np.array([[1.0, 2.0], [3.0, 3.0], [0.5, -1.0]])
+    mixed = PerItem([(1, 2), 3, np.array([0.5, -1.0])])      # a single number stands for both axes
+    expected = make_batch(images).shift(PerItem(list(offsets))).images
+    np.testing.assert_array_equal(make_batch(images).shift(mixed).images, expected)
+    np.testing.assert_array_equal(make_batch(images).shift(PerItem(offsets)).images, expected)
+
+
+@pytest.mark.parametrize('values', [[10.0, float('nan'), 5.0], [10, (1, 2), 5], [10, 'a', 5]],
+                         ids=['nan', 'pair for a number', 'text'])
+def test_a_bad_per_item_value_is_named(values):
+    with pytest.raises(ValueError, match=r'Expected angle as .* per item\. Received: angle='):
+        make_batch(random_images(n=3)).rotate(PerItem(values))

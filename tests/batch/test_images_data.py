@@ -84,3 +84,21 @@ def test_importing_flowpipe_and_its_image_actions_does_not_import_torch():
     result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == 'False'
+
+
+@pytest.mark.parametrize('source', [torch.float32, torch.float64])
+@pytest.mark.parametrize('target', [torch.uint8, torch.int8, torch.int16, torch.int32])
+def test_cast_rounded_equals_torchs_conversion_and_keeps_the_layout(source, target):
+    info = torch.iinfo(target)
+    values = torch.randn(2, 3, 5, 4, dtype=source).mul_(300).round_().clamp_(info.min, info.max)
+    values = values.contiguous(memory_format=torch.channels_last)
+    out = images_data.cast_rounded(values, target)
+    assert out.dtype == target and out.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out, values.to(target))
+
+
+def test_cast_rounded_leaves_half_precision_and_autograd_to_torch():
+    half = torch.tensor([1.0, 255.0], dtype=torch.bfloat16)
+    assert torch.equal(images_data.cast_rounded(half, torch.uint8), torch.tensor([1, 255], dtype=torch.uint8))
+    tracked = torch.tensor([3.0, 4.0], requires_grad=True)
+    assert torch.equal(images_data.cast_rounded(tracked, torch.int16), torch.tensor([3, 4], dtype=torch.int16))
