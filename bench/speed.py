@@ -15,6 +15,8 @@ Every arm trains the same network on the same batches: shuffled batches of the s
 - ``channels_last+bf16``: both;
 - ``compile``: the model key ``compile=True`` (inductor; compiled during the warm-up, before any timing), with
   channels-last: for the small CNN by default, for ResNet18 with ``--compile-all`` (compiling it takes minutes).
+- ``fused_adam``: the optimizer config ``{'name': 'Adam', 'fused': True}`` (torch's one-kernel Adam);
+- ``channels_last+fused_adam``: both.
 
 Networks: the small CNN (``SimpleCNN``, widths 16, 32, 64) and the demo's ResNet18 (32x32 inputs: the ImageNet stem,
 8x8 maps). All arms run in this one process with one torch thread (``--threads``). Each round times every arm
@@ -25,6 +27,8 @@ blocks is printed (above 1: faster than the hand loop), with its range.
 On a machine with CUDA the same arms run on ``cuda:0`` (bf16 there is ``amp='bfloat16'``; every flowpipe arm adds
 ``to_device('GPU:0')`` under ``prefetch=2``, so the next batch is copied through pinned memory while one trains,
 and the naive loop copies with ``.to('cuda')``); without CUDA the GPU part says so and is skipped.
+
+``--profile`` first prints where the naive loop's time goes (the share of its convolutions, its largest operators).
 
 Run: ``python bench/speed.py [--iters 10] [--rounds 8] [--batch-size 64] [--threads 1] [--networks cnn resnet18]``
 """
@@ -46,9 +50,12 @@ from flowpipe.opensets import Digits
 
 SHAPE, CLASSES = (1, 32, 32), 10
 NETWORKS = {'cnn': SimpleCNN, 'resnet18': ResNet18}
+FUSED_ADAM = {'name': 'Adam', 'fused': True}      # torch's one-kernel Adam, passed through the optimizer config
 OPTIONS = {'default': {}, 'channels_last': {'memory_format': 'channels_last'}, 'bf16': {'amp': True},
            'channels_last+bf16': {'memory_format': 'channels_last', 'amp': True},
-           'compile': {'compile': True, 'memory_format': 'channels_last'}}
+           'compile': {'compile': True, 'memory_format': 'channels_last'},
+           'fused_adam': {'optimizer': FUSED_ADAM},
+           'channels_last+fused_adam': {'memory_format': 'channels_last', 'optimizer': FUSED_ADAM}}
 
 
 def hand_batch(images: np.ndarray, device: torch.device, row_major: bool) -> torch.Tensor:
@@ -145,6 +152,21 @@ def measure(arms: dict[str, Callable], iters: int,
     return {'naive': [1.0] * rounds, **ratios}, times
 
 
+def profile_naive(name: str, arm: Callable[[int, int], float]) -> None:
+    """Where the hand loop's time goes: the self CPU time of its operators over a few iterations."""
+    from torch.profiler import profile
+    arm(2, 0)
+    with profile() as prof:
+        arm(3, 0)
+    events = prof.key_averages()
+    total = sum(event.self_cpu_time_total for event in events)
+    convolutions = sum(event.self_cpu_time_total for event in events if 'convolution' in event.key)
+    print(f'\n{name}, naive loop: convolutions (forward and backward) take {100 * convolutions / total:.1f} % of '
+          f'the self CPU time; the largest operators:')
+    for event in sorted(events, key=lambda event: -event.self_cpu_time_total)[:6]:
+        print(f'  {event.key:<40} {100 * event.self_cpu_time_total / total:5.1f} %')
+
+
 def report(network: str, device: torch.device, ratios: dict[str, list[float]], times: dict[str, list[float]]) -> None:
     print(f"\n{network} on {device}: ms per iteration (median of blocks); naive/arm: median of the ratios of "
           f"adjacent blocks (above 1: faster than the hand-written NCHW loop), their range")
@@ -165,6 +187,7 @@ def main() -> None:
                         help='the flowpipe arms to run beside naive (default: all)')
     parser.add_argument('--compile-all', action='store_true', help='also compile ResNet18 (minutes on a CPU)')
     parser.add_argument('--no-gpu', action='store_true', help='skip the GPU part even where CUDA exists')
+    parser.add_argument('--profile', action='store_true', help="first print where the naive loop's time goes")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -179,6 +202,8 @@ def main() -> None:
     for device in devices:
         for network in args.networks:
             arms = make_arms(network, dataset, images, labels, args, device)
+            if args.profile:
+                profile_naive(network, arms['naive'])
             report(network, device, *measure(arms, args.iters, args.rounds))
     if len(devices) == 1:
         print('\nGPU: no CUDA device available here (or --no-gpu); the GPU part was not run.')

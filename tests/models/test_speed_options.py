@@ -38,6 +38,14 @@ def test_channels_last_model_gives_the_default_losses_in_float64(overrides):
     assert 'memory format: channels_last' in repr(model)
 
 
+@pytest.mark.parametrize('overrides', [{}, {'device': ['CPU:0', 'CPU:1'], 'microbatch': 5}])
+def test_torchs_fused_adam_through_the_optimizer_config_gives_the_loop_adams_losses(overrides):
+    expected = losses(cnn(dtype='float64', optimizer={'name': 'Adam', 'lr': 0.01, 'foreach': False}, **overrides))
+    model = cnn(dtype='float64', optimizer={'name': 'Adam', 'lr': 0.01, 'fused': True}, **overrides)
+    assert model.optimizer.defaults['fused'] is True
+    assert losses(model) == pytest.approx(expected, rel=1e-10)
+
+
 def test_cpu_amp_model_trains_in_bfloat16_close_to_float32():
     expected = losses(cnn())
     model = cnn(amp=True)
