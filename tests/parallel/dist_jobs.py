@@ -127,3 +127,23 @@ def batchnorm_idle():
         x, y = x[:0], y[:0]
     engine.train_step([x], [y], nn.functional.cross_entropy, optimizer, seed=1)
     return network[1].running_mean.numpy().copy()
+
+
+def idle_after_a_synchronized_step():
+    """Steps on global batches of 4, 1 (rank 1 idle: the step after DDP's first synchronized backward) and 4; the
+    losses and the parameters."""
+    from flowpipe.parallel.factory import build_engine
+    from flowpipe.parallel.plan import make_plan
+
+    torch.manual_seed(0)
+    network = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    engine = build_engine(network, make_plan('cpu', world=distributed.init()))
+    optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+    x, y = torch.randn(4, 3, dtype=torch.double), torch.tensor([0, 1, 1, 0])
+    base, extra = divmod(len(x), distributed.world_size())
+    start = distributed.rank() * base + min(distributed.rank(), extra)
+    shards = [slice(start, start + base + (distributed.rank() < extra)),
+              slice(0, 1) if distributed.rank() == 0 else slice(0, 0)]
+    losses = [engine.train_step([x[shard]], [y[shard]], nn.functional.cross_entropy, optimizer, seed=1).loss
+              for shard in (shards[0], shards[1], shards[0])]
+    return losses, [p.detach().numpy().copy() for p in network.parameters()]

@@ -127,3 +127,10 @@ def test_running_stats_reach_an_idle_rank_when_one_rank_holds_the_whole_batch():
     ranks = launch(dist_jobs.batchnorm_idle, 2, timeout=TIMEOUT)
     for running_mean in ranks:
         np.testing.assert_array_equal(running_mean, dist_jobs.batchnorm_idle())
+
+
+def test_a_rank_idle_in_the_step_after_the_first_synchronized_one_joins_the_bucket_rebuild():
+    losses, params = dist_jobs.idle_after_a_synchronized_step()
+    for rank_losses, rank_params in launch(dist_jobs.idle_after_a_synchronized_step, 2, timeout=60):
+        np.testing.assert_allclose(rank_losses, losses, rtol=1e-12)
+        assert _rel(rank_params, params) < 1e-12

@@ -105,6 +105,10 @@ class DistributedEngine(Engine):
         if not sum(self.counts):
             raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
         self._idle_rank = min(self.counts) == 0
+        if not self.counts[self._rank]:
+            # DDP rebuilds its gradient buckets (a broadcast) in the first forward after its first synchronized
+            # backward; a rank that runs no forward joins it here, as torch's own join hook does
+            self.ddp.reducer._rebuild_buckets()
         step_seed = draw_step_seed() if seed is None else int(seed)
         offset = sum(self.counts[:self._rank])
         return super().train_step(inputs, targets, loss_fn, optimizer, return_outputs=return_outputs,
