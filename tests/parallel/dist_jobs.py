@@ -113,15 +113,21 @@ def augment(batch_size, n_items=11):
     return [np.asarray(out) for out in pipeline.v('out')]
 
 
-def batchnorm_idle():
-    """One step of a BatchNorm network on a global batch of 2 that rank 0 holds alone; the running mean."""
+def _engine(layers):
+    """The network ``nn.Sequential(*layers())`` in double precision (seeded), its engine (distributed in a
+    launched job) and an SGD optimizer."""
     from flowpipe.parallel.factory import build_engine
     from flowpipe.parallel.plan import make_plan
 
     torch.manual_seed(0)
-    network = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)).double()
+    network = nn.Sequential(*layers()).double()
     engine = build_engine(network, make_plan('cpu', world=distributed.init()))
-    optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+    return network, engine, torch.optim.SGD(engine.parameters(), lr=0.1)
+
+
+def batchnorm_idle():
+    """One step of a BatchNorm network on a global batch of 2 that rank 0 holds alone; the running mean."""
+    network, engine, optimizer = _engine(lambda: (nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)))
     x, y = torch.randn(2, 3, dtype=torch.double), torch.tensor([0, 1])
     if distributed.rank() != 0:
         x, y = x[:0], y[:0]
@@ -132,13 +138,7 @@ def batchnorm_idle():
 def idle_after_a_synchronized_step():
     """Steps on global batches of 4, 1 (rank 1 idle: the step after DDP's first synchronized backward) and 4; the
     losses and the parameters."""
-    from flowpipe.parallel.factory import build_engine
-    from flowpipe.parallel.plan import make_plan
-
-    torch.manual_seed(0)
-    network = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
-    engine = build_engine(network, make_plan('cpu', world=distributed.init()))
-    optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+    network, engine, optimizer = _engine(lambda: (nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)))
     x, y = torch.randn(4, 3, dtype=torch.double), torch.tensor([0, 1, 1, 0])
     base, extra = divmod(len(x), distributed.world_size())
     start = distributed.rank() * base + min(distributed.rank(), extra)
@@ -147,3 +147,14 @@ def idle_after_a_synchronized_step():
     losses = [engine.train_step([x[shard]], [y[shard]], nn.functional.cross_entropy, optimizer, seed=1).loss
               for shard in (shards[0], shards[1], shards[0])]
     return losses, [p.detach().numpy().copy() for p in network.parameters()]
+
+
+def idle_outputs():
+    """A step asking for outputs on a global batch of 2 that rank 0 holds alone: their shape and dtype, and whether
+    the network is in training mode afterwards."""
+    network, engine, optimizer = _engine(lambda: (nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)))
+    x, y = torch.randn(2, 3, dtype=torch.double), torch.tensor([0, 1])
+    if distributed.rank() != 0:
+        x, y = x[:0], y[:0]
+    outputs = engine.train_step([x], [y], nn.functional.cross_entropy, optimizer, return_outputs=True).outputs
+    return tuple(outputs.shape), str(outputs.dtype), network.training

@@ -134,3 +134,8 @@ def test_a_rank_idle_in_the_step_after_the_first_synchronized_one_joins_the_buck
     for rank_losses, rank_params in launch(dist_jobs.idle_after_a_synchronized_step, 2, timeout=60):
         np.testing.assert_allclose(rank_losses, losses, rtol=1e-12)
         assert _rel(rank_params, params) < 1e-12
+
+
+def test_an_idle_rank_asked_for_outputs_returns_empty_ones_of_the_busy_ranks_shape():
+    ranks = launch(dist_jobs.idle_outputs, 2, timeout=60)
+    assert ranks == [((2, 2), 'torch.float64', True), ((0, 2), 'torch.float64', True)]

@@ -96,7 +96,8 @@ class DistributedEngine(Engine):
     def train_step(self, inputs: Any, targets: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer,
                    *, return_outputs: bool = False, clip_grad_norm: float | None = None,
                    seed: int | None = None) -> StepResult:
-        """The base step on this rank's shard (see the module docstring); an empty shard still joins in.
+        """The base step on this rank's shard (see the module docstring); an empty shard still joins in (and
+        returns empty outputs when asked for them).
 
         The step seed (the same on every rank in a seeded run) is mixed with the shard's offset in the global
         batch, so the ranks' pieces draw different dropout masks, as the pieces of one process do.
@@ -111,8 +112,13 @@ class DistributedEngine(Engine):
             self.ddp.reducer._rebuild_buckets()
         step_seed = draw_step_seed() if seed is None else int(seed)
         offset = sum(self.counts[:self._rank])
-        return super().train_step(inputs, targets, loss_fn, optimizer, return_outputs=return_outputs,
-                                  clip_grad_norm=clip_grad_norm, seed=piece_seed(step_seed, -1, offset))
+        result = super().train_step(inputs, targets, loss_fn, optimizer, return_outputs=return_outputs,
+                                    clip_grad_norm=clip_grad_norm, seed=piece_seed(step_seed, -1, offset))
+        if return_outputs and not self.counts[self._rank]:
+            # an idle rank's outputs are empty ones of the busy ranks' shape and dtype, as its predictions are
+            result = StepResult(result.loss, self.predict(inputs))
+            set_mode(self.replicas, True)
+        return result
 
     def prepare(self, inputs: Any, targets: Any) -> BatchTensors:
         """The shard's tensors; an empty shard is allowed (its rank only joins the collectives)."""
