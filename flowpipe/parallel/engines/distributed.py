@@ -23,14 +23,16 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from .. import distributed
 from ..plan import DevicePlan
 from ..precision import Precision
 from ..randomness import draw_step_seed, piece_seed
+from ..speed import compiled
 from ..split import Piece, split_batch
 from .base import Engine, StepResult
-from ..speed import compiled
+from .reduce import buckets
 from .tensors import BatchTensors, as_batch, concat, move, set_mode, to_device
 
 __all__ = ['DistributedEngine']
@@ -47,6 +49,25 @@ def _sum_hook(state, bucket):  # noqa: ANN001 - DDP checks the annotations of a 
     """DDP communication hook: all-reduce a gradient bucket as a sum (pieces are weighted by the global batch)."""
     future = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
     return future.then(lambda done: done.value()[0])
+
+
+def _coalesced(tensors: Sequence[torch.Tensor], collective: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Replace ``tensors`` by ``collective`` of their values, one flat buffer per bucket of one dtype
+    (``reduce.buckets``): a few collectives per step instead of one per tensor."""
+    for bucket in buckets(tensors):
+        group = [tensors[i] for i in bucket]
+        flat = collective(_flatten_dense_tensors(group))
+        torch._foreach_copy_(group, list(_unflatten_dense_tensors(flat, group)))
+
+
+def _all_reduce(flat: torch.Tensor) -> torch.Tensor:
+    dist.all_reduce(flat)
+    return flat
+
+
+def _from_rank_0(flat: torch.Tensor) -> torch.Tensor:
+    dist.broadcast(flat, src=0)
+    return flat
 
 
 class DistributedEngine(Engine):
@@ -165,14 +186,7 @@ class DistributedEngine(Engine):
         for param in params:
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
-        flat = torch.cat([param.grad.reshape(-1) for param in params]) if params else None
-        if flat is None:
-            return
-        dist.all_reduce(flat)
-        offset = 0
-        for param in params:
-            param.grad.copy_(flat[offset:offset + param.numel()].view_as(param.grad))
-            offset += param.numel()
+        _coalesced([param.grad for param in params], _all_reduce)
 
     @torch.no_grad()
     def broadcast(self, active: tuple[int, ...]) -> None:
@@ -180,20 +194,16 @@ class DistributedEngine(Engine):
         counts = self.counts or ()
         seen = sum(1 for count in counts if count)
         mine = 1.0 if counts and counts[self._rank] else 0.0
-        for buffer in self._inner.buffers():
-            if buffer.is_floating_point():
-                if len(counts) > 1:         # every rank joins: an idle one takes the mean of the others
-                    total = buffer * mine
-                    dist.all_reduce(total)
-                    buffer.copy_(total / seen)
-            else:
-                dist.broadcast(buffer, src=0)
+        buffers = list(self._inner.buffers())
+        if len(counts) > 1:         # every rank joins: an idle one takes the mean of the others
+            _coalesced([buffer for buffer in buffers if buffer.is_floating_point()],
+                       lambda flat: _all_reduce(flat * mine) / seen)
+        _coalesced([buffer for buffer in buffers if not buffer.is_floating_point()], _from_rank_0)
 
+    @torch.no_grad()
     def sync(self) -> None:
         """Every rank takes rank 0's parameters and buffers (after loading weights)."""
-        with torch.no_grad():
-            for tensor in (*self._inner.parameters(), *self._inner.buffers()):
-                dist.broadcast(tensor.data, src=0)
+        _coalesced([*self._inner.parameters(), *self._inner.buffers()], _from_rank_0)
 
     def step_result(self, ordered: list[tuple[torch.Tensor, Any]], keep_outputs: bool) -> StepResult:
         """The global batch's loss (all-reduced) and this rank's outputs."""
