@@ -306,7 +306,8 @@ def _run_in_process(seq: int, item_bytes: bytes) -> tuple[bool, bytes]:
         text = ''.join(traceback.format_exception(error))
         try:
             payload = dill.dumps((error, text))
-        except Exception:                # an exception that does not pickle still reports what happened
+            dill.loads(payload)          # an exception whose __init__ wants other args pickles but does not load
+        except Exception:                # one that does not travel still reports what happened
             payload = dill.dumps((RuntimeError(f"{type(error).__name__}: {error}"), text))
         return False, payload
 
@@ -318,15 +319,20 @@ def _unwrap_process_future(future: Future) -> Future:
     def _copy(done: Future) -> None:
         if done.cancelled():            # nobody waits for a cancelled item
             return
-        if done.exception() is not None:
-            unwrapped.set_exception(done.exception())
-            return
-        ok, payload = done.result()
-        if ok:
-            unwrapped.set_result(dill.loads(payload))
-            return
-        error, text = dill.loads(payload)
-        _add_note(error, f"Traceback in the worker process:\n{text}")
+        error = done.exception()
+        if error is None:
+            ok, payload = done.result()
+            try:
+                decoded = dill.loads(payload)
+            except BaseException as failure:     # unresolved, the future would keep the caller waiting forever
+                _add_note(failure, "flowpipe: what the worker process sent back does not unpickle in the caller")
+                error = failure
+            else:
+                if ok:
+                    unwrapped.set_result(decoded)
+                    return
+                error, text = decoded
+                _add_note(error, f"Traceback in the worker process:\n{text}")
         unwrapped.set_exception(error)
 
     future.add_done_callback(_copy)

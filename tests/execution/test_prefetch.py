@@ -308,3 +308,36 @@ def test_process_target_keeps_order_and_errors():
     assert delivered == [0, 4]
     notes = '\n'.join(info.value.__notes__)
     assert '_square_or_fail' in notes and 'batch 3' in notes
+
+
+class _TwoArgumentError(Exception):
+    """Pickles, but does not unpickle: ``args`` holds one value where ``__init__`` needs two."""
+
+    def __init__(self, what, why):
+        super().__init__(f'{what}: {why}')
+
+
+class _Unloadable:
+    def __reduce__(self):
+        return _refuse_to_load, ()
+
+
+def _refuse_to_load():
+    raise ValueError('this result cannot be rebuilt')
+
+
+def _fail_unreadably(seq, item):
+    if item == 1:
+        raise _TwoArgumentError('item 1', 'refused')
+    return _Unloadable() if item == 2 else item
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize('items, error, text', [([0, 1], RuntimeError, '_TwoArgumentError: item 1: refused'),
+                                                ([0, 2], ValueError, 'cannot be rebuilt')])
+def test_process_target_reports_what_does_not_unpickle(items, error, text):
+    delivered = []
+    with pytest.raises(error, match=text):
+        for result in Prefetcher(items, _fail_unreadably, 2, target='processes', workers=1):
+            delivered.append(result)
+    assert delivered == [0]
