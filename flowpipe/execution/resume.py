@@ -104,7 +104,7 @@ class RunCheckpoints:
         own = self.saved['ranks'][self.world.rank] if self.world is not None else self.saved
         with state.variables.lock:
             state.variables.update(own['variables'])
-        _load_models(state.models, self.saved['models'])
+        _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}))
         stream.load_state(self.saved['nodes'])
         state.batches = self.saved['pipeline_batches']
         _set_random_states(own['random'])
@@ -147,9 +147,10 @@ class RunCheckpoints:
         if self.world is not None and self.world.rank != 0:
             self.written, self._since, self._clock = self.done, 0, time.monotonic()
             return
+        from ..pipeline.model_actions import loaded_files
         payload = {'fingerprint': self.fingerprint, 'root': root[0], 'given': root[1], 'batches': self.done,
                    'pipeline_batches': state.batches, 'nodes': stream.state(), **own, 'ranks': ranks,
-                   'models': _model_states(state.models)}
+                   'models': _model_states(state.models), 'loaded': loaded_files(state.models)}
         try:
             files.write(self.spec.path, self.done, payload, self.spec.keep)
         except (pickle.PicklingError, TypeError, AttributeError) as error:
@@ -193,8 +194,9 @@ def _model_states(models: Any) -> dict[str, Any]:
     return states
 
 
-def _load_models(models: Any, saved: dict[str, Any]) -> None:
-    from ..pipeline.model_actions import PendingModel
+def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str]) -> None:
+    """Put the saved models into the store; those ``load_model`` had loaded count as loaded from their files."""
+    from ..pipeline.model_actions import PendingModel, mark_loaded
     for name, payload in saved.items():
         if payload is None:
             continue
@@ -209,6 +211,7 @@ def _load_models(models: Any, saved: dict[str, Any]) -> None:
             model = io.from_payload(payload)
         with models.lock:
             models[name] = model
+    mark_loaded(models, {name: source for name, source in loaded.items() if saved.get(name) is not None})
 
 
 def _random_states() -> dict[str, Any]:

@@ -24,7 +24,7 @@ from ..expr.context import Context, Store
 from .registry import builtin
 
 __all__ = ['PLACEMENT_KEYS', 'PendingModel', 'declared_model', 'import_model', 'init_model', 'load_model',
-           'model_seed', 'predict_model', 'save_model', 'step_seed', 'train_model']
+           'loaded_files', 'mark_loaded', 'model_seed', 'predict_model', 'save_model', 'step_seed', 'train_model']
 
 MODES = ('dynamic', 'static')
 
@@ -324,3 +324,16 @@ def _is_loaded(models: Store, name: str, source: str) -> bool:
 
 def _forget_load(models: Store, name: str) -> None:
     _loads(models).pop(name, None)
+
+
+def loaded_files(models: Store) -> dict[str, str]:
+    """``{name: file}`` of the models ``load_model`` loaded that are still registered (a checkpoint keeps them)."""
+    with models.lock:
+        return {name: source for name, (_, source) in _loads(models).items() if _is_loaded(models, name, source)}
+
+
+def mark_loaded(models: Store, files: dict[str, str]) -> None:
+    """Record the registered models ``files`` names as loaded from them, so ``load_model`` does not load again."""
+    with models.lock:
+        for name, source in files.items():
+            _loads(models)[name] = (weakref.ref(models[name]), source)

@@ -9,8 +9,9 @@ import dill
 import pytest
 import torch
 
-from flowpipe import B, Checkpoint, CheckpointError, Dataset, F, Pipeline, V
+from flowpipe import B, Checkpoint, CheckpointError, Dataset, F, I, Pipeline, V
 from flowpipe.execution import checkpoint as files
+from flowpipe.models.torch import TorchModel
 
 from . import checkpoint_cases as cases
 from .checkpoint_cases import RUN, TRIGGER, Crash, assert_same, outcome, pipeline
@@ -170,6 +171,27 @@ def test_pipelines_a_checkpoint_cannot_hold_are_refused_before_any_batch(tmp_pat
     with pytest.raises(CheckpointError, match="without join or merge"):
         joined.run(2, checkpoint=tmp_path)
     assert recut.v('n') == 0 and not os.listdir(tmp_path)
+
+
+def _fine_tuning(start):
+    """``load_model`` then training: the file is loaded by the first batch only, later batches train on."""
+    dataset = pipeline().dataset
+    return (Pipeline().init_variable('loss', []).init_variable('draws', []).load_model('net', str(start))
+            .call(cases.interrupt, I('c'), 'first')
+            .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << dataset
+
+
+def test_a_model_from_load_model_resumes_with_its_trained_weights(tmp_path):
+    config = {'model': cases.network(), 'inputs/x/shape': (6,), 'inputs/y/classes': 3, 'loss': 'ce',
+              'optimizer': {'name': 'SGD', 'lr': 0.1}}
+    TorchModel(config).save(tmp_path / 'start.pt')
+    reference = outcome(_fine_tuning(tmp_path / 'start.pt').run(**RUN))
+    TRIGGER.update(at=6, error=Crash('batch 6'))
+    with pytest.raises(Crash):
+        _fine_tuning(tmp_path / 'start.pt').run(**RUN, checkpoint=tmp_path / 'checkpoints')
+    TRIGGER.update(at=None, error=None)
+    resumed = _fine_tuning(tmp_path / 'start.pt').run(**RUN, checkpoint=tmp_path / 'checkpoints', resume=True)
+    assert_same(reference, outcome(resumed))
 
 
 def test_gen_batch_checkpoints_when_the_loop_asks_for_the_next_batch(tmp_path):
