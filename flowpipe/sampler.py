@@ -17,6 +17,7 @@ generator of their first leaf, so a sampler whose leaves have seeds gives the sa
 from __future__ import annotations
 
 import operator
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -76,7 +77,8 @@ class Sampler:
                  max_iters: int | None = None, sample_anyways: bool = False) -> Sampler:
         """A sampler of the points with ``low <= expr(points) <= high`` (``expr`` the identity by default), or with
         ``expr(points)`` true when neither bound is given. ``prob`` is a guess of the share that passes; after
-        ``max_iters`` rounds (10 000 by default) the draw raises, or warns and goes on with ``sample_anyways``."""
+        ``max_iters`` rounds (10 000 by default) the draw raises, or, with ``sample_anyways``, warns and draws the
+        missing points without truncation."""
         return _Truncated(self, high, low, expr, prob, max_iters, sample_anyways)
 
 
@@ -194,9 +196,14 @@ class _Truncated(_Composite):
             kept.append(points)
             count += len(points)
         else:
-            if count < size and not self.sample_anyways:
-                raise ValueError(f"Expected the truncation to keep {size} points within max_iters={self.max_iters} "
-                                 f"rounds. Received {count}; widen the bounds or raise max_iters")
+            if count < size:
+                text = (f"Expected the truncation to keep {size} points within max_iters={self.max_iters} rounds. "
+                        f"Received {count}")
+                if not self.sample_anyways:
+                    raise ValueError(f"{text}; widen the bounds or raise max_iters")
+                warnings.warn(f"{text}; the other {size - count} are drawn without truncation "
+                              "(sample_anyways=True)", UserWarning, stacklevel=3)
+                kept.append(self.bases[0].sample(size - count))
         points = np.concatenate(kept) if kept else self.bases[0].sample(0)
         return points[:size]
 

@@ -49,6 +49,13 @@ def test_truncation():
         NS('u').truncate()
 
 
+def test_truncation_that_keeps_too_few_points_samples_anyway_when_asked():
+    lenient = NS('u', seed=0).truncate(low=0.9, prob=0.9, max_iters=1, sample_anyways=True)
+    with pytest.warns(UserWarning, match='max_iters=1'):
+        points = lenient.sample(40)
+    assert points.shape == (40, 1) and 0 < (points >= 0.9).sum() < 40
+
+
 def test_histo_sampler():
     histo = np.histogramdd(NS('n', dim=2, seed=0).sample(1000), bins=4)
     points = HistoSampler(histo, seed=0).sample(300)
