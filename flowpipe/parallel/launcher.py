@@ -220,6 +220,21 @@ def _set_threads() -> None:
     torch.set_num_threads(int(text) if text.isdigit() and int(text) > 0 else 1)
 
 
+def _run(target: Callable | str, args: tuple, kwargs: dict) -> Any:
+    """The target's return value (``None`` for a script); ``sys.exit()`` or ``sys.exit(0)`` returns ``None``, as a
+    process that exits with code 0 succeeds."""
+    try:
+        if isinstance(target, str):
+            sys.argv = [target, *map(str, args)]
+            runpy.run_path(target, run_name='__main__')
+            return None
+        return target(*args, **kwargs)
+    except SystemExit as stop:
+        if stop.code in (None, 0):
+            return None
+        raise
+
+
 def _worker(payload: bytes, env: dict, results: Any) -> None:
     """One rank: its environment, the target, its result or error sent to the caller, the group destroyed."""
     rank = int(env['RANK'])
@@ -227,14 +242,7 @@ def _worker(payload: bytes, env: dict, results: Any) -> None:
         _die_with_caller(int(env['FLOWPIPE_LAUNCH_CALLER']))
         os.environ.update(env)
         _set_threads()
-        target, args, kwargs = dill.loads(payload)
-        if isinstance(target, str):
-            sys.argv = [target, *map(str, args)]
-            runpy.run_path(target, run_name='__main__')
-            value = None
-        else:
-            value = target(*args, **kwargs)
-        message = (rank, True, dill.dumps(value))
+        message = (rank, True, dill.dumps(_run(*dill.loads(payload))))
     except BaseException as error:  # noqa: BLE001 - every failure goes to the caller
         message = (rank, False, (type(error).__name__, str(error), traceback.format_exc(), time.time()))
     results.put(message)

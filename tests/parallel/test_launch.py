@@ -55,6 +55,15 @@ def test_a_job_past_its_timeout_is_ended(tmp_path):
     assert not multiprocessing.active_children()
 
 
+def test_a_script_exiting_with_code_0_succeeds_and_with_another_code_fails(tmp_path):
+    script = tmp_path / 'exits.py'
+    script.write_text('import sys\nsys.exit(None if sys.argv[1] == "none" else int(sys.argv[1]))\n')
+    assert launch(script, 2, args=('none',), timeout=TIMEOUT) == [None, None]
+    assert launch(script, 2, args=(0,), timeout=TIMEOUT) == [None, None]
+    with pytest.raises(LaunchError, match='SystemExit: 3'):
+        launch(script, 2, args=(3,), timeout=TIMEOUT)
+
+
 @pytest.mark.parametrize('arguments, error', [((42,), TypeError), (('no/such/script.py',), ValueError),
                                               ((_ranks, 0), ValueError), ((_ranks, 2.0), ValueError)])
 def test_bad_arguments_are_refused_before_any_process_starts(arguments, error):
