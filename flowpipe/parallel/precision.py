@@ -2,8 +2,9 @@
 
 An engine holds one precision object and calls it at fixed points of its loop: ``autocast(device)`` around each
 piece's forward and loss, ``convert_loss`` and ``scale`` before each backward, ``unscale`` before gradients are
-clipped, ``step`` for the one optimizer step of a batch. ``state_dict`` / ``load_state_dict`` carry the scaler's
-state through a model file. :func:`make_precision` chooses the object from the plan (``amp``):
+clipped, ``step`` for the one optimizer step of a batch, ``discard_step`` when the step fails between them.
+``state_dict`` / ``load_state_dict`` carry the scaler's state through a model file. :func:`make_precision`
+chooses the object from the plan (``amp``):
 
 - :class:`Precision`: the parameters' dtype, no autocast, no scaling (the default);
 - :class:`MixedPrecision`: ``torch.autocast`` in ``float16`` with one ``GradScaler`` for the whole batch (CUDA), or
@@ -48,6 +49,9 @@ class Precision:
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         """The one optimizer step of a batch."""
         optimizer.step()
+
+    def discard_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Forget a step that failed after ``unscale`` or inside ``step`` (nothing to forget here)."""
 
     def state_dict(self) -> dict[str, Any]:
         """What a model file keeps of the precision (nothing here)."""
@@ -107,6 +111,12 @@ class MixedPrecision(Precision):
         else:
             self.scaler.step(optimizer)
             self.scaler.update()
+
+    def discard_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Forget that a failed step unscaled the gradients (the scale stays): the next batch unscales its own,
+        instead of stepping with gradients still multiplied by the scale."""
+        if self.scaler is not None:
+            self.scaler.forget(optimizer)
 
     def state_dict(self) -> dict[str, Any]:
         """The scaler's state: scale, growth tracker and factors (plain numbers)."""

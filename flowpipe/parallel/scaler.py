@@ -50,6 +50,10 @@ class DeviceScaler(torch.amp.GradScaler):
         super().update(new_scale)
         self._copies = {}
 
+    def forget(self, optimizer: torch.optim.Optimizer) -> None:
+        """Drop what ``unscale_`` and ``step`` recorded for ``optimizer`` in a step that never reached ``update``."""
+        self._per_optimizer_states.pop(id(optimizer), None)
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the scaler's state and drop the copies of the old scale."""
         super().load_state_dict(state_dict)

@@ -126,6 +126,32 @@ def test_a_step_with_an_infinite_gradient_is_skipped_and_the_scale_backs_off():
     assert engine.precision.scaler.get_scale() == 2.0 ** 15
 
 
+class FailingOnce(torch.optim.SGD):
+    """SGD whose first step raises (as an out-of-memory error or a Ctrl-C inside the optimizer would)."""
+
+    failed = False
+
+    def step(self, closure=None):
+        if not self.failed:
+            self.failed = True
+            raise KeyboardInterrupt
+        return super().step(closure)
+
+
+@pytest.mark.parametrize('clip', [None, 1.0])
+def test_after_an_interrupted_optimizer_step_the_next_step_unscales_its_own_gradients(clip):
+    model, (inputs, targets) = mlp(), data()
+    engine = SingleEngine(copy.deepcopy(model), make_plan(num_gpus=0), MixedPrecision(CPU))
+    optimizer = FailingOnce(engine.parameters(), lr=0.1)
+    with pytest.raises(KeyboardInterrupt):
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer, clip_grad_norm=clip)
+    engine.train_step([inputs], [targets], F.cross_entropy, optimizer, clip_grad_norm=clip)
+    fresh = SingleEngine(model, make_plan(num_gpus=0), MixedPrecision(CPU))
+    fresh.train_step([inputs], [targets], F.cross_entropy, torch.optim.SGD(fresh.parameters(), lr=0.1),
+                     clip_grad_norm=clip)
+    assert all(torch.equal(a, b) for a, b in zip(engine.parameters(), fresh.parameters()))
+
+
 def test_mixed_precision_state_round_trip():
     model, (inputs, targets) = mlp(), data()
     engine = SingleEngine(model, make_plan(num_gpus=0), MixedPrecision(CPU))

@@ -161,10 +161,14 @@ class Engine:
 
         results = self.run_replicas(groups, work)
         self.reduce_gradients(active)               # the full-batch gradient, on the primary
-        if max_norm is not None:                    # clipped as a whole: the same whatever the split
-            self.precision.unscale(optimizer)
-            torch.nn.utils.clip_grad_norm_(_optimized(optimizer), max_norm)
-        self.precision.step(optimizer)              # one optimizer step per batch
+        try:
+            if max_norm is not None:                # clipped as a whole: the same whatever the split
+                self.precision.unscale(optimizer)
+                torch.nn.utils.clip_grad_norm_(_optimized(optimizer), max_norm)
+            self.precision.step(optimizer)          # one optimizer step per batch
+        except BaseException:                       # an error or Ctrl-C: the next step starts afresh
+            self.precision.discard_step(optimizer)
+            raise
         self.broadcast(active)                      # the new weights (and buffers) to the replicas
         return self.step_result(in_batch_order(groups, results), return_outputs)
 
