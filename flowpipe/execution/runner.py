@@ -22,7 +22,6 @@ __all__ = ['BatchRunner', 'NOTE_PREFIX', 'ProfiledStep', 'run_steps']
 
 NOTE_PREFIX = 'flowpipe: raised in action'
 _DETAILED = threading.Lock()
-_ACTIVE = threading.local()
 
 
 def run_steps(steps: tuple, ctx: Any, first: int = 0) -> None:
@@ -46,8 +45,14 @@ class ProfiledStep:
         self.inner, self.name, self.label, self.profiler, self.key = inner, inner.name, inner.label, profiler, key
 
     def __call__(self, ctx: Any) -> None:
-        if self.profiler.detailed and not getattr(_ACTIVE, 'on', False):
-            self._detailed(ctx)
+        # One cProfile at a time: from Python 3.12 on, two cannot be active at once even in two threads. The lock is
+        # never waited for: a profiled action may wait for an earlier batch's ordered write, whose actions must go
+        # on. An action that starts while another is profiled (or nested in one: a joined pipeline's) is only timed.
+        if self.profiler.detailed and _DETAILED.acquire(blocking=False):
+            try:
+                self._detailed(ctx)
+            finally:
+                _DETAILED.release()
             return
         start = time.perf_counter()
         try:
@@ -56,20 +61,15 @@ class ProfiledStep:
             self.profiler.record(self.key, ctx.iteration, time.perf_counter() - start)
 
     def _detailed(self, ctx: Any) -> None:
-        # One cProfile at a time: from Python 3.12 on, two cannot be active at once even in two threads. Steps
-        # nested in this one (a joined pipeline's) are timed without one.
-        with _DETAILED:
-            profile = cProfile.Profile()
-            start = time.perf_counter()
-            _ACTIVE.on = True
-            profile.enable()
-            try:
-                self.inner(ctx)
-            finally:
-                profile.disable()
-                _ACTIVE.on = False
-                self.profiler.record(self.key, ctx.iteration, time.perf_counter() - start)
-                self.profiler.record_calls(self.key, ctx.iteration, pstats.Stats(profile))
+        profile = cProfile.Profile()
+        start = time.perf_counter()
+        profile.enable()
+        try:
+            self.inner(ctx)
+        finally:
+            profile.disable()
+            self.profiler.record(self.key, ctx.iteration, time.perf_counter() - start)
+            self.profiler.record_calls(self.key, ctx.iteration, pstats.Stats(profile))
 
 
 def _note(exc: BaseException, position: int, step: Any, ctx: Any) -> None:

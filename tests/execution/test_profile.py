@@ -1,5 +1,7 @@
 """Profiler: thread-safe recording, per-action statistics, rows, table."""
+import random
 import threading
+import time
 
 import pytest
 
@@ -106,3 +108,16 @@ def test_detailed_profile_tables():
         plain.show_profile_info(detailed=True)
     with pytest.raises(ValueError, match='profile=True'):
         Dataset(6).p.show_profile_info()
+
+
+def _jitter(seq):
+    time.sleep(random.Random(seq).random() * 0.02)
+
+
+def test_detailed_profile_with_prefetch_and_ordered_writes_finishes():
+    """A profiled action waiting for an earlier batch's ordered write must not stop that batch's actions."""
+    from flowpipe import I, V, Dataset, Pipeline
+    pipeline = (Pipeline().init_variable('n', 0).call(_jitter, I('c')).update(V('n'), V('n') + 1)) << Dataset(40)
+    pipeline.run(2, prefetch=4, profile='detailed')
+    assert pipeline.v('n') == 20
+    assert [entry['count'] for entry in pipeline.profiler.info.values()] == [20, 20]
