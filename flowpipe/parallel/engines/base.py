@@ -145,7 +145,7 @@ class Engine:
             seed: the step seed each piece's random stream derives from (see ``flowpipe.parallel.randomness``);
                 ``None`` draws one from torch's global generator.
         """
-        max_norm = None if clip_grad_norm is None else check_max_norm(clip_grad_norm)
+        max_norm = check_max_norm(clip_grad_norm)
         step_seed = draw_step_seed() if seed is None else int(seed)
         batch = self.prepare(inputs, targets)
         groups = self.groups(batch.size)            # {replica: its pieces}; a piece is one shard of one chunk
@@ -173,14 +173,13 @@ class Engine:
         return self.step_result(in_batch_order(groups, results), return_outputs)
 
     def run_piece(self, replica: int, piece: Piece, batch: BatchTensors, loss_fn: Callable, keep_outputs: bool,
-                  last: bool, seed: int | None = None) -> tuple[torch.Tensor, Any]:
+                  last: bool, seed: int) -> tuple[torch.Tensor, Any]:
         """Forward and backward of one piece on one replica; returns (weighted loss, detached outputs or None).
 
-        With a step ``seed``, the piece draws its random numbers (dropout) from its own generator state.
+        The piece draws its random numbers (dropout) from its own generator state, derived from the step ``seed``.
         """
         forward, device = self.forwards[replica], self.devices[replica]
-        rng = _NO_CONTEXT if seed is None else piece_random(device, piece_seed(seed, piece.chunk, piece.start))
-        with rng, self.backward_sync(last):
+        with piece_random(device, piece_seed(seed, piece.chunk, piece.start)), self.backward_sync(last):
             with self.precision.autocast(device):
                 outputs = forward(*[move(t, device, batch.dtype, piece, self.memory_format) for t in batch.inputs])
                 out_device = device_of(outputs, device)

@@ -146,7 +146,7 @@ class DistributedEngine(Engine):
         tensors, targets_ = as_batch(inputs, 'inputs'), as_batch(targets, 'targets')
         if tensors and all(t.dim() and t.shape[0] == 0 for t in (*tensors, *targets_)):
             return BatchTensors(tensors, targets_, 0, self.compute_dtype())
-        return super().prepare(inputs, targets)
+        return super().prepare(tensors, targets_)
 
     def _exchange_counts(self, inputs: Any) -> tuple[int, ...]:
         """Every rank's item count, in rank order (one all-gather)."""
