@@ -8,14 +8,17 @@ variables, every built model (weights, optimizer, scheduler, scaler, step count)
 """
 from __future__ import annotations
 
+import os
 import pickle
 import random
 import sys
 import time
 from typing import Any
 
+import dill
 import numpy as np
 
+from ..pipeline.model_actions import PendingModel, loaded_files, mark_loaded
 from . import checkpoint as files
 from .checkpoint import as_checkpoint
 from .nodes import CheckpointError, chain_busy
@@ -57,9 +60,10 @@ class RunCheckpoints:
         self.pipeline, self.world = pipeline, world
         self.fingerprint = files.fingerprint(pipeline, args, 1 if world is None else world.size)
         self.saved = self._read(args.resume)
-        if self.saved is None and self.spec is not None and files.latest_in(self.spec.path) is not None:
+        found = files.latest_in(self.spec.path) if self.saved is None and self.spec is not None else None
+        if found is not None:
             raise CheckpointError(f"Expected an empty checkpoint folder for a run that does not resume. Received: "
-                                  f"{self.spec.path!r}, which holds {files.latest_in(self.spec.path)!r}. Pass "
+                                  f"{self.spec.path!r}, which holds {found!r}. Pass "
                                   "resume=True to go on from it, or delete the folder's checkpoints to start afresh.")
         self.done = self.saved['batches'] if self.saved is not None else 0
         self.written = self.done if self.saved is not None else None
@@ -74,7 +78,6 @@ class RunCheckpoints:
                                  "no checkpoint. Pass checkpoint=..., or resume='path/to/folder-or-file'.")
             source = self.spec.path
         else:
-            import os
             source = os.fspath(resume)
             if not os.path.exists(source):
                 raise FileNotFoundError(f"Expected a checkpoint file or folder to resume from. Received: "
@@ -147,7 +150,6 @@ class RunCheckpoints:
         if self.world is not None and self.world.rank != 0:
             self.written, self._since, self._clock = self.done, 0, time.monotonic()
             return
-        from ..pipeline.model_actions import loaded_files
         payload = {'fingerprint': self.fingerprint, 'root': root[0], 'given': root[1], 'batches': self.done,
                    'pipeline_batches': state.batches, 'nodes': stream.state(), **own, 'ranks': ranks,
                    'models': _model_states(state.models), 'loaded': loaded_files(state.models)}
@@ -167,7 +169,6 @@ def _distributed() -> Any:
 
 def _unpicklable(variables: dict) -> str:
     """The first variable dill cannot pickle, named for an error message."""
-    import dill
     for name, value in variables.items():
         try:
             dill.dumps(value)
@@ -178,7 +179,6 @@ def _unpicklable(variables: dict) -> str:
 
 def _model_states(models: Any) -> dict[str, Any]:
     """``{name: model file payload}`` of built models; ``None`` for one not built yet."""
-    from ..pipeline.model_actions import PendingModel
     states = {}
     with models.lock:
         items = list(models.items())
@@ -196,7 +196,6 @@ def _model_states(models: Any) -> dict[str, Any]:
 
 def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str]) -> None:
     """Put the saved models into the store; those ``load_model`` had loaded count as loaded from their files."""
-    from ..pipeline.model_actions import PendingModel, mark_loaded
     for name, payload in saved.items():
         if payload is None:
             continue
