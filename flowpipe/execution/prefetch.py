@@ -65,8 +65,6 @@ class _Pool:
         self.executor = executor
         self.results: queue.Queue = queue.Queue()
         self.on_close = on_close
-        self.closed = threading.Event()
-        self._close_lock = threading.Lock()
 
     def deliver(self, seq: int, future: Future) -> None:
         """Put a finished future's outcome in the result queue (runs in whichever thread completed it)."""
@@ -76,17 +74,13 @@ class _Pool:
         self.results.put((seq, error, None if error is not None else future.result()))
 
     def shutdown(self) -> None:
-        """Cancel pending items, wake waiters and join every worker. Idempotent."""
-        with self._close_lock:
-            if self.closed.is_set():
-                return
-            self.closed.set()
+        """Cancel pending items, wake waiters (``on_close``) and join every worker; called once, by the
+        prefetcher's ``weakref.finalize``."""
         if self.on_close is not None:
             self.on_close()
         # A finalizer may run in a worker thread, which cannot join itself.
         in_worker = threading.current_thread().name.startswith(_THREAD_PREFIX)
         self.executor.shutdown(wait=not in_worker, cancel_futures=True)
-
 
 
 class Prefetcher(Node):
