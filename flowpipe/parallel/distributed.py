@@ -139,7 +139,12 @@ def init(backend: str | None = None, timeout: Any = None) -> World | None:
     chosen = backend or os.environ.get(BACKEND_VARIABLE, '').strip() or default_backend()
     if chosen == 'nccl':
         import torch
-        torch.cuda.set_device(world.local_rank % torch.cuda.device_count())
+        count = torch.cuda.device_count()
+        if not count:
+            raise ValueError(f"Expected CUDA GPUs for the NCCL backend. Received: backend 'nccl' in {world} on a "
+                             f"machine where torch sees no GPU. Use gloo (FLOWPIPE_DIST_BACKEND=gloo, or "
+                             f"init('gloo')), or run the job where GPUs are visible.")
+        torch.cuda.set_device(world.local_rank % count)
     options = {'backend': chosen, 'rank': world.rank, 'world_size': world.size}
     limit = _timeout(timeout)
     if limit is not None:

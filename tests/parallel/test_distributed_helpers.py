@@ -3,6 +3,7 @@ import datetime
 
 import numpy as np
 import pytest
+import torch
 
 from flowpipe.parallel import distributed
 
@@ -45,6 +46,14 @@ def test_bad_settings_are_clear_errors(no_job, monkeypatch):
         distributed._timeout(-1)
     with pytest.raises(ValueError, match="op among"):
         distributed.reduce(1, 'median')
+
+
+def test_nccl_without_a_gpu_is_a_clear_error_before_the_group_starts(no_job, monkeypatch):
+    monkeypatch.setenv('WORLD_SIZE', '2')
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 0)
+    with pytest.raises(ValueError, match="Expected CUDA GPUs for the NCCL backend.*FLOWPIPE_DIST_BACKEND=gloo"):
+        distributed.init('nccl')
+    assert not distributed._initialized()
 
 
 def test_timeouts_in_seconds_or_timedelta(no_job, monkeypatch):
