@@ -158,3 +158,29 @@ def idle_outputs():
         x, y = x[:0], y[:0]
     outputs = engine.train_step([x], [y], nn.functional.cross_entropy, optimizer, return_outputs=True).outputs
     return tuple(outputs.shape), str(outputs.dtype), network.training
+
+
+class _Sizes(nn.Module):
+    """A linear layer that notes the size of every batch it is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear, self.sizes = nn.Linear(3, 2), []
+
+    def forward(self, x):
+        self.sizes.append(len(x))
+        return self.linear(x)
+
+
+def predicted_sizes():
+    """The batch sizes the network sees when predicting a global batch of 10 with microbatch=2, and the outputs."""
+    from flowpipe.parallel.factory import build_engine
+    from flowpipe.parallel.plan import make_plan
+
+    torch.manual_seed(0)
+    network = _Sizes().double()
+    engine = build_engine(network, make_plan('cpu', microbatch=2, world=distributed.init()))
+    x = torch.randn(10, 3, dtype=torch.double)
+    start = 5 * distributed.rank() if distributed.world_size() == 2 else 0
+    outputs = engine.predict([x[start:start + 10 // distributed.world_size()]])
+    return network.sizes, outputs.numpy()

@@ -139,3 +139,10 @@ def test_a_rank_idle_in_the_step_after_the_first_synchronized_one_joins_the_buck
 def test_an_idle_rank_asked_for_outputs_returns_empty_ones_of_the_busy_ranks_shape():
     ranks = launch(dist_jobs.idle_outputs, 2, timeout=60)
     assert ranks == [((2, 2), 'torch.float64', True), ((0, 2), 'torch.float64', True)]
+
+
+def test_predictions_of_a_rank_are_cut_into_micro_batches_as_in_one_process():
+    sizes, outputs = dist_jobs.predicted_sizes()
+    ranks = launch(dist_jobs.predicted_sizes, 2, timeout=60)
+    assert sizes == [2] * 5 and [rank_sizes for rank_sizes, _ in ranks] == [[2, 2, 1], [2, 2, 1]]
+    np.testing.assert_allclose(np.concatenate([rank_outputs for _, rank_outputs in ranks]), outputs, rtol=1e-12)

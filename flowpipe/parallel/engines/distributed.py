@@ -216,10 +216,13 @@ class DistributedEngine(Engine):
         return StepResult(float(total), outputs)
 
     def predict(self, inputs: Sequence[torch.Tensor]) -> Any:
-        """This rank's outputs, from the network itself (no collective): an empty shard gives empty outputs."""
+        """This rank's outputs, from the network itself (no collective), micro-batch by micro-batch as in one
+        process: an empty shard gives empty outputs."""
         batch = self.prepare(inputs, ())
         device = self.devices[0]
         set_mode(self.replicas, False)
+        pieces = split_batch(batch.size, 1, self.plan.microbatch) if batch.size else (None,)
         with torch.no_grad(), self.precision.autocast(device):
-            return self._inner(*[move(t, device, batch.dtype, None, self.memory_format) for t in batch.inputs])
+            return concat([self._inner(*[move(t, device, batch.dtype, piece, self.memory_format) for t in batch.inputs])
+                           for piece in pieces])
 
