@@ -5,11 +5,20 @@ Domain errors users catch: ``DeviceError`` (no device matches a spec), ``ModelFi
 that is not a flowpipe file or comes from an incompatible version), ``LaunchError`` (a rank of a launched
 distributed job failed), ``CheckpointError`` (a checkpoint that cannot be written, read or used for a run).
 Bad values raise ``ValueError``, bad types ``TypeError``, unknown names ``KeyError``/``AttributeError`` subclasses
-below, so that plain ``except KeyError`` still works.
+below, so that plain ``except KeyError`` still works. ``add_note`` attaches a note to an exception on every
+supported Python (3.10 has no ``BaseException.add_note``).
 """
 
 __all__ = ['CheckpointError', 'DeviceError', 'ExpressionError', 'LaunchError', 'ModelFileError',
-           'SkipBatch', 'StopPipeline', 'UnknownActionError']
+           'SkipBatch', 'StopPipeline', 'UnknownActionError', 'add_note']
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """Attach ``note`` to ``exc``: shown under the traceback on Python 3.11+, kept in ``__notes__`` on 3.10."""
+    if hasattr(exc, 'add_note'):
+        exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, '__notes__', []), note]
 
 
 class SkipBatch(Exception):

@@ -29,7 +29,7 @@ from typing import Any
 
 import dill
 
-from ..errors import SkipBatch, StopPipeline
+from ..errors import SkipBatch, StopPipeline, add_note
 from .nodes import Node
 
 __all__ = ['Prefetcher']
@@ -40,18 +40,10 @@ _THREAD_PREFIX = 'flowpipe-prefetch'
 _POLL_SECONDS = 0.1
 
 
-def _add_note(exc: BaseException, note: str) -> None:
-    """Attach ``note`` to ``exc`` (shown under the traceback on Python 3.11+)."""
-    if hasattr(exc, 'add_note'):
-        exc.add_note(note)
-    else:
-        exc.__notes__ = [*getattr(exc, '__notes__', []), note]
-
-
 def _note_batch(exc: BaseException, seq: int) -> None:
     # The action runner may have named the batch already, together with the action.
     if not any(re.search(rf'\bbatch {seq}\b', note) for note in getattr(exc, '__notes__', ())):
-        _add_note(exc, f"(raised while processing batch {seq})")
+        add_note(exc, f"(raised while processing batch {seq})")
 
 
 class _Pool:
@@ -319,14 +311,14 @@ def _unwrap_process_future(future: Future) -> Future:
             try:
                 decoded = dill.loads(payload)
             except BaseException as failure:     # unresolved, the future would keep the caller waiting forever
-                _add_note(failure, "flowpipe: what the worker process sent back does not unpickle in the caller")
+                add_note(failure, "flowpipe: what the worker process sent back does not unpickle in the caller")
                 error = failure
             else:
                 if ok:
                     unwrapped.set_result(decoded)
                     return
                 error, text = decoded
-                _add_note(error, f"Traceback in the worker process:\n{text}")
+                add_note(error, f"Traceback in the worker process:\n{text}")
         unwrapped.set_exception(error)
 
     future.add_done_callback(_copy)

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from ..errors import StopPipeline
+from ..errors import StopPipeline, add_note
 from .checkpoint import as_checkpoint
 from .locks import OrderedLocks
 from .nodes import DeferredStage, IndexSource, MapStage
@@ -284,8 +284,8 @@ def _prefetcher(args: RunArgs, indices: Iterator, runner: BatchRunner, locks: An
                           on_close=None if locks is None else locks.close)
     except Exception as error:
         if in_processes:
-            error.add_note("flowpipe: target='processes' sends the dataset, config, variables and models to "
-                           "every worker with dill; use target='threads' for state that cannot be pickled.")
+            add_note(error, "flowpipe: target='processes' sends the dataset, config, variables and models to "
+                            "every worker with dill; use target='threads' for state that cannot be pickled.")
         raise
 
 

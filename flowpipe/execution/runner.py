@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from ..errors import SkipBatch, StopPipeline
+from ..errors import SkipBatch, StopPipeline, add_note
 from ..expr.context import Context
 from .seeds import batch_seed
 
@@ -76,7 +76,7 @@ def _note(exc: BaseException, position: int, step: Any, ctx: Any) -> None:
     notes = getattr(exc, '__notes__', ())
     if not any(note.startswith(NOTE_PREFIX) for note in notes):
         where = f"batch {ctx.iteration}" if ctx.batch is not None else "a before/after section"
-        exc.add_note(f"{NOTE_PREFIX} #{position} {step.label} of {where}")
+        add_note(exc, f"{NOTE_PREFIX} #{position} {step.label} of {where}")
 
 
 class BatchRunner:

@@ -76,6 +76,24 @@ def test_worker_error_reraises_with_type_and_note():
     assert any('batch 3' in note for note in info.value.__notes__)
 
 
+class _WithoutAddNote(KeyError):
+    """An exception as Python 3.10 makes them: it has no ``add_note``."""
+
+    @property
+    def add_note(self):
+        raise AttributeError('add_note')
+
+
+@pytest.mark.parametrize('prefetch', [0, 3])
+def test_an_error_without_add_note_keeps_its_type_and_gets_the_notes(prefetch):
+    def fail_at_three(batch):
+        if batch.indices[0] == 3:
+            raise _WithoutAddNote('three')
+    with pytest.raises(_WithoutAddNote, match='three') as info:
+        make_dataset(10).p.call(fail_at_three, B()).run(1, prefetch=prefetch)
+    assert any('#0 call' in note and 'batch 3' in note for note in info.value.__notes__)
+
+
 def test_error_leaves_locked_state_at_the_last_completed_batch():
     def fail_at_three(batch):
         if batch.indices[0] == 3:
