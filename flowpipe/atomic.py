@@ -2,7 +2,8 @@
 
 The contents go to a temporary file in the target's folder, are flushed to disk (``fsync``), and the temporary
 file is renamed over the target (``os.replace``, atomic on POSIX and Windows). A crash at any point leaves the
-target as it was; the temporary file is removed when the writer raises.
+target as it was; the temporary file is removed when the writer raises. The folder is synced after the rename,
+so that the new file survives a power loss: a caller that then removes older files never loses both.
 """
 from __future__ import annotations
 
@@ -32,3 +33,18 @@ def dump_atomically(value: Any, path: str | os.PathLike) -> None:
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+    _sync_folder(folder)
+
+
+def _sync_folder(folder: str) -> None:
+    """Flush the folder's entries to disk, so that the rename survives a power loss (POSIX; a file system that
+    cannot sync a folder is left to its own ordering)."""
+    if os.name != 'posix':
+        return
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
