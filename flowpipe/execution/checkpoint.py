@@ -92,10 +92,16 @@ def as_checkpoint(value: Any) -> Checkpoint | None:
 # ----- files -----
 
 def write(folder: str, number: int, payload: dict, keep: int) -> str:
-    """Write ``payload`` as checkpoint ``number`` in ``folder`` atomically, then keep the ``keep`` newest files."""
+    """Write ``payload`` as checkpoint ``number`` in ``folder`` atomically, then keep the ``keep`` newest files.
+
+    Files numbered after ``number`` are a run's that this one resumed before their batches: they are removed too,
+    so that they neither count as the newest nor are what ``resume=True`` takes next.
+    """
     path = os.path.join(folder, f'checkpoint-{number:09d}.flowpipe')
     dump_atomically({'format': FORMAT, 'format_version': FORMAT_VERSION, **payload}, path)
-    for _, old in _files(folder)[keep:]:
+    files = _files(folder)
+    later = [old for found, old in files if found > number]
+    for old in later + [old for found, old in files if found <= number][keep:]:
         os.unlink(old)
     return path
 

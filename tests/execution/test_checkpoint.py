@@ -91,6 +91,15 @@ def test_every_and_keep(tmp_path):
     assert numbers(tmp_path) == [12, 15]                     # 4, 8, 12, then the end of the run
 
 
+def test_a_run_resumed_from_an_older_checkpoint_replaces_the_files_after_it(tmp_path):
+    reference = outcome(pipeline().run(**RUN))
+    pipeline().run(**RUN, checkpoint=Checkpoint(tmp_path, keep=20))
+    assert numbers(tmp_path) == list(range(1, 16))
+    crash_at(10, **RUN, checkpoint=tmp_path, resume=str(tmp_path / 'checkpoint-000000008.flowpipe'))
+    assert numbers(tmp_path) == [10]           # keep=1: the resumed run's newest; 11 to 15 were the first run's
+    assert_same(reference, outcome(pipeline().run(**RUN, checkpoint=tmp_path, resume=True)))
+
+
 def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     reference = outcome(pipeline().run(**RUN))
     real_dump, calls = dill.dump, []
