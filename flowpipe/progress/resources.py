@@ -100,7 +100,9 @@ class ResourceMonitor:
             self._sample(start)
 
     def start(self) -> ResourceMonitor:
-        """Start sampling (the first sample is taken at once)."""
+        """Start sampling (the first sample is taken at once); a monitor already sampling goes on as it is."""
+        if self._thread is not None:
+            return self
         start = time.perf_counter()
         self._sample(start)
         self._stop.clear()

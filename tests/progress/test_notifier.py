@@ -1,5 +1,6 @@
 """batchflow's Notifier, notifier() and resource monitors on flowpipe's bar."""
 import io
+import time
 
 import numpy as np
 import pytest
@@ -68,7 +69,9 @@ def test_plot_draws_every_tracked_value():
 
 def test_resource_monitors_sample_in_a_thread():
     with CPUMonitor(frequency=0.01) as cpu, Monitor(['memory', 'cpu'], frequency=0.01) as both:
-        sum(i * i for i in range(200000))
+        deadline = time.monotonic() + 60            # a loaded machine may delay the sampling thread
+        while min(len(cpu.data['cpu']), len(both.data['memory'])) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert len(cpu.data['cpu']) >= 2 and len(both.times) == len(both.data['memory']) >= 2
     assert isinstance(MemoryMonitor(), Monitor)
     with pytest.raises(ValueError, match="resources among"):
@@ -76,6 +79,17 @@ def test_resource_monitors_sample_in_a_thread():
     with pytest.raises(ValueError, match='frequency > 0'):
         CPUMonitor(frequency=0)
     assert read_resource('gpu_memory') >= 0.0
+
+
+def test_starting_a_sampling_monitor_again_starts_no_second_thread():
+    import threading
+    monitor = CPUMonitor(frequency=0.01).start()
+    try:
+        assert monitor.start() is monitor
+        assert sum(thread.name == 'flowpipe-monitor' for thread in threading.enumerate()) == 1
+    finally:
+        monitor.stop()
+    assert not any(thread.name == 'flowpipe-monitor' for thread in threading.enumerate())
 
 
 def test_gpu_utilisation_needs_its_library(monkeypatch):
