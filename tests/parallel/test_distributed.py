@@ -146,3 +146,10 @@ def test_predictions_of_a_rank_are_cut_into_micro_batches_as_in_one_process():
     ranks = launch(dist_jobs.predicted_sizes, 2, timeout=60)
     assert sizes == [2] * 5 and [rank_sizes for rank_sizes, _ in ranks] == [[2, 2, 1], [2, 2, 1]]
     np.testing.assert_allclose(np.concatenate([rank_outputs for _, rank_outputs in ranks]), outputs, rtol=1e-12)
+
+
+def test_a_predicted_loss_is_the_global_batchs_on_every_rank():
+    alone = dist_jobs.predicted_losses()
+    assert len(alone) == 3 and np.all(np.isfinite(alone))
+    for losses in launch(dist_jobs.predicted_losses, 2, timeout=TIMEOUT):
+        np.testing.assert_allclose(losses, alone, rtol=1e-12)

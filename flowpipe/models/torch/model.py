@@ -10,6 +10,7 @@ Ready networks (``ResNet18``...) are subclasses that only say how to make their 
 from __future__ import annotations
 
 import difflib
+import math
 import threading
 import warnings
 from collections.abc import Mapping
@@ -228,10 +229,15 @@ class TorchModel:
             outputs = self.engine.predict(net_inputs)
 
         def loss() -> float:
-            moved = [target.to(outputs.device) for target in net_targets]
-            moved = [t.to(outputs.dtype) if t.is_floating_point() else t for t in moved]
-            with torch.no_grad():
-                return float(self.loss_fn(outputs, *moved))
+            """The batch's loss; in a distributed run the global batch's, whose shards the ranks hold."""
+            target = net_targets[0]
+            count, value = (target.shape[0] if target.dim() else 1), math.nan    # no items on an idle rank
+            if count:
+                moved = [target.to(outputs.device) for target in net_targets]
+                moved = [t.to(outputs.dtype) if t.is_floating_point() else t for t in moved]
+                with torch.no_grad():
+                    value = float(self.loss_fn(outputs, *moved))
+            return self.engine.batch_mean(value, count)
         return self._fetch(fetches, names, loss, outputs)
 
     # inputs and outputs

@@ -20,6 +20,7 @@ Every piece goes through :meth:`Engine.run_piece` (training) or :meth:`Engine.pr
 from __future__ import annotations
 
 import contextlib
+import math
 import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -198,6 +199,11 @@ class Engine:
         total = ordered[0][0] if len(ordered) == 1 else torch.stack([loss.to(primary) for loss, _ in ordered]).sum()
         outputs = concat([to_device(out, primary) for _, out in ordered]) if keep_outputs else None
         return StepResult(float(total), outputs)
+
+    def batch_mean(self, mean: float, count: int) -> float:
+        """The mean over the whole batch of a value averaged over this process's ``count`` items (``mean``):
+        ``mean`` itself here, NaN for no items; a distributed engine combines the ranks' shards."""
+        return mean if count else math.nan
 
     def predict(self, inputs: Tensors) -> Any:
         """Outputs for a batch in evaluation mode, without gradients, in batch order, on the primary device."""

@@ -215,6 +215,14 @@ class DistributedEngine(Engine):
         outputs = concat([to_device(out, device) for _, out in ordered]) if keep_outputs and ordered else None
         return StepResult(float(total), outputs)
 
+    def batch_mean(self, mean: float, count: int) -> float:
+        """The global batch's mean from every rank's shard mean and item count (one all-reduce; every rank joins,
+        an idle one with nothing to add)."""
+        totals = torch.tensor([mean * count if count else 0.0, count], dtype=torch.float64, device=self._group_device)
+        dist.all_reduce(totals)
+        total, items = totals.tolist()
+        return total / items if items else math.nan
+
     def predict(self, inputs: Sequence[torch.Tensor]) -> Any:
         """This rank's outputs, from the network itself (no collective), micro-batch by micro-batch as in one
         process: an empty shard gives empty outputs."""
