@@ -36,7 +36,7 @@ class _Tracked:
     def read(self, variables: Mapping) -> Any:
         source = self.source
         if isinstance(source, str) and source in RESOURCES:
-            value = read_resource(source, key=id(self))
+            value = read_resource(source, key=self)
         elif isinstance(source, str):
             value = variables.get(source)
         elif callable(getattr(source, 'get', None)) and not isinstance(source, Mapping):

@@ -12,15 +12,24 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Sequence
 
 __all__ = ['CPUMonitor', 'MemoryMonitor', 'RESOURCES', 'ResourceMonitor', 'read_resource']
 
 RESOURCES = ('cpu', 'memory', 'rss', 'uss', 'gpu', 'gpu_memory')
-_CPU_LAST: dict[int, tuple[float, float]] = {}
 
 
-def _cpu(key: int) -> float:
+class _Reader:
+    """Whoever calls ``read_resource('cpu')`` without a ``key`` of its own."""
+
+
+_ANYONE = _Reader()
+# The previous CPU reading of each caller, dropped with the caller (a weak key: a new caller never inherits it).
+_CPU_LAST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _cpu(key: object) -> float:
     """Process CPU use (all threads) since the previous reading under ``key``, in % of one core."""
     now, used = time.perf_counter(), time.process_time()
     last = _CPU_LAST.get(key)
@@ -48,8 +57,9 @@ def _optional(module: str, resource: str) -> Any:
                           f"{'nvidia-ml-py' if module == 'pynvml' else module}`, or monitor 'cpu'/'memory'") from None
 
 
-def read_resource(name: str, key: int = 0) -> float:
-    """One reading of the resource ``name`` (see the module docstring); ``key`` separates ``'cpu'`` callers."""
+def read_resource(name: str, key: object = _ANYONE) -> float:
+    """One reading of the resource ``name`` (see the module docstring); ``key``, an object of the caller's
+    (a monitor passes itself), separates the ``'cpu'`` readings of different callers."""
     if name == 'cpu':
         return _cpu(key)
     if name in ('memory', 'rss'):
@@ -93,7 +103,7 @@ class ResourceMonitor:
     def _sample(self, start: float) -> None:
         self.times.append(time.perf_counter() - start)
         for name in self.sources:
-            self.data[name].append(read_resource(name, key=id(self)))
+            self.data[name].append(read_resource(name, key=self))
 
     def _loop(self, start: float) -> None:
         while not self._stop.wait(self.frequency):

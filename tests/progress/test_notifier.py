@@ -97,3 +97,20 @@ def test_gpu_utilisation_needs_its_library(monkeypatch):
     monkeypatch.setitem(sys.modules, 'pynvml', None)
     with pytest.raises(ImportError, match='nvidia-ml-py'):
         read_resource('gpu')
+
+
+def test_cpu_readings_are_kept_per_caller_and_dropped_with_it():
+    import gc
+
+    from flowpipe.progress import resources
+
+    class Caller:
+        pass
+    caller = Caller()
+    assert read_resource('cpu', key=caller) == 0.0                 # a caller's first reading: nothing to compare
+    sum(i * i for i in range(100000))
+    assert read_resource('cpu', key=caller) >= 0.0 and caller in resources._CPU_LAST
+    before = len(resources._CPU_LAST)
+    del caller
+    gc.collect()
+    assert len(resources._CPU_LAST) == before - 1
