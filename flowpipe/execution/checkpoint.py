@@ -35,7 +35,8 @@ class Checkpoint:
 
     Args:
         path: the folder of the checkpoint files (made when missing).
-        every: write after every ``every`` completed batches.
+        every: write after every ``every`` completed batches of the run (batch 4, 8, 12... for 4, also after a
+            resume from another batch).
         seconds: write when at least this many seconds have passed since the last write. With neither
             ``every`` nor ``seconds``, every batch.
         keep: how many of the newest files to keep; older ones are removed after a successful write.

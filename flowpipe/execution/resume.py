@@ -67,7 +67,7 @@ class RunCheckpoints:
                                   "resume=True to go on from it, or delete the folder's checkpoints to start afresh.")
         self.done = self.saved['batches'] if self.saved is not None else 0
         self.written = self.done if self.saved is not None else None
-        self._since, self._clock = 0, time.monotonic()
+        self._clock = time.monotonic()
 
     def _read(self, resume: Any) -> dict | None:
         if resume is False or resume is None:
@@ -120,11 +120,10 @@ class RunCheckpoints:
     def after_batch(self, stream: Any, root: tuple[int, bool]) -> None:
         """A batch is complete: write when one is due."""
         self.done += 1
-        self._since += 1
         spec = self.spec
         if spec is None:
             return
-        due = (spec.every is not None and self._since >= spec.every) or (
+        due = (spec.every is not None and self.done % spec.every == 0) or (
             spec.seconds is not None and time.monotonic() - self._clock >= spec.seconds)
         if spec.seconds is not None and self.world is not None:
             due = _distributed().broadcast(due)           # rank 0's clock decides for every rank
@@ -148,7 +147,7 @@ class RunCheckpoints:
         own = {'variables': variables, 'random': _random_states()}
         ranks = None if self.world is None else _distributed().gather(own, dst=0)
         if self.world is not None and self.world.rank != 0:
-            self.written, self._since, self._clock = self.done, 0, time.monotonic()
+            self.written, self._clock = self.done, time.monotonic()
             return
         payload = {'fingerprint': self.fingerprint, 'root': root[0], 'given': root[1], 'batches': self.done,
                    'pipeline_batches': state.batches, 'nodes': stream.state(), **own, 'ranks': ranks,
@@ -159,7 +158,7 @@ class RunCheckpoints:
             raise CheckpointError(f"Expected variables that dill can pickle to write a checkpoint. Received: "
                                   f"{_unpicklable(variables)} ({type(error).__name__}: {error}). Keep such objects "
                                   "out of the pipeline's variables, or run without checkpoint=.") from error
-        self.written, self._since, self._clock = self.done, 0, time.monotonic()
+        self.written, self._clock = self.done, time.monotonic()
 
 
 def _distributed() -> Any:

@@ -91,6 +91,13 @@ def test_every_and_keep(tmp_path):
     assert numbers(tmp_path) == [12, 15]                     # 4, 8, 12, then the end of the run
 
 
+def test_every_counts_the_run_s_batches_across_a_resume(tmp_path):
+    crash_at(5, KeyboardInterrupt(), **RUN, checkpoint=Checkpoint(tmp_path, every=4, keep=10))
+    assert numbers(tmp_path) == [4, 5]                         # 4, then the interrupt's
+    pipeline().run(**RUN, checkpoint=Checkpoint(tmp_path, every=4, keep=10), resume=True)
+    assert numbers(tmp_path) == [4, 5, 8, 12, 15]              # the same batches as a run never interrupted
+
+
 def test_a_run_resumed_from_an_older_checkpoint_replaces_the_files_after_it(tmp_path):
     reference = outcome(pipeline().run(**RUN))
     pipeline().run(**RUN, checkpoint=Checkpoint(tmp_path, keep=20))
