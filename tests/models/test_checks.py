@@ -4,9 +4,12 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from flowpipe.models.torch import MLP, ResNet18, SimpleCNN, TorchModel
-from flowpipe.models.torch.checks import (BATCHNORM_MIN_ITEMS, BatchNormShardWarning, NonFiniteLossWarning)
+from flowpipe.models.torch.checks import (BATCHNORM_MIN_ITEMS, BatchNormCheck, BatchNormShardWarning,
+                                          NonFiniteLossWarning)
+from flowpipe.parallel.plan import make_plan
 from flowpipe.models.torch.config import TOP_KEYS
 
 IMAGES = {'inputs/images/shape': (1, 8, 8), 'inputs/labels/classes': 10, 'initial_block/inputs': 'images'}
@@ -36,7 +39,18 @@ def test_the_seed_setting_two_devices_and_microbatch_2_warns_once_with_numbers_a
     text = str(found[0].message)
     assert 'a batch of 64 cut by 2 replicas and microbatch=2' in text and 'as few as 1 item' in text
     assert f'fewer than {BATCHNORM_MIN_ITEMS}' in text
-    assert all(fix in text for fix in ('larger microbatch', 'fewer devices', 'GroupNorm', 'synced BatchNorm'))
+    assert all(fix in text for fix in ('larger microbatch', 'fewer devices', 'GroupNorm', 'SyncBatchNorm'))
+
+
+def test_synced_batch_norm_layers_are_not_counted():
+    network = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(144, 10))
+    plan = make_plan(['CPU:0', 'CPU:1'], microbatch=2)
+    assert BatchNormCheck(network, plan).layers == 1
+    check = BatchNormCheck(nn.SyncBatchNorm.convert_sync_batchnorm(network), plan)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        check(64)                                   # pieces of 1 item: no BatchNorm of its own to warn about
+    assert check.layers == 0
 
 
 @pytest.mark.parametrize('config', [{'device': ['CPU:0', 'CPU:1'], 'microbatch': 2 * BATCHNORM_MIN_ITEMS},
@@ -117,10 +131,6 @@ def test_a_model_class_declares_the_keys_it_reads():
 
 
 def test_in_a_distributed_job_a_small_shard_per_process_warns():
-    from torch import nn
-
-    from flowpipe.models.torch.checks import BatchNormCheck
-    from flowpipe.parallel import make_plan
     from flowpipe.parallel.distributed import World
     network = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2))
     check = BatchNormCheck(network, make_plan('cpu', world=World(rank=1, size=4)))

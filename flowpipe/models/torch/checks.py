@@ -83,7 +83,8 @@ class BatchNormCheck:
                 f"BatchNorm layer{'s' if self.layers != 1 else ''} (fewer than {self.min_items}); each piece is "
                 "normalized with its own statistics, which are too noisy to train well. Fixes: a larger microbatch "
                 "(or none), fewer devices or a larger batch, a batch-independent normalization (GroupNorm, "
-                "LayerNorm; 'batch_norm': False for the ready networks), or synced BatchNorm across processes. "
+                "LayerNorm; 'batch_norm': False for the ready networks), or, in a distributed job on GPUs, "
+                "torch's SyncBatchNorm (nn.SyncBatchNorm.convert_sync_batchnorm(network) passed as 'model'). "
                 "See docs/parallel.md, 'BatchNorm and other batch-dependent layers'.")
 
 
