@@ -1,13 +1,16 @@
 """Training overhead of a flowpipe pipeline against a hand-written PyTorch loop.
 
-Both arms do the same work per batch: take a shuffled batch of the shipped Digits images (uint8, 8x8), resize it
-to 32x32 with the same antialiased bilinear ``F.interpolate`` call on uint8, turn it into a contiguous float32
-``(N, C, H, W)`` array (the numpy round trip that ``resize().to_array()`` makes), and make one Adam step of the same
-small CNN (``SimpleCNNNetwork``, starting from the same weights) on cross-entropy. Neither arm fetches the loss.
-Both run in one thread of Python with the same torch thread count (``--threads``), no prefetch: this measures
-the framework's per-batch cost, not overlap. The arms are timed in alternating blocks (ABBA order, so a drift in
-machine load hits both alike); the script prints the median ms per iteration of each and the ratio
-flowpipe / raw (target: at most 1.05).
+Both arms do the same work per batch: take a shuffled batch of the shipped Digits images (uint8, 8x8), resize it to
+32x32 with the same antialiased bilinear ``F.interpolate`` call on uint8, turn it into a float32 ``(N, C, H, W)``
+array with row-major strides (the numpy round trip that ``resize().to_array()`` makes), and make one Adam step of
+the same small CNN (``SimpleCNNNetwork``, starting from the same weights) on cross-entropy. Neither arm fetches the
+loss. Both run in one thread of Python with the same torch thread count (``--threads``), no prefetch: this measures
+the framework's per-batch cost, not overlap. Both arms hand the network the same strides: for these one-channel
+images ``np.ascontiguousarray(np.moveaxis(...))`` would keep the strides of the NHWC array, which torch reads as
+channels-last, and oneDNN's NHWC kernels make this network about 1.4 times faster (``bench/speed.py``'s ``naive
+.contiguous()`` arm): a layout, not the framework's cost. The arms are timed in alternating blocks (ABBA order, so a
+drift in machine load hits both alike); the script prints the median ms per iteration of each and the ratio flowpipe
+/ raw (target: at most 1.05).
 
 Run: ``python bench/train_overhead.py [--iters 20] [--repeats 8] [--batch-sizes 32 128] [--threads 1]``
 """
@@ -37,11 +40,13 @@ def flowpipe_block(pipeline: Pipeline, batch_size: int, iters: int, seed: int) -
 
 
 def hand_preprocess(images: np.ndarray) -> torch.Tensor:
-    """What ``resize((32, 32)).to_array()`` computes, written by hand: NHWC uint8 -> NCHW float32, 32x32."""
+    """What ``resize((32, 32)).to_array()`` computes, written by hand: NHWC uint8 -> NCHW float32, 32x32, with
+    row-major strides, converted and laid out in one copy."""
     batch = torch.from_numpy(images).permute(0, 3, 1, 2)
     batch = F.interpolate(batch, size=(32, 32), mode='bilinear', align_corners=False, antialias=True)
-    resized = batch.permute(0, 2, 3, 1).numpy()
-    return torch.from_numpy(np.ascontiguousarray(np.moveaxis(resized.astype(np.float32), -1, 1)))
+    out = np.empty(tuple(batch.shape), dtype=np.float32)
+    np.copyto(out, batch.numpy(), casting='unsafe')
+    return torch.from_numpy(out)
 
 
 def raw_block(images: np.ndarray, labels: np.ndarray, network, optimizer, batch_size: int, iters: int,
