@@ -46,20 +46,14 @@ def _copy_stream(device: torch.device) -> Any:
     return stream
 
 
-def _as_tensor(value: Any) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    return torch.from_numpy(value if value.flags.writeable and all(s >= 0 for s in value.strides)
-                            else np.array(value))
-
-
 def to_device(values: dict[str, Any], device: torch.device, pin_memory: bool) -> dict[str, torch.Tensor]:
     """``values`` (arrays or tensors) as tensors on ``device``; layouts (strides) are kept.
 
     Towards a GPU: through pinned host memory when ``pin_memory``, copied non-blocking on this thread's copy
     stream, and complete when this returns.
     """
-    tensors = {name: _as_tensor(value) for name, value in values.items()}
+    from ..models.torch.inputs import to_tensor
+    tensors = {name: to_tensor(value, name) for name, value in values.items()}
     if device.type != 'cuda':
         return {name: tensor.to(device) for name, tensor in tensors.items()}
     stream = _copy_stream(device)

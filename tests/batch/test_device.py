@@ -48,6 +48,18 @@ def test_read_only_arrays_are_copied_not_shared():
     array.flags.writeable = False
     moved = to_device({'x': array}, torch.device('cpu'), pin_memory=False)['x']
     assert moved.tolist() == array.tolist() and moved.data_ptr() != array.__array_interface__['data'][0]
+    reversed_view = np.arange(6.0)[::-1]                  # a negative stride, which torch cannot share
+    assert to_device({'x': reversed_view}, torch.device('cpu'), pin_memory=False)['x'].tolist() == [5, 4, 3, 2, 1, 0]
+
+
+def test_a_model_takes_arrays_with_negative_strides():
+    torch.manual_seed(0)
+    model = SimpleCNN({'inputs/images/shape': (3, 8, 8), 'inputs/labels/classes': 10, 'body/filters': (4,)})
+    images = np.random.default_rng(0).random((4, 3, 8, 8), dtype=np.float32)
+    labels = np.arange(4)
+    flipped = model.predict(images=images[:, :, :, ::-1])
+    assert np.allclose(flipped, model.predict(images=np.ascontiguousarray(images[:, :, :, ::-1])))
+    assert np.isfinite(model.train(images=images[::-1], labels=labels[::-1], fetches='loss'))
 
 
 def train_losses(prefetch, with_device):

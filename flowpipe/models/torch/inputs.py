@@ -49,8 +49,8 @@ def to_tensor(value: Any, name: str) -> torch.Tensor:
     if array.dtype == object:
         raise TypeError(f"Expected {name!r} as a numeric array or tensor. Received: an object array of shape "
                         f"{array.shape} (items of different shapes?). Make one array first, e.g. with to_array().")
-    if not array.flags.writeable:
-        array = array.copy()
+    if not array.flags.writeable or any(stride < 0 for stride in array.strides):
+        array = array.copy()        # torch takes neither read-only memory nor negative strides
     return torch.from_numpy(array)
 
 
