@@ -8,8 +8,8 @@ processed. Models live in
 from .batch import Batch, ImagesBatch, action, apply_parallel
 from .config import Config
 from .data import Dataset, DatasetIndex, FilesIndex, make_rng
-from .errors import (CheckpointError, DeviceError, ExpressionError, ModelFileError, SkipBatch, StopPipeline,
-                     UnknownActionError)
+from .errors import (CheckpointError, DeviceError, ExpressionError, LaunchError, ModelFileError, SkipBatch,
+                     StopPipeline, UnknownActionError)
 from .execution.checkpoint import Checkpoint
 from .expr import PP, B, C, D, F, I, L, M, P, R, V, W, PerItem, save_data_to
 from .gpus import set_gpus
@@ -19,11 +19,11 @@ from .progress import CPUMonitor, MemoryMonitor, Notifier, ResourceMonitor, noti
 
 Monitor = ResourceMonitor  # batchflow's name for the resource monitor (flowpipe.progress.Monitor is the bar's)
 
-__all__ = ['B', 'Batch', 'C', 'CPUMonitor', 'Checkpoint', 'CheckpointError', 'Config', 'ConstantSampler', 'D', 'Dataset', 'DatasetIndex',
-           'DeviceError', 'ExpressionError', 'F', 'FilesIndex', 'HistoSampler', 'I', 'ImagesBatch', 'L', 'M',
-           'MemoryMonitor', 'ModelFileError', 'Monitor', 'Notifier', 'NumpySampler', 'P', 'PP', 'PerItem',
-           'Pipeline', 'R', 'ResourceMonitor', 'Sampler', 'ScipySampler', 'SkipBatch', 'StopPipeline',
-           'UnknownActionError', 'V', 'W', 'action', 'apply_parallel', 'make_rng', 'notifier', 'save_data_to',
-           'set_gpus']
+__all__ = ['B', 'Batch', 'C', 'CPUMonitor', 'Checkpoint', 'CheckpointError', 'Config', 'ConstantSampler', 'D',
+           'Dataset', 'DatasetIndex', 'DeviceError', 'ExpressionError', 'F', 'FilesIndex', 'HistoSampler', 'I',
+           'ImagesBatch', 'L', 'LaunchError', 'M', 'MemoryMonitor', 'ModelFileError', 'Monitor', 'Notifier',
+           'NumpySampler', 'P', 'PP', 'PerItem', 'Pipeline', 'R', 'ResourceMonitor', 'Sampler', 'ScipySampler',
+           'SkipBatch', 'StopPipeline', 'UnknownActionError', 'V', 'W', 'action', 'apply_parallel', 'make_rng',
+           'notifier', 'save_data_to', 'set_gpus']
 assert __all__ == sorted(__all__)
 __version__ = '0.1.0'

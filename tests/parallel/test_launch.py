@@ -122,3 +122,8 @@ def test_ranks_end_when_their_caller_is_killed(tmp_path):
     while any(_alive(pid) for pid in ranks) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in ranks)
+
+
+def test_launch_error_is_exported_from_flowpipe_as_the_docs_name_it():
+    from flowpipe import LaunchError as exported
+    assert exported is LaunchError
