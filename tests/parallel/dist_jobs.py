@@ -192,3 +192,9 @@ def predicted_losses(batch_size=5, n_items=11):
                 .predict_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << dataset(n_items)
     pipeline.run(batch_size, n_epochs=1)
     return list(pipeline.v('loss'))
+
+
+def empty_batch_mean():
+    """``batch_mean`` of a batch with no item on any rank (a shard mean of 0 items): ``nan``, as in one process."""
+    _, engine, _ = _engine(lambda: (nn.Linear(3, 2),))
+    return engine.batch_mean(0.0, 0)

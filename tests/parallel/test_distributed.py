@@ -153,3 +153,7 @@ def test_a_predicted_loss_is_the_global_batchs_on_every_rank():
     assert len(alone) == 3 and np.all(np.isfinite(alone))
     for losses in launch(dist_jobs.predicted_losses, 2, timeout=TIMEOUT):
         np.testing.assert_allclose(losses, alone, rtol=1e-12)
+
+
+def test_the_mean_of_a_batch_without_items_on_every_rank_is_nan():
+    assert all(np.isnan(mean) for mean in launch(dist_jobs.empty_batch_mean, 2, timeout=60))

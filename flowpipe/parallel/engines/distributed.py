@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
