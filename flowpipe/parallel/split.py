@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
+from ..data.shards import balanced_sizes
+
 __all__ = ['Piece', 'chunk_sizes', 'shard_sizes', 'split_batch']
 
 
@@ -48,8 +50,7 @@ def shard_sizes(batch_size: int, num_shards: int, weights: Sequence[float] | Non
     if num_shards < 1:
         raise ValueError(f'Expected at least one shard. Received: num_shards={num_shards!r}.')
     if weights is None:
-        base, extra = divmod(batch_size, num_shards)
-        return tuple(base + (i < extra) for i in range(num_shards))
+        return balanced_sizes(batch_size, num_shards)
     if len(weights) != num_shards:
         raise ValueError(f'Expected one weight per shard ({num_shards}). Received: {list(weights)!r}.')
     exact = [Fraction(w) for w in weights]

@@ -85,3 +85,19 @@ def test_a_batch_smaller_than_the_replicas_leaves_some_idle():
 def test_an_empty_batch_is_rejected():
     with pytest.raises(ValueError, match='non-empty batch'):
         split_batch(0, 2)
+
+
+@pytest.mark.parametrize('total', range(0, 12))
+@pytest.mark.parametrize('parts', [1, 2, 3, 5])
+def test_the_replicas_and_the_ranks_of_a_run_share_one_torch_free_balanced_rule(total, parts):
+    import subprocess
+    import sys
+
+    from flowpipe.data.shards import balanced_bounds, balanced_sizes
+    assert shard_sizes(total, parts) == balanced_sizes(total, parts)
+    bounds = [balanced_bounds(total, parts, part) for part in range(parts)]
+    assert [stop - start for start, stop in bounds] == list(balanced_sizes(total, parts))
+    assert [start for start, _ in bounds] == [sum(balanced_sizes(total, parts)[:part]) for part in range(parts)]
+    if total == 0 and parts == 1:
+        code = 'import sys, flowpipe.data.shards; assert "torch" not in sys.modules'
+        subprocess.run([sys.executable, '-c', code], check=True)
