@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from ..errors import StopPipeline, add_note
+from .agreement import agree_on_run
 from .checkpoint import as_checkpoint
 from .locks import OrderedLocks
 from .nodes import DeferredStage, IndexSource, MapStage
@@ -146,14 +147,12 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     if n_epochs is None and n_iters is None and not infinite:
         n_epochs = 1
     world = run_world()
+    # every rank checks that the others draw the same batches, and takes rank 0's seed: one shuffle and one seed tree
+    seeds = agree_on_run(world, pipeline, args, n_epochs, n_iters, (_root_seed(args), _seed_given(args)))
     checkpoints = None
     if args.checkpoint is not None or args.resume:
         check_resumable(pipeline)
         checkpoints = RunCheckpoints(pipeline, args, world)
-    seeds = (_root_seed(args), _seed_given(args))
-    if world is not None:
-        from ..parallel import distributed
-        seeds = (distributed.broadcast(seeds[0]), seeds[1])     # one shuffle and one seed tree for every rank
     if checkpoints is not None:
         seeds = checkpoints.root(seeds)
 
