@@ -1,14 +1,18 @@
 """Sharding global batches over the ranks of a distributed job (see ``flowpipe.parallel.distributed``).
 
-Every rank draws the same global batches (the same run seed, broadcast from rank 0 when the run draws it) and
-keeps its contiguous shard of each: balanced sizes, the first ranks taking the extra items, an empty shard for
-the last ranks when a batch has fewer items than the world (``balanced_sizes``: the one copy of that rule, which
-``flowpipe.parallel.split`` uses for replicas too, kept here so that sharding a run needs no torch). Every rank so runs the same number of iterations.
+Every rank draws the same global batches (the same run seed, rank 0's when the run draws it) and keeps its
+contiguous shard of each: balanced sizes, the first ranks taking the extra items, an empty shard for the last
+ranks when a batch has fewer items than the world (``balanced_sizes``: the one copy of that rule, which
+``flowpipe.parallel.split`` uses for replicas too, kept here so that sharding a run needs no torch). Every rank
+so runs the same number of iterations.
 The shard's sub-index carries ``shard``: where it lies in its global batch, for ``R(...)`` draws and
-per-item seeds that must not depend on the world size.
+per-item seeds that must not depend on the world size, and which global batch of the run it is cut from. A model
+step runs under ``stepping(batch)``, so the distributed engine can tell, at its exchange of item counts, that
+every rank is on the same global batch (``current_shard``).
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import sys
 from dataclasses import dataclass
@@ -16,17 +20,22 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ['Shard', 'balanced_bounds', 'balanced_sizes', 'run_world', 'shard_batches', 'shard_of']
+__all__ = ['Shard', 'balanced_bounds', 'balanced_sizes', 'current_shard', 'run_world', 'shard_batches', 'shard_of',
+           'stepping']
+
+_STEPPING: contextvars.ContextVar = contextvars.ContextVar('flowpipe_stepping', default=None)
 
 
 @dataclass(frozen=True)
 class Shard:
-    """Items ``start:stop`` of a global batch of ``size`` items, the part of rank ``rank``."""
+    """Items ``start:stop`` of a global batch of ``size`` items, the part of rank ``rank``; ``batch`` is the global
+    batch's position in the run (from 0), ``-1`` when unknown."""
 
     start: int
     stop: int
     size: int
     rank: int = 0
+    batch: int = -1
 
     def take(self, values: Any) -> Any:
         """The shard's part of per-item values drawn for the whole global batch."""
@@ -60,11 +69,11 @@ def run_world() -> Any:
 
 def shard_batches(indices: Iterator[Any], rank: int, size: int) -> Iterator[Any]:
     """Each global batch's sub-index cut down to rank ``rank``'s shard (see the module docstring)."""
-    for index in indices:
+    for position, index in enumerate(indices):
         total = len(index)
         start, stop = balanced_bounds(total, size, rank)
         shard = index.subset(np.arange(start, stop))
-        shard.shard = Shard(start, stop, total, rank)
+        shard.shard = Shard(start, stop, total, rank, position)
         yield shard
 
 
@@ -72,3 +81,25 @@ def shard_of(batch: Any) -> Shard | None:
     """The ``Shard`` a batch (or index) is in a distributed run, ``None`` for a whole batch."""
     index = getattr(batch, 'index', batch)
     return getattr(index, 'shard', None)
+
+
+class stepping:  # noqa: N801 - used as a function: ``with stepping(batch):``
+    """Mark the block as a model step on ``batch`` (for ``current_shard``, in this thread); nothing to mark
+    outside a distributed run (a slotted class, not a generator: it runs at every model step)."""
+    __slots__ = ('_shard', '_token')
+
+    def __init__(self, batch: Any):
+        self._shard, self._token = shard_of(batch), None
+
+    def __enter__(self) -> None:
+        if self._shard is not None:
+            self._token = _STEPPING.set(self._shard)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _STEPPING.reset(self._token)
+
+
+def current_shard() -> Shard | None:
+    """The ``Shard`` of the batch the model step running in this thread is on, ``None`` outside one."""
+    return _STEPPING.get()

@@ -12,24 +12,35 @@ one process is not reliable.
 
 Everything here is a no-op, or the one-process answer, outside a distributed job: ``rank()`` is 0,
 ``world_size()`` is 1, ``barrier()`` returns at once, ``gather(x)`` is ``[x]``.
+
+A collective run under :func:`collective` (the helpers here, every step of the distributed engine, the run's
+agreement check) that times out or loses a peer raises an error naming the collective, the rank that waited and
+where the other ranks were: each failing rank leaves its own position in the group's key-value store and reads
+the others' for a moment (``_PEEK`` seconds); a rank that left nothing never reached a collective.
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import os
 import sys
+import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ['BACKEND_VARIABLE', 'TIMEOUT_VARIABLE', 'World', 'all_gather', 'barrier', 'broadcast', 'current',
-           'default_backend', 'gather', 'gather_batches', 'init', 'is_main', 'rank', 'reduce', 'requested', 'setup',
-           'shutdown', 'world_size']
+__all__ = ['BACKEND_VARIABLE', 'TIMEOUT_VARIABLE', 'World', 'all_gather', 'barrier', 'broadcast', 'collective',
+           'current', 'default_backend', 'from_rank_0', 'gather', 'gather_batches', 'init', 'is_main', 'rank',
+           'reduce', 'requested', 'setup', 'shutdown', 'world_size']
 
 TIMEOUT_VARIABLE = 'FLOWPIPE_DIST_TIMEOUT'
 BACKEND_VARIABLE = 'FLOWPIPE_DIST_BACKEND'
-_STATE = {'created': False, 'exit_hook': False}
+_STATE: dict[str, Any] = {'created': False, 'exit_hook': False, 'timeout': None}
 _OPS = ('sum', 'mean', 'max', 'min')
+_PEEK = 2.0                     # seconds a failed rank looks for the other ranks' positions
+_FAILED_KEY = 'flowpipe/failed/'
+# what gloo and NCCL say when a collective timed out or lost a peer (other errors pass through unchanged)
+_BROKEN = ('timed out', 'connection closed', 'connection reset', 'broken pipe', 'gloo', 'nccl', 'watchdog')
 
 
 @dataclass(frozen=True)
@@ -149,6 +160,7 @@ def init(backend: str | None = None, timeout: Any = None) -> World | None:
     limit = _timeout(timeout)
     if limit is not None:
         options['timeout'] = limit
+    _STATE['timeout'] = limit
     dist.init_process_group(**options)
     _STATE['created'] = True
     if not _STATE['exit_hook']:
@@ -194,11 +206,12 @@ def barrier() -> None:
     """Wait for every rank (nothing to wait for outside an initialized group)."""
     if _group_ready():
         dist = _dist()
-        if dist.get_backend() == 'nccl':
-            import torch
-            dist.barrier(device_ids=[torch.cuda.current_device()])
-        else:
-            dist.barrier()
+        with collective('distributed.barrier()'):
+            if dist.get_backend() == 'nccl':
+                import torch
+                dist.barrier(device_ids=[torch.cuda.current_device()])
+            else:
+                dist.barrier()
 
 
 def broadcast(value: Any, src: int = 0) -> Any:
@@ -206,7 +219,8 @@ def broadcast(value: Any, src: int = 0) -> Any:
     if not _group_ready():
         return value
     box = [value]
-    _dist().broadcast_object_list(box, src=src)
+    with collective(f'distributed.broadcast(src={src})'):
+        _dist().broadcast_object_list(box, src=src)
     return box[0]
 
 
@@ -215,7 +229,8 @@ def all_gather(value: Any) -> list:
     if not _group_ready():
         return [value]
     values = [None] * _dist().get_world_size()
-    _dist().all_gather_object(values, value)
+    with collective('distributed.all_gather()'):
+        _dist().all_gather_object(values, value)
     return values
 
 
@@ -225,7 +240,8 @@ def gather(value: Any, dst: int | None = 0) -> list | None:
         return all_gather(value)
     dist = _dist()
     values = [None] * dist.get_world_size() if dist.get_rank() == dst else None
-    dist.gather_object(value, values, dst=dst)
+    with collective(f'distributed.gather(dst={dst})'):
+        dist.gather_object(value, values, dst=dst)
     return values
 
 
@@ -282,3 +298,90 @@ def _in_dataset_order(gathered: list, concat: bool) -> Any:
 def _numpy(value: Any) -> Any:
     detach = getattr(value, 'detach', None)
     return detach().cpu().numpy() if detach is not None else value
+
+
+def from_rank_0(compute: Callable[[], Any]) -> Any:
+    """``compute()`` run on rank 0 only and its value broadcast to every rank (``compute()`` outside a job).
+
+    For values read from a batch that must be the same everywhere (a model's input shape read from the batch):
+    rank 0's shard is never empty when the global batch is not. An error in rank 0 is raised on every rank.
+    """
+    if not _group_ready():
+        return compute()
+    outcome: tuple[bool, Any] = (True, None)
+    if _dist().get_rank() == 0:
+        try:
+            outcome = (True, compute())
+        except Exception as error:
+            outcome = (False, f'{type(error).__name__}: {error}')
+            broadcast(outcome)
+            raise
+    ok, value = broadcast(outcome)
+    if not ok:
+        raise RuntimeError(f'Expected rank 0 to compute a value every rank shares. Received: rank 0 failed with '
+                           f'{value}; see rank 0\'s error for the cause.')
+    return value
+
+
+@contextlib.contextmanager
+def collective(what: str | Callable[[], str]) -> Iterator[None]:
+    """Run the block's collectives; one that times out or loses a peer is raised again naming ``what`` (a text,
+    or a function giving it at the time of the failure), this rank and where the other ranks were.
+
+    Raises:
+        TimeoutError: a collective of the block waited past the group's timeout.
+        RuntimeError: a collective of the block lost a peer (another rank failed or left).
+    """
+    try:
+        yield
+    except RuntimeError as error:
+        if getattr(error, 'flowpipe_named', False) or not any(text in str(error).lower() for text in _BROKEN):
+            raise
+        named = _named_failure(what() if callable(what) else what, error)
+        named.flowpipe_named = True
+        raise named from error
+
+
+def _named_failure(what: str, error: BaseException) -> BaseException:
+    """The error of a failed collective, with where every rank was."""
+    me, size = _dist().get_rank(), _dist().get_world_size()
+    timed_out = 'timed out' in str(error).lower()
+    position = f'{what} ({"timed out" if timed_out else "lost a peer"})'
+    others = _positions(position, me, size)
+    places = [f'rank {other} was in {where}' for other, where in sorted(others.items())]
+    missing = [other for other in range(size) if other != me and other not in others]
+    if missing:
+        places.append(f'{"rank" if len(missing) == 1 else "ranks"} {", ".join(map(str, missing))} never reached '
+                      f'it (still computing, stuck, or ended)')
+    seen = '; '.join(places)
+    if timed_out:
+        limit = _STATE['timeout']
+        within = f'{limit.total_seconds():g} s' if limit is not None else "the process group's timeout"
+        return TimeoutError(
+            f'Expected every rank in {what} within {within}. Received: rank {me} waited for the others; {seen}. '
+            f'A rank that never comes raised an error, hangs, or skipped a step the others take (SkipBatch or '
+            f'StopPipeline raised on some ranks only); for steps that are only slow, raise {TIMEOUT_VARIABLE} '
+            f'(seconds) or the timeout given to distributed.init().')
+    cause = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return RuntimeError(f'Expected every rank in {what}. Received: rank {me} lost a peer ({cause}); {seen}. '
+                        f'The rank that failed first has the cause: look at its error.')
+
+
+def _positions(mine: str, me: int, size: int) -> dict[int, str]:
+    """Where the other failed ranks were: this rank's position is left in the group's store, the others' read
+    for up to ``_PEEK`` seconds; ``{}`` when the store cannot be reached (its host, rank 0, is gone)."""
+    try:
+        store = _dist().distributed_c10d._get_default_store()
+        store.set(f'{_FAILED_KEY}{me}', mine)
+        others: dict[int, str] = {}
+        deadline = time.monotonic() + _PEEK
+        while True:
+            for other in range(size):
+                key = f'{_FAILED_KEY}{other}'
+                if other != me and other not in others and store.check([key]):
+                    others[other] = store.get(key).decode()
+            if len(others) == size - 1 or time.monotonic() > deadline:
+                return others
+            time.sleep(0.05)
+    except Exception:  # noqa: BLE001 - the store is a courtesy: the failure is reported without it
+        return {}

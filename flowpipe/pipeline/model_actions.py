@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..data.shards import shard_of, stepping
 from ..errors import ExpressionError
 from ..expr import assign, contains_expressions, evaluate
 from ..expr.context import Context, Store
@@ -79,7 +80,7 @@ class PendingModel:
         generator so that the user's global torch generator is left as it was; in a run that drew its own seed,
         from torch's global generator, so ``torch.manual_seed`` decides as in plain PyTorch.
         """
-        config = evaluate(self.config, ctx) if contains_expressions(self.config) else self.config
+        config = self._evaluated_config(ctx)
         model_class = evaluate(self.model_class, ctx) if contains_expressions(self.model_class) else self.model_class
         if model_class is None:
             model_class = _default_class()
@@ -93,6 +94,16 @@ class PendingModel:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(model_seed(root, self.name))
             return model_class(config)
+
+    def _evaluated_config(self, ctx: Context) -> Any:
+        """The config evaluated against ``ctx``; in a distributed run, rank 0's (whose shard is never empty), so that
+        every rank builds the same model even where a rank's shard is empty (``B.image_shape`` of no images)."""
+        if not contains_expressions(self.config):
+            return self.config
+        if shard_of(ctx.batch) is None:
+            return evaluate(self.config, ctx)
+        from ..parallel.distributed import from_rank_0
+        return from_rank_0(lambda: evaluate(self.config, ctx))
 
     def __repr__(self) -> str:
         return (f"PendingModel({self.name!r}, {getattr(self.model_class, '__name__', self.model_class)}: "
@@ -253,7 +264,8 @@ def _step(ctx: Context, method: str, name: str, args: tuple, kwargs: dict, save_
     model = get_model(ctx, name)
     if method == 'train' and 'seed' not in kwargs and isinstance(model, _default_class()):
         kwargs = {**kwargs, 'seed': step_seed(ctx, name, model.iteration)}
-    result = getattr(model, method)(*args, **kwargs)
+    with stepping(ctx.batch):       # the distributed engine checks that every rank steps on the same global batch
+        result = getattr(model, method)(*args, **kwargs)
     if save_to is not None:
         assign(save_to, result, ctx)
 

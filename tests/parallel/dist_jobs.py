@@ -198,3 +198,67 @@ def empty_batch_mean():
     """``batch_mean`` of a batch with no item on any rank (a shard mean of 0 items): ``nan``, as in one process."""
     _, engine, _ = _engine(lambda: (nn.Linear(3, 2),))
     return engine.batch_mean(0.0, 0)
+
+
+def train_with(per_rank):
+    """``train(**per_rank[rank])``: each rank with its own run arguments (a job that must be refused)."""
+    return train(**per_rank[distributed.init().rank])
+
+
+def _skip_on(rank, number):
+    def skip(batch, batch_number):
+        if distributed.rank() == rank and batch_number == number:
+            from flowpipe import SkipBatch
+            raise SkipBatch
+    return skip
+
+
+def skip_on_one_rank(rank, number, n_items=N_ITEMS, batch_size=4):
+    """Train one epoch where rank ``rank`` alone raises ``SkipBatch`` on batch ``number``."""
+    from flowpipe import I
+    pipeline = (Pipeline()
+                .init_model('net', config=config())
+                .call(_skip_on(rank, number), B(), I('c'))
+                .train_model('net', x=B.x, y=B.y)) << dataset(n_items)
+    pipeline.run(batch_size, n_epochs=1, shuffle=True, seed=3)
+    return 'trained'
+
+
+def stuck_rank(rank, seconds, batch_size=4):
+    """Train where rank ``rank`` sleeps ``seconds`` before the model step of batch 1 (past the job's timeout)."""
+    import time
+
+    from flowpipe import I
+
+    def sleep(batch, number):
+        if distributed.rank() == rank and number == 1:
+            time.sleep(seconds)
+    pipeline = (Pipeline()
+                .init_model('net', config=config())
+                .call(sleep, B(), I('c'))
+                .train_model('net', x=B.x, y=B.y)) << dataset()
+    pipeline.run(batch_size, n_epochs=1, seed=3)
+    return 'trained'
+
+
+def shape_from_batch(batch_size=2, n_items=7):
+    """Train one epoch of the docs' SimpleCNN, whose input shape is read from the batch (``B.image_shape``); a
+    global batch smaller than the world leaves a rank idle from the first step. The parameters and losses."""
+    from flowpipe import ImagesBatch
+    from flowpipe.models.torch import SimpleCNN
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 255, size=(n_items, 6, 6, 1)).astype(np.uint8)
+    labels = rng.integers(0, 3, n_items)
+    data = Dataset(n_items, batch_class=ImagesBatch, preloaded={'images': images, 'labels': labels})
+    cfg = {'inputs/images/shape': B.image_shape, 'inputs/labels/classes': 3, 'initial_block/inputs': 'images',
+           'body/filters': (4, 8), 'batch_norm': False, 'device': 'cpu'}
+    pipeline = (Pipeline()
+                .init_variable('loss', [])
+                .init_model('net', SimpleCNN, config=cfg)
+                .to_array().multiply(1 / 255)
+                .train_model('net', images=B.images, labels=B.labels, fetches='loss', save_to=V('loss', mode='a'))
+                ) << data
+    pipeline.run(batch_size, n_epochs=1, shuffle=True, seed=11)
+    model = pipeline.m('net')
+    return {'params': [p.detach().cpu().numpy().copy() for p in model.model.parameters()],
+            'loss': list(pipeline.v('loss'))}

@@ -3,6 +3,7 @@ each rank on its own shard, gathered predictions, checkpoints across world sizes
 import numpy as np
 import pytest
 
+from flowpipe import LaunchError
 from flowpipe.data.shards import shard_batches
 from flowpipe.parallel import launch
 from flowpipe.parallel.distributed import World
@@ -157,3 +158,55 @@ def test_a_predicted_loss_is_the_global_batchs_on_every_rank():
 
 def test_the_mean_of_a_batch_without_items_on_every_rank_is_nan():
     assert all(np.isnan(mean) for mean in launch(dist_jobs.empty_batch_mean, 2, timeout=60))
+
+
+FAILING = {'timeout': 40, 'env': {'FLOWPIPE_DIST_TIMEOUT': 10}}     # a job that must fail ends well within 60 s
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize('world, per_rank, message', [
+    (2, [{'batch_size': 8}, {'batch_size': 9}], 'batch_size=8 on rank 0 vs batch_size=9 on rank 1'),  # 3 batches
+    pytest.param(3, [{'batch_size': 4}, {'batch_size': 4}, {'batch_size': 5}],
+                 'batch_size=4 on ranks [0, 1] vs batch_size=5 on rank 2', marks=pytest.mark.slow),
+    (2, [{'batch_size': 4, 'n_epochs': 2}, {'batch_size': 4, 'n_epochs': 1}], 'n_epochs=2 on rank 0 vs n_epochs=1'),
+    (2, [{'batch_size': 4}, {'batch_size': 4, 'n_items': 22}], 'dataset=Dataset of 23 items')])
+def test_ranks_given_different_run_arguments_are_refused_at_run_start_naming_the_ranks_and_values(world, per_rank,
+                                                                                                 message):
+    with pytest.raises(LaunchError, match='Expected every rank of the distributed job to run the same') as info:
+        launch(dist_jobs.train_with, world, args=(per_rank,), **FAILING)
+    assert info.value.kind == 'ValueError' and message in info.value.message
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize('world, rank, number, message', [
+    (2, 1, 2, 'global batch 2 on rank 0, global batch 3 on rank 1'),
+    pytest.param(3, 0, 1, 'global batch 2 on rank 0, global batch 1 on rank 1, global batch 1 on rank 2',
+                 marks=pytest.mark.slow)])
+def test_skip_batch_on_one_rank_only_is_named_at_the_next_exchange(world, rank, number, message):
+    with pytest.raises(LaunchError, match='Expected every rank to train on the same global batch') as info:
+        launch(dist_jobs.skip_on_one_rank, world, args=(rank, number), **FAILING)
+    assert message in info.value.message and 'SkipBatch' in info.value.message
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize('world', [2, 3])
+def test_a_timed_out_collective_names_the_collective_the_step_and_the_rank_waited_for(world):
+    stuck = world - 1
+    with pytest.raises(LaunchError) as info:
+        launch(dist_jobs.stuck_rank, world, args=(stuck, 30), timeout=40, env={'FLOWPIPE_DIST_TIMEOUT': 5})
+    assert info.value.kind == 'TimeoutError' and info.value.rank != stuck
+    assert 'the exchange of item counts of training step 2 (global batch 1 of the run) within 5 s' in str(info.value)
+    assert f'rank {stuck} never reached it' in info.value.message
+    if world == 3:
+        other = 1 - info.value.rank
+        assert f'rank {other} was in the exchange of item counts of training step 2' in info.value.message
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize('world, batch_size', [(2, 1), pytest.param(3, 2, marks=pytest.mark.slow)])
+def test_a_shape_read_from_the_batch_builds_the_same_model_on_an_idle_rank(world, batch_size):
+    alone = dist_jobs.shape_from_batch(batch_size)
+    for result in launch(dist_jobs.shape_from_batch, world, args=(batch_size,), timeout=TIMEOUT):
+        assert _rel(result['params'], alone['params']) < 1e-5     # float32: summed in another order than alone
+        np.testing.assert_allclose(result['loss'], alone['loss'], rtol=1e-5)

@@ -12,6 +12,11 @@ The run loop hands every rank its contiguous shard of the global batch (``flowpi
    (the idle rank contributes zeros), so no rank waits for a backward that never comes;
 4. every rank clips and steps alike; floating buffers (BatchNorm statistics) are averaged over the ranks that saw
    items, integer ones taken from rank 0; the full-batch loss is all-reduced.
+
+The exchange of item counts (1.) also carries the global batch each rank is on (``flowpipe.data.shards.current_shard``):
+ranks on different batches (``SkipBatch`` raised on some ranks only) raise there, naming the ranks and batches.
+A collective of a step that times out or loses a peer raises naming the step, the collective and where the other
+ranks were (``distributed.collective``).
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from ...data.shards import current_shard
 from .. import distributed
 from ..plan import DevicePlan
 from ..precision import Precision
@@ -104,6 +110,8 @@ class DistributedEngine(Engine):
         self._group_device = device if dist.get_backend() == 'nccl' else torch.device('cpu')
         self.counts: tuple[int, ...] | None = None
         self._idle_rank = False
+        self.steps = 0
+        self._phase, self._batch = '', -1
 
     @property
     def module(self) -> nn.Module:
@@ -124,6 +132,16 @@ class DistributedEngine(Engine):
         The step seed (the same on every rank in a seeded run) is mixed with the shard's offset in the global
         batch, so the ranks' pieces draw different dropout masks, as the pieces of one process do.
         """
+        self.steps += 1
+        with distributed.collective(self._where):
+            return self._train_step(inputs, targets, loss_fn, optimizer, return_outputs, clip_grad_norm, seed)
+
+    def _where(self) -> str:
+        batch = f' (global batch {self._batch} of the run)' if self._batch >= 0 else ''
+        return f'{self._phase} of training step {self.steps}{batch}'
+
+    def _train_step(self, inputs: Any, targets: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer,
+                    return_outputs: bool, clip_grad_norm: float | None, seed: int | None) -> StepResult:
         self.counts = self._exchange_counts(inputs)
         if not sum(self.counts):
             raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
@@ -150,13 +168,27 @@ class DistributedEngine(Engine):
         return super().prepare(tensors, targets_)
 
     def _exchange_counts(self, inputs: Any) -> tuple[int, ...]:
-        """Every rank's item count, in rank order (one all-gather)."""
+        """Every rank's item count, in rank order (one all-gather, which also checks that every rank is on the same
+        global batch)."""
         tensors = as_batch(inputs, 'inputs')
         local = int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 0
-        mine = torch.tensor([local], dtype=torch.int64, device=self._group_device)
+        shard = current_shard()
+        self._batch = -1 if shard is None else shard.batch
+        self._phase = 'the exchange of item counts'
+        mine = torch.tensor([local, self._batch], dtype=torch.int64, device=self._group_device)
         every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
         dist.all_gather(every, mine)
-        return tuple(int(count) for count in torch.cat(every).tolist())
+        rows = torch.stack(every).tolist()
+        self._phase = 'the gradient all-reduce'
+        batches = [int(batch) for _, batch in rows]
+        if len(set(batches)) > 1:
+            on = ', '.join(f'global batch {batch} on rank {rank}' for rank, batch in enumerate(batches))
+            raise RuntimeError(f'Expected every rank to train on the same global batch in training step {self.steps}. '
+                               f'Received: {on} (batches of the run, from 0). A rank skipped a batch the others train '
+                               f'on: raise SkipBatch (or StopPipeline) alike on every rank, deciding from values every '
+                               f'rank shares (the global batch, a value reduced or broadcast over the ranks), never '
+                               f'from one rank\'s shard alone.')
+        return tuple(int(count) for count, _ in rows)
 
     def groups(self, batch_size: int) -> dict[int, tuple[Piece, ...]]:
         """This rank's pieces (its shard cut into micro-batch chunks), each weighted by its share of the global
@@ -183,6 +215,7 @@ class DistributedEngine(Engine):
         """With an idle rank: one explicit all-reduce (sum) of every gradient, zeros where a rank has none."""
         if not self._idle_rank:
             return
+        self._phase = 'the gradient all-reduce of a step with an idle rank'
         params = [param for param in self._inner.parameters() if param.requires_grad]
         for param in params:
             if param.grad is None:
@@ -196,15 +229,18 @@ class DistributedEngine(Engine):
         seen = sum(1 for count in counts if count)
         mine = 1.0 if counts and counts[self._rank] else 0.0
         buffers = list(self._inner.buffers())
+        self._phase = 'the synchronization of buffers'
         if len(counts) > 1:         # every rank joins: an idle one takes the mean of the others
             _coalesced([buffer for buffer in buffers if buffer.is_floating_point()],
                        lambda flat: _all_reduce(flat * mine) / seen)
         _coalesced([buffer for buffer in buffers if not buffer.is_floating_point()], _from_rank_0)
+        self._phase = 'the all-reduce of the loss'
 
     @torch.no_grad()
     def sync(self) -> None:
         """Every rank takes rank 0's parameters and buffers (after loading weights)."""
-        _coalesced([*self._inner.parameters(), *self._inner.buffers()], _from_rank_0)
+        with distributed.collective("the broadcast of rank 0's weights"):
+            _coalesced([*self._inner.parameters(), *self._inner.buffers()], _from_rank_0)
 
     def step_result(self, ordered: list[tuple[torch.Tensor, Any]], keep_outputs: bool) -> StepResult:
         """The global batch's loss (all-reduced) and this rank's outputs."""
@@ -220,7 +256,8 @@ class DistributedEngine(Engine):
         """The global batch's mean from every rank's shard mean and item count (one all-reduce; every rank joins,
         an idle one with nothing to add)."""
         totals = torch.tensor([mean * count if count else 0.0, count], dtype=torch.float64, device=self._group_device)
-        dist.all_reduce(totals)
+        with distributed.collective('the all-reduce of a predicted loss'):
+            dist.all_reduce(totals)
         total, items = totals.tolist()
         return total / items if items else math.nan
 
