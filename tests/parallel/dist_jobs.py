@@ -262,3 +262,16 @@ def shape_from_batch(batch_size=2, n_items=7):
     model = pipeline.m('net')
     return {'params': [p.detach().cpu().numpy().copy() for p in model.model.parameters()],
             'loss': list(pipeline.v('loss'))}
+
+
+def from_rank_0_failing():
+    """``from_rank_0`` whose computation fails on rank 0: the error every rank raises."""
+    distributed.setup()
+
+    def compute():
+        raise ValueError('no image in this batch')
+    try:
+        distributed.from_rank_0(compute)
+    except Exception as error:      # noqa: BLE001 - the test compares the ranks' errors
+        return f'{type(error).__name__}: {error}'
+    return 'no error'

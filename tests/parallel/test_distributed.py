@@ -210,3 +210,10 @@ def test_a_shape_read_from_the_batch_builds_the_same_model_on_an_idle_rank(world
     for result in launch(dist_jobs.shape_from_batch, world, args=(batch_size,), timeout=TIMEOUT):
         assert _rel(result['params'], alone['params']) < 1e-5     # float32: summed in another order than alone
         np.testing.assert_allclose(result['loss'], alone['loss'], rtol=1e-5)
+
+
+def test_a_value_computed_on_rank_0_reaches_every_rank_and_so_does_its_error():
+    errors = launch(dist_jobs.from_rank_0_failing, 2, **FAILING)
+    assert errors[0] == 'ValueError: no image in this batch'
+    assert errors[1].startswith('RuntimeError: Expected rank 0 to compute a value every rank shares. Received: rank 0 '
+                                'failed with ValueError: no image in this batch')

@@ -70,3 +70,10 @@ def test_per_rank_batches_come_back_in_dataset_order_and_unequal_counts_are_refu
     assert [len(batch) for batch in distributed._in_dataset_order(gathered, concat=False)] == [3, 3]
     with pytest.raises(ValueError, match='one value per batch on every rank'):
         distributed._in_dataset_order([[1, 2], [1]], concat=False)
+
+
+def test_from_rank_0_and_collective_are_plain_outside_a_job(no_job):
+    assert distributed.from_rank_0(lambda: (3, 'x')) == (3, 'x')
+    with pytest.raises(RuntimeError, match='an error of the block'):       # not a collective's failure: unchanged
+        with distributed.collective('a barrier'):
+            raise RuntimeError('an error of the block')
