@@ -346,7 +346,7 @@ def _named_failure(what: str, error: BaseException) -> BaseException:
     """The error of a failed collective, with where every rank was."""
     me, size = _dist().get_rank(), _dist().get_world_size()
     timed_out = 'timed out' in str(error).lower()
-    position = f'{what} ({"timed out" if timed_out else "lost a peer"})'
+    position = f'{what}, where it {"timed out" if timed_out else "lost a peer"}'
     others = _positions(position, me, size)
     places = [f'rank {other} was in {where}' for other, where in sorted(others.items())]
     missing = [other for other in range(size) if other != me and other not in others]
