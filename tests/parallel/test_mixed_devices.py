@@ -135,7 +135,7 @@ def test_the_scaler_on_a_foreign_device_equals_the_torch_recipe():
                           clip_grad_norm=0.3)
     for a, b in zip(engine.module.parameters(), expected.parameters()):
         assert torch.equal(a, b)
-    assert precision.state_dict() == {'scaler': scaler.state_dict()} and scaler.get_scale() == 2.0 ** 15
+    assert precision.state() == {'scaler': scaler.state_dict()} and scaler.get_scale() == 2.0 ** 15
     restored = pickle.loads(pickle.dumps(precision.scaler))         # pickles between steps, lock and all
     assert restored.get_scale() == 2.0 ** 15 and float(restored.scale(torch.ones(()))) == 2.0 ** 15
 

@@ -75,8 +75,8 @@ def payload(model: 'TorchModel') -> dict:
         'model_class': type(model), 'config': config, 'module': module,
         'state': {'network': _to_cpu(model.model.state_dict()),
                   'optimizer': _to_cpu(model.optimizer.state_dict()),
-                  'decay': model.decay.state_dict() if model.decay is not None else None,
-                  'precision': model.engine.precision.state_dict(),
+                  'decay': model.decay.state() if model.decay is not None else None,
+                  'precision': model.engine.precision.state(),
                   'iteration': model.iteration},
     }
 
@@ -125,8 +125,8 @@ def load_into(model: 'TorchModel', payload: dict) -> None:
         raise ModelFileError(f"Expected optimizer state for {type(model.optimizer).__name__} with the same "
                              f"parameter groups. Received state that does not fit: {error}") from error
     if model.decay is not None and state.get('decay') is not None:
-        model.decay.load_state_dict(state['decay'])
-    model.engine.precision.load_state_dict(state.get('precision') or {})
+        model.decay.load_state(state['decay'])
+    model.engine.precision.load_state(state.get('precision') or {})
     model.iteration = state.get('iteration', 0)
     model.engine.sync()
 

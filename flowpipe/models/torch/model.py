@@ -21,10 +21,11 @@ from torch import nn
 
 from ...parallel import build_engine, distributed, make_plan
 from ...parallel.engines import check_max_norm
+from ...torchutils import to_tensor
 from . import io
 from .checks import BatchNormCheck, LossCheck
 from .config import ModelSpec, nest, parse_config, unknown_keys
-from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require, to_tensor
+from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require
 from .losses import make_loss
 from .optimizers import make_decay, make_optimizer
 from .profiling import OpProfiler, profiled as _profiled

@@ -74,11 +74,11 @@ class Decay:
         if iteration % self.frequency == 0:
             self.scheduler.step()
 
-    def state_dict(self) -> dict:
-        """The scheduler's state, for save/load."""
+    def state(self) -> dict:
+        """The scheduler's state, for save/load (its ``state_dict()``)."""
         return self.scheduler.state_dict()
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state(self, state: dict) -> None:
         """Restore the scheduler's state."""
         self.scheduler.load_state_dict(state)
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
+from ...torchutils import NO_CONTEXT
 from ..plan import DevicePlan
 from ..precision import Precision, make_precision
 from ..randomness import draw_step_seed, piece_random, piece_seed
@@ -41,7 +42,6 @@ __all__ = ['Engine', 'StepResult', 'check_max_norm']
 
 Tensors = Sequence[torch.Tensor]
 Groups = Mapping[int, Sequence[Piece]]
-_NO_CONTEXT = contextlib.nullcontext()     # reusable: entering it does nothing
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,7 @@ class Engine:
 
     def backward_sync(self, last: bool) -> contextlib.AbstractContextManager:
         """The context of one piece's forward and backward; ``last``: the replica's last piece of the batch."""
-        return _NO_CONTEXT
+        return NO_CONTEXT
 
     def reduce_gradients(self, active: tuple[int, ...]) -> None:
         """Make the primary's ``.grad`` the full-batch gradient; ``active``: the replicas that ran pieces."""

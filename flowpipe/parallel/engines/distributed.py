@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from ...torchutils import NO_CONTEXT
 from .. import distributed
 from ..plan import DevicePlan
 from ..precision import Precision
@@ -37,7 +38,6 @@ from .tensors import BatchTensors, as_batch, concat, move, set_mode, to_device
 
 __all__ = ['DistributedEngine']
 
-_NO_CONTEXT = contextlib.nullcontext()
 # Buffers are synchronized by the engine after each step (an idle rank runs no forward, so DDP's per-forward
 # buffer broadcast would wait for it forever); the keyword changed name in recent torch versions.
 _NO_BUFFER_SYNC = ({'forward_sync_buffers': False}
@@ -174,7 +174,7 @@ class DistributedEngine(Engine):
     def backward_sync(self, last: bool) -> contextlib.AbstractContextManager:
         """DDP's all-reduce runs in the backward of the last piece only, and not at all when a rank is idle."""
         if last and not self._idle_rank:
-            return _NO_CONTEXT
+            return NO_CONTEXT
         return self.ddp.no_sync()
 
     @torch.no_grad()
