@@ -2,9 +2,12 @@
 
 - ``BatchNormCheck``: a BatchNorm layer normalizes with the statistics of the items it sees. When a batch is cut
   into shards (``device``) or micro-batches (``microbatch``) smaller than ``BATCHNORM_MIN_ITEMS`` items, those
-  statistics are noisy and training degrades; the check warns once per model, with the numbers and the fixes.
-- ``LossCheck``: a loss that is ``nan`` or ``inf`` is reported once per model with the batch number (config
-  ``nonfinite_loss``: ``'warn'``, the default, ``'raise'`` or ``'ignore'``).
+  statistics are noisy and training degrades; the check warns once per model, with the numbers and the fixes,
+  before the step (a piece of one item makes torch's BatchNorm raise inside it; ``explain`` turns that error into
+  one with the same numbers and fixes).
+- ``LossCheck``: a step whose loss is ``nan`` or ``inf`` is skipped and counted by default (config
+  ``nonfinite_loss``: ``'skip'``, the default, ``'raise'``, ``'warn'`` or ``'ignore'``), the first one reported
+  with the batch number.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ __all__ = ['BATCHNORM_MIN_ITEMS', 'BatchNormCheck', 'BatchNormShardWarning', 'Lo
 
 #: Shards and micro-batches with fewer items than this reaching a BatchNorm layer in training are warned about.
 BATCHNORM_MIN_ITEMS = 8
-NONFINITE_MODES = ('warn', 'raise', 'ignore')
+NONFINITE_MODES = ('skip', 'raise', 'warn', 'ignore')
 
 
 class BatchNormShardWarning(UserWarning):
@@ -66,6 +69,15 @@ class BatchNormCheck:
         self.done = True
         warnings.warn(self.message(batch_size, smallest), BatchNormShardWarning, stacklevel=3)
 
+    def explain(self, error: ValueError, batch_size: int) -> None:
+        """Raise a ``ValueError`` saying which piece and which fixes when ``error`` is torch's BatchNorm refusing
+        a piece of one item in training; return otherwise (the caller re-raises ``error``)."""
+        if 'more than 1 value per channel' not in str(error):
+            return
+        smallest = self.smallest_piece(batch_size) or batch_size
+        raise ValueError(f"Expected more than one item per piece through BatchNorm in training. Received: "
+                         f"{self.message(batch_size, smallest)}") from error
+
     def message(self, batch_size: int, smallest: int) -> str:
         """The warning's text: the numbers and the fixes."""
         plan = self.plan
@@ -89,30 +101,65 @@ class BatchNormCheck:
 
 
 class LossCheck:
-    """Reports the first non-finite training loss of a model as its config ``nonfinite_loss`` says."""
+    """Applies a model's config ``nonfinite_loss`` to every training step whose full-batch loss (or, for
+    ``'skip'`` and ``'raise'``, gradient: an inf input can give a finite loss) holds a nan or inf.
 
-    def __init__(self, mode: Any = 'warn'):
-        mode = 'warn' if mode is None else mode
+    - ``'skip'`` (the default): the engine skips the optimizer step, so the model stays as it was before the batch
+      (as torch's ``GradScaler`` skips a step with non-finite gradients); the skipped steps are counted and the
+      first one is warned about;
+    - ``'raise'``: the step is skipped likewise, then a ``FloatingPointError`` stops the run;
+    - ``'warn'``: the step is applied (the parameters may turn nan), the first one is warned about;
+    - ``'ignore'``: the step is applied, nothing is checked.
+
+    ``'skip'`` and ``'raise'`` decide before the step, ``'warn'`` after it: each reads the loss, one host
+    synchronization per step; ``'ignore'`` reads nothing (the loss stays on the device unless fetched).
+    """
+
+    def __init__(self, mode: Any = 'skip'):
+        mode = 'skip' if mode is None else mode
         if mode not in NONFINITE_MODES:
-            raise ValueError(f"Expected nonfinite_loss in {NONFINITE_MODES}. Received: nonfinite_loss={mode!r}.")
+            raise ValueError(f"Expected nonfinite_loss in {NONFINITE_MODES}. Received: nonfinite_loss={mode!r}. "
+                             "'skip' (the default) leaves the model as it was before such a batch.")
         self.mode = mode
         self.first: int | None = None
+        self.skipped = 0
 
-    def __call__(self, loss: float, iteration: int) -> None:
-        """Check the loss of training batch number ``iteration`` (1 for the model's first batch)."""
-        if self.mode == 'ignore' or math.isfinite(loss):
+    @property
+    def skips(self) -> bool:
+        """Whether the engine is to skip the step of a non-finite loss (``skip_nonfinite``)."""
+        return self.mode in ('skip', 'raise')
+
+    def __call__(self, result: Any, iteration: int) -> None:
+        """Check the ``StepResult`` of training batch number ``iteration`` (1 for the model's first batch)."""
+        if self.mode == 'ignore':
             return
-        if self.mode == 'raise':
-            raise FloatingPointError(self._text(loss, iteration) + " The step was applied: the parameters may "
-                                     "hold nan now; reload saved weights before training on.")
+        if self.skips:
+            if result.stepped:
+                return
+            loss = float(result.loss)
+            if self.mode == 'raise':
+                raise FloatingPointError(self._text(loss, iteration) + " The step was skipped: the model is as it "
+                                         "was before this batch. Set 'nonfinite_loss': 'skip' to skip such "
+                                         "batches and train on.")
+            self.skipped += 1
+            self._warn_once(loss, iteration, " The optimizer step was skipped (the model is as it was before this "
+                                             "batch); skipped steps are counted in the model's skipped_steps.")
+            return
+        loss = float(result.loss)
+        if not math.isfinite(loss):
+            self._warn_once(loss, iteration, " The step was applied: the parameters may hold nan now. Use "
+                                             "'nonfinite_loss': 'skip' (the default) to skip such steps.")
+
+    def _warn_once(self, loss: float, iteration: int, what: str) -> None:
         if self.first is None:
             self.first = iteration
-            warnings.warn(self._text(loss, iteration) + " Training goes on; set 'nonfinite_loss': 'raise' in the "
-                          "model config to stop at the first one. Warned once per model.",
-                          NonFiniteLossWarning, stacklevel=3)
+            warnings.warn(self._text(loss, iteration) + what + " Set 'nonfinite_loss': 'raise' in the model config "
+                          "to stop at the first one. Warned once per model.", NonFiniteLossWarning, stacklevel=4)
 
     @staticmethod
     def _text(loss: float, iteration: int) -> str:
-        return (f"Expected a finite training loss. Received: loss={loss} at the model's training batch {iteration}. "
-                "Common causes: a learning rate too high, inputs not scaled (e.g. images in 0-255), log of zero in "
-                "a custom loss; 'clip_grad_norm' can help.")
+        where = '' if not math.isfinite(loss) else ' and a gradient holding nan or inf'
+        return (f"Expected a finite training loss and gradient. Received: loss={loss}{where} at the model's training "
+                f"batch {iteration}. "
+                "Common causes: a nan or inf in the inputs, a learning rate too high, inputs not scaled (e.g. "
+                "images in 0-255), log of zero in a custom loss; 'clip_grad_norm' can help.")

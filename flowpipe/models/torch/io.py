@@ -3,9 +3,9 @@
 A model file is one dill pickle of a dict: a format tag and version, the flowpipe and torch versions, the model
 class, the config (a ready ``nn.Module`` given as ``config['model']`` is stored as a CPU copy), and the state:
 network weights and buffers, optimizer and scheduler state, the precision's state (the gradient scaler under
-``amp``), the batch counter. Every tensor is on the CPU and a stored module carries no placement hooks, so a file
-saved from any device layout (GPUs, model parallel) loads into any other: the engine places the module and the
-weights again (``engine.sync``).
+``amp``), the batch counter and the count of steps skipped for a non-finite loss. Every tensor is on the CPU and a
+stored module carries no placement hooks, so a file saved from any device layout (GPUs, model parallel) loads into
+any other: the engine places the module and the weights again (``engine.sync``).
 
 Saving is atomic: the file is written under a temporary name in the same folder, flushed to disk, then renamed
 over the target. Loading runs dill, which can execute code: load only files you trust.
@@ -77,7 +77,7 @@ def payload(model: 'TorchModel') -> dict:
                   'optimizer': _to_cpu(model.optimizer.state_dict()),
                   'decay': model.decay.state() if model.decay is not None else None,
                   'precision': model.engine.precision.state(),
-                  'iteration': model.iteration},
+                  'iteration': model.iteration, 'skipped_steps': model.skipped_steps},
     }
 
 
@@ -128,6 +128,7 @@ def load_into(model: 'TorchModel', payload: dict) -> None:
         model.decay.load_state(state['decay'])
     model.engine.precision.load_state(state.get('precision') or {})
     model.iteration = state.get('iteration', 0)
+    model._loss_check.skipped = state.get('skipped_steps', 0)
     model.engine.sync()
 
 

@@ -104,6 +104,7 @@ class TorchModel:
     def _build(self) -> None:
         network = self._make_network()
         self.engine = build_engine(network, self._make_plan(world=distributed.setup()))
+        self.engine.skip_nonfinite = self._loss_check.skips
         self._batch_norm_check = BatchNormCheck(self.engine.module, self.engine.plan)
         self.loss_fn = make_loss(self.spec.get('loss'), has_classes=bool(self.spec.classes))
         self.optimizer = make_optimizer(self.spec.get('optimizer'), self.engine.parameters())
@@ -159,6 +160,11 @@ class TorchModel:
         return factory(spec.input_shape, spec.num_outputs, **options)
 
     @property
+    def skipped_steps(self) -> int:
+        """Training batches whose optimizer step was skipped for a non-finite loss (``nonfinite_loss='skip'``)."""
+        return self._loss_check.skipped
+
+    @property
     def model(self) -> nn.Module:
         """The primary ``nn.Module`` (the replica that holds the optimizer's parameters)."""
         return self._built().module
@@ -204,16 +210,21 @@ class TorchModel:
         with self._step_lock, _profiled(self.profiler, self.iteration):
             if self.engine is None:
                 self._build_for(net_inputs)
-            result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
-                                            return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm,
-                                            seed=seed)
+            batch_size = int(net_inputs[0].shape[0])
+            self._batch_norm_check(batch_size)      # before the step: a 1-item piece fails inside it
+            try:
+                result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
+                                                return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm,
+                                                seed=seed)
+            except ValueError as error:
+                self._batch_norm_check.explain(error, batch_size)
+                raise
+            self._loss_check(result, self.iteration + 1)
             self.iteration += 1
-            self._last_batch_size = int(net_inputs[0].shape[0])
-            self._batch_norm_check(self._last_batch_size)
-            self._loss_check(result.loss, self.iteration)
+            self._last_batch_size = batch_size
             if self.decay is not None:
                 self.decay.after_batch(self.iteration)
-        return self._fetch(fetches, names, lambda: result.loss, result.outputs)
+        return self._fetch(fetches, names, lambda: float(result.loss), result.outputs)
 
     def predict(self, *args: Any, fetches: Any = None, inputs: Any = None, targets: Any = None,
                 outputs: Any = None, **named_inputs: Any) -> Any:

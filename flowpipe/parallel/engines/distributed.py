@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
@@ -137,7 +138,7 @@ class DistributedEngine(Engine):
                                     clip_grad_norm=clip_grad_norm, seed=piece_seed(step_seed, -1, offset))
         if return_outputs and not self.counts[self._rank]:
             # an idle rank's outputs are empty ones of the busy ranks' shape and dtype, as its predictions are
-            result = StepResult(result.loss, self.predict(inputs))
+            result = replace(result, outputs=self.predict(inputs))
             set_mode(self.replicas, True)
         return result
 
@@ -206,14 +207,15 @@ class DistributedEngine(Engine):
         _coalesced([*self._inner.parameters(), *self._inner.buffers()], _from_rank_0)
 
     def step_result(self, ordered: list[tuple[torch.Tensor, Any]], keep_outputs: bool) -> StepResult:
-        """The global batch's loss (all-reduced) and this rank's outputs."""
+        """The global batch's loss (all-reduced, left on the device: every rank then reads the same value for a
+        non-finite check) and this rank's outputs."""
         device = self.devices[0]
         total = torch.zeros((), device=self._group_device, dtype=torch.float64)
         for loss, _ in ordered:
             total += loss.to(device=self._group_device, dtype=torch.float64)
         dist.all_reduce(total)
         outputs = concat([to_device(out, device) for _, out in ordered]) if keep_outputs and ordered else None
-        return StepResult(float(total), outputs)
+        return StepResult(total, outputs)
 
     def batch_mean(self, mean: float, count: int) -> float:
         """The global batch's mean from every rank's shard mean and item count (one all-reduce; every rank joins,
