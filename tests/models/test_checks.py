@@ -219,3 +219,40 @@ def test_a_one_item_batch_norm_shard_warns_before_the_step_and_fails_with_the_fi
                                                  r"Fixes: a larger microbatch"):
             model.train(x=np.zeros((3, 4), 'float32'), y=np.array([0, 1, 0]))
         assert model.iteration == 0
+
+
+def test_items_of_another_shape_than_declared_are_an_error_naming_the_key_and_both_shapes():
+    images, labels = _batch(8)
+    bigger = np.zeros((8, 1, 10, 10), 'float32')
+    with SimpleCNN(IMAGES) as model:          # global pooling: it would train on any size without a word
+        with pytest.raises(ValueError, match=r"'images' items of shape \(1, 8, 8\) \('inputs/images/shape'.*"
+                                             r"batch of shape \(8, 1, 10, 10\).*'inputs/images/shape': \(1, 10, 10\)"):
+            model.train(images=bigger, labels=labels)
+        with pytest.raises(ValueError, match=r"inputs/images/shape"):
+            model.predict(images=bigger)
+        assert model.iteration == 0
+    with MLP(IMAGES) as model, pytest.raises(ValueError, match=r"items of shape \(1, 8, 9\)"):
+        model.train(images=np.zeros((8, 1, 8, 9), 'float32'), labels=labels)    # not torch's mat1 and mat2
+
+
+@pytest.mark.parametrize('labels, message', [
+    (np.array([0, 10, 3, 2]), r"'labels' labels in \[0, 10\) \('inputs/labels/classes': 10\)\. Received: labels "
+                              r"from 0 to 10\..*set 'inputs/labels/classes' to 11"),
+    (np.array([0, -1, 3, 2]), r"labels from -1 to 3\. Encode the labels as 0\.\.9.*np\.unique")])
+def test_labels_outside_the_classes_are_an_error_naming_the_key(labels, message):
+    with MLP(IMAGES) as model, pytest.raises(ValueError, match=message):
+        model.train(images=_batch(4)[0], labels=labels)
+
+
+def test_text_labels_are_a_type_error_naming_the_fix():
+    with MLP(IMAGES) as model, pytest.raises(TypeError, match=r"'labels'.*dtype <U.*inputs/labels/classes"):
+        model.train(images=_batch(2)[0], labels=np.array(['cat', 'dog']))
+
+
+def test_the_losss_ignore_index_and_value_losses_are_not_range_checked():
+    images, _ = _batch(4)
+    with MLP({**IMAGES, 'loss': {'name': 'ce', 'ignore_index': -1}}) as model:
+        assert np.isfinite(model.train(images=images, labels=np.array([0, -1, 3, 9]), fetches='loss'))
+    config = {'inputs/images/shape': (1, 8, 8), 'inputs/labels/classes': 1, 'initial_block/inputs': 'images'}
+    with MLP({**config, 'loss': 'bce'}) as model:           # 0/1 targets of one output
+        assert np.isfinite(model.train(images=images, labels=np.array([[0], [1], [1], [0]]), fetches='loss'))

@@ -8,6 +8,9 @@
 - ``LossCheck``: a step whose loss is ``nan`` or ``inf`` is skipped and counted by default (config
   ``nonfinite_loss``: ``'skip'``, the default, ``'raise'``, ``'warn'`` or ``'ignore'``), the first one reported
   with the batch number.
+- ``InputCheck``: the items of every batch have the shapes the config declares (``inputs/<name>/shape``) and
+  integer labels lie in ``[0, classes)`` (``inputs/<name>/classes``), so that a mismatch is an error naming the key,
+  both values and the fix instead of a torch error deep inside the network or the loss.
 """
 from __future__ import annotations
 
@@ -15,10 +18,11 @@ import math
 import warnings
 from typing import Any
 
+import torch
 from torch import nn
 
-__all__ = ['BATCHNORM_MIN_ITEMS', 'BatchNormCheck', 'BatchNormShardWarning', 'LossCheck', 'NONFINITE_MODES',
-           'NonFiniteLossWarning']
+__all__ = ['BATCHNORM_MIN_ITEMS', 'BatchNormCheck', 'BatchNormShardWarning', 'InputCheck', 'LossCheck',
+           'NONFINITE_MODES', 'NonFiniteLossWarning']
 
 #: Shards and micro-batches with fewer items than this reaching a BatchNorm layer in training are warned about.
 BATCHNORM_MIN_ITEMS = 8
@@ -163,3 +167,60 @@ class LossCheck:
                 f"batch {iteration}. "
                 "Common causes: a nan or inf in the inputs, a learning rate too high, inputs not scaled (e.g. "
                 "images in 0-255), log of zero in a custom loss; 'clip_grad_norm' can help.")
+
+
+class InputCheck:
+    """Checks a batch's tensors against the shapes and classes the config declared when the model was made.
+
+    Shapes are checked at every step (no data is read). Integer labels of a target with classes are checked to
+    lie in ``[0, classes)`` (the loss's ``ignore_index`` allowed) at every step while they are on the CPU, and at
+    the first step only once they come on a GPU (reading them there waits for the device). Labels of a loss that
+    compares values (``'bce'``, ``'mse'``...) are not class indices and are not range-checked.
+
+    Args:
+        shapes: ``{name: shape of one item}`` as declared (``ModelSpec.shapes``).
+        classes: ``{name: number of classes}`` as declared (``ModelSpec.classes``).
+    """
+
+    def __init__(self, shapes: dict, classes: dict):
+        self.shapes, self.classes = dict(shapes), dict(classes)
+        self._device_labels_checked = False
+
+    def __call__(self, tensors: dict[str, torch.Tensor], loss_fn: Any = None) -> None:
+        """Raise a ``ValueError`` for the first tensor of ``{name: tensor}`` that does not fit the config."""
+        for name, tensor in tensors.items():
+            shape = self.shapes.get(name)
+            if shape is not None and tensor.dim() and tuple(tensor.shape[1:]) != shape:
+                raise ValueError(self._shape_text(name, shape, tuple(tensor.shape)))
+            if name in self.classes and self._indexes(tensor, loss_fn):
+                self._check_labels(name, tensor, getattr(loss_fn, 'ignore_index', None))
+
+    def _indexes(self, tensor: torch.Tensor, loss_fn: Any) -> bool:
+        if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool or not tensor.numel():
+            return False
+        if hasattr(loss_fn, 'loss') and not hasattr(loss_fn, 'ignore_index'):   # a value-comparing loss wrapper
+            return False
+        return tensor.device.type == 'cpu' or not self._device_labels_checked
+
+    def _check_labels(self, name: str, labels: torch.Tensor, ignore_index: Any) -> None:
+        if labels.device.type != 'cpu':
+            self._device_labels_checked = True
+        if ignore_index is not None:
+            labels = labels[labels != ignore_index]
+            if not labels.numel():
+                return
+        low, high = int(labels.min()), int(labels.max())
+        classes = self.classes[name]
+        if low >= 0 and high < classes:
+            return
+        fix = (f"or set 'inputs/{name}/classes' to {high + 1} if there are that many classes" if low >= 0 else
+               "(e.g. codes = np.unique(labels, return_inverse=True)[1])")
+        raise ValueError(f"Expected {name!r} labels in [0, {classes}) ('inputs/{name}/classes': {classes}). "
+                         f"Received: labels from {low} to {high}. Encode the labels as 0..{classes - 1}, {fix}.")
+
+    @staticmethod
+    def _shape_text(name: str, shape: tuple, received: tuple) -> str:
+        return (f"Expected {name!r} items of shape {shape} ('inputs/{name}/shape': {shape}). Received: a batch of "
+                f"shape {received}, items of shape {received[1:]}. Bring the items to that shape (e.g. resize(), "
+                f"to_array(channels='first')), or declare 'inputs/{name}/shape': {received[1:]} (e.g. "
+                "B.image_shape, read from the batch).")

@@ -23,7 +23,7 @@ from ...parallel import build_engine, distributed, make_plan
 from ...parallel.engines import check_max_norm
 from ...torchutils import to_tensor
 from . import io
-from .checks import BatchNormCheck, LossCheck
+from .checks import BatchNormCheck, InputCheck, LossCheck
 from .config import ModelSpec, nest, parse_config, unknown_keys
 from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require
 from .losses import make_loss
@@ -72,6 +72,7 @@ class TorchModel:
         self.engine = self.loss_fn = self.optimizer = self.decay = None
         self.clip_grad_norm = check_max_norm(self.spec.get('clip_grad_norm'))
         self._loss_check = LossCheck(self.spec.get('nonfinite_loss'))
+        self._input_check = InputCheck(self.spec.shapes, self.spec.classes)   # as declared, not as inferred
         self._batch_norm_check: BatchNormCheck | None = None
         self._plan = self._make_plan()
         self.iteration = 0
@@ -210,6 +211,7 @@ class TorchModel:
         with self._step_lock, _profiled(self.profiler, self.iteration):
             if self.engine is None:
                 self._build_for(net_inputs)
+            self._check_inputs(net_inputs, net_targets)
             batch_size = int(net_inputs[0].shape[0])
             self._batch_norm_check(batch_size)      # before the step: a 1-item piece fails inside it
             try:
@@ -238,6 +240,7 @@ class TorchModel:
         with self._step_lock:
             if self.engine is None:
                 self._build_for(net_inputs)
+            self._check_inputs(net_inputs, net_targets)
             outputs = self.engine.predict(net_inputs)
 
         def loss() -> float:
@@ -273,6 +276,13 @@ class TorchModel:
             require(target_names, values, 'the targets for training or a loss', 'targets=')
         return ([to_tensor(values[name], name) for name in input_names],
                 [self._target(values[name], name) for name in target_names if name in values])
+
+    def _check_inputs(self, inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> None:
+        """Inputs and targets against the config's shapes and classes (``checks.InputCheck``)."""
+        input_names = self.spec.input_names or (DEFAULT_INPUT,)
+        named = dict(zip(input_names, inputs))
+        named.update(zip(self.spec.target_names, targets))
+        self._input_check(named, self.loss_fn)
 
     def _target(self, value: Any, name: str) -> torch.Tensor:
         tensor = to_tensor(value, name)
