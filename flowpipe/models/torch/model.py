@@ -333,6 +333,14 @@ class TorchModel:
         """A new model from a file; ``overrides`` change config items such as ``device`` or ``microbatch``."""
         return io.load(path, model_class=None if cls is TorchModel else cls, **overrides)
 
+    def __reduce__(self) -> tuple:
+        """Pickle (and dill, and copy) through the contents of a model file: a built model travels as ``save``
+        would write it and is made again as ``from_file`` makes it (its own placement, new worker threads); a
+        model whose network is not built yet travels as its class, config and the weights' random state."""
+        if self.engine is None:
+            return _unpickle_pending, (type(self), self.config, self._pending_rng)
+        return _unpickle, (io.payload(self),)
+
     def _plan_batch_size(self) -> int | None:
         """The batch size the repr describes: the last global batch in a distributed job, else the last batch."""
         return getattr(self.engine, 'global_size', None) or self._last_batch_size
@@ -369,6 +377,22 @@ class TorchModel:
                  f'{clip}trained on {self.iteration} batch{"" if self.iteration == 1 else "es"}',
                  *('  ' + line for line in self.device_plan(self._plan_batch_size()).splitlines())]
         return '\n'.join(lines)
+
+
+def _unpickle(payload: dict) -> TorchModel:
+    # building the network draws initial weights that the saved ones replace: the caller's generator is kept
+    with torch.random.fork_rng(devices=[]):
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')     # the unknown-key warnings were given when the model was made
+            return io.from_payload(payload)
+
+
+def _unpickle_pending(cls: type, config: dict, rng_state: torch.Tensor) -> TorchModel:
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')         # the unknown-key warnings were given when the model was made
+        model = cls(config)
+    model._pending_rng = rng_state
+    return model
 
 
 def _fetches(fetches: Any, outputs: Any, default: Any = None) -> Any:
