@@ -268,3 +268,23 @@ def test_a_model_pickles_through_its_file_contents(device):
     assert first == second
     pending.close()
     again.close()
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(144, 10))
+
+    def forward(self, images):
+        return self.layers(images)
+
+
+@pytest.mark.parametrize('mode', ['dynamic', 'static'])
+def test_a_plain_module_class_is_taken_as_the_models_network(digits, mode):
+    config = {'inputs/images/shape': (1, 12, 12), 'inputs/labels/classes': 10, 'initial_block/inputs': 'images'}
+    pipeline = _template(mode, _Net, 'net', config=config) << digits.train
+    pipeline.run(16, n_iters=2, seed=0)
+    model = pipeline.m('net')
+    assert type(model) is TorchModel and isinstance(model.model, _Net) and model.iteration == 2
+    with pytest.raises(ValueError, match="network given once.*model_class=_Net"):
+        Pipeline().init_model('net', _Net, config={**config, 'model': _Net()})
