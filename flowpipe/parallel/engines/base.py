@@ -274,7 +274,7 @@ class Engine:
         primary = self.devices[0]
         total = ordered[0][0] if len(ordered) == 1 else torch.stack([loss.to(primary) for loss, _ in ordered]).sum()
         outputs = concat([to_device(out, primary) for _, out in ordered]) if keep_outputs else None
-        return StepResult(total.detach(), outputs)
+        return StepResult(total, outputs)
 
     def batch_mean(self, mean: float, count: int) -> float:
         """The mean over the whole batch of a value averaged over this process's ``count`` items (``mean``):
