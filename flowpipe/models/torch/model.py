@@ -211,7 +211,7 @@ class TorchModel:
         with self._step_lock, _profiled(self.profiler, self.iteration):
             if self.engine is None:
                 self._build_for(net_inputs)
-            self._check_inputs(net_inputs, net_targets)
+            self._input_check(self._named(net_inputs, net_targets), self.loss_fn)
             batch_size = int(net_inputs[0].shape[0])
             self._batch_norm_check(batch_size)      # before the step: a 1-item piece fails inside it
             try:
@@ -240,7 +240,7 @@ class TorchModel:
         with self._step_lock:
             if self.engine is None:
                 self._build_for(net_inputs)
-            self._check_inputs(net_inputs, net_targets)
+            self._input_check(self._named(net_inputs, net_targets), self.loss_fn)
             outputs = self.engine.predict(net_inputs)
 
         def loss() -> float:
@@ -277,12 +277,13 @@ class TorchModel:
         return ([to_tensor(values[name], name) for name in input_names],
                 [self._target(values[name], name) for name in target_names if name in values])
 
-    def _check_inputs(self, inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> None:
-        """Inputs and targets against the config's shapes and classes (``checks.InputCheck``)."""
-        input_names = self.spec.input_names or (DEFAULT_INPUT,)
-        named = dict(zip(input_names, inputs))
-        named.update(zip(self.spec.target_names, targets))
-        self._input_check(named, self.loss_fn)
+    def _named(self, inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> dict:
+        """``{config name: tensor}`` of a step's tensors for ``InputCheck``; the targets only when all of them came
+        (a prediction may come without some, and then their names are not known for sure)."""
+        named = dict(zip(self.spec.input_names or (DEFAULT_INPUT,), inputs))
+        if len(targets) == len(self.spec.target_names):
+            named.update(zip(self.spec.target_names, targets))
+        return named
 
     def _target(self, value: Any, name: str) -> torch.Tensor:
         tensor = to_tensor(value, name)
@@ -338,8 +339,8 @@ class TorchModel:
         would write it and is made again as ``from_file`` makes it (its own placement, new worker threads); a
         model whose network is not built yet travels as its class, config and the weights' random state."""
         if self.engine is None:
-            return _unpickle_pending, (type(self), self.config, self._pending_rng)
-        return _unpickle, (io.payload(self),)
+            return io.restore_pending, (type(self), self.config, self._pending_rng)
+        return io.restore, (io.payload(self),)
 
     def _plan_batch_size(self) -> int | None:
         """The batch size the repr describes: the last global batch in a distributed job, else the last batch."""
@@ -377,22 +378,6 @@ class TorchModel:
                  f'{clip}trained on {self.iteration} batch{"" if self.iteration == 1 else "es"}',
                  *('  ' + line for line in self.device_plan(self._plan_batch_size()).splitlines())]
         return '\n'.join(lines)
-
-
-def _unpickle(payload: dict) -> TorchModel:
-    # building the network draws initial weights that the saved ones replace: the caller's generator is kept
-    with torch.random.fork_rng(devices=[]):
-        with warnings.catch_warnings():
-            warnings.simplefilter('ignore')     # the unknown-key warnings were given when the model was made
-            return io.from_payload(payload)
-
-
-def _unpickle_pending(cls: type, config: dict, rng_state: torch.Tensor) -> TorchModel:
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')         # the unknown-key warnings were given when the model was made
-        model = cls(config)
-    model._pending_rng = rng_state
-    return model
 
 
 def _fetches(fetches: Any, outputs: Any, default: Any = None) -> Any:
