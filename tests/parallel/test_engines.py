@@ -398,3 +398,18 @@ def test_the_steps_loss_stays_a_tensor_on_the_device_until_read(monkeypatch):
     engine.skip_nonfinite = True                     # TorchModel's default: one read, before the step
     engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
     assert reads == ['__bool__']
+
+
+def test_a_non_finite_sparse_gradient_skips_the_step_too():
+    torch.manual_seed(0)
+    network = nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Flatten(), nn.Linear(8, 3))
+    engine = SingleEngine(network, make_plan(num_gpus=0))
+    engine.skip_nonfinite = True
+    optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in network.parameters()]
+
+    network[0].weight.register_hook(lambda grad: grad * float('inf'))     # a finite loss, an inf sparse gradient
+    inputs, targets = [torch.tensor([[1, 2], [3, 4]])], [torch.tensor([0, 1])]
+    result = engine.train_step(inputs, targets, F.cross_entropy, optimizer)
+    assert torch.isfinite(result.loss) and network[0].weight.grad is None        # skipped: gradients cleared
+    assert not result.stepped and all(torch.equal(a, b) for a, b in zip(before, network.parameters()))

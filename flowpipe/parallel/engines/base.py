@@ -211,8 +211,10 @@ class Engine:
             (loss.device, loss.dtype): [loss.detach().reshape(1)]}
         if self.precision.scaler is None:
             for param in _optimized(optimizer):
-                if param.grad is not None:
-                    groups.setdefault((param.grad.device, param.grad.dtype), []).append(param.grad)
+                grad = param.grad
+                if grad is not None:
+                    grad = grad._values() if grad.is_sparse else grad      # the fused check takes dense tensors
+                    groups.setdefault((grad.device, grad.dtype), []).append(grad)
         flags = self._nonfinite_flags
         for device, _ in groups:
             if device not in flags:
