@@ -258,8 +258,9 @@ def test_a_model_pickles_through_its_file_contents(device):
                 assert torch.equal(torch.random.get_rng_state(), state)     # loading drew no weights from it
                 assert copy.iteration == 1 and copy.plan == model.plan
                 np.testing.assert_array_equal(copy.predict(images=images), model.predict(images=images))
-                assert copy.train(images=images, labels=labels, fetches='loss', seed=3) == \
-                    pickle.loads(pickle.dumps(model)).train(images=images, labels=labels, fetches='loss', seed=3)
+                with pickle.loads(pickle.dumps(model)) as other:
+                    assert copy.train(images=images, labels=labels, fetches='loss', seed=3) == \
+                        other.train(images=images, labels=labels, fetches='loss', seed=3)
     pending = MLP({**config, 'inputs/images/shape': None})         # built at its first step
     again = pickle.loads(pickle.dumps(pending))
     assert again.engine is None
