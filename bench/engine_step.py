@@ -1,7 +1,7 @@
 """Per-step cost of an engine's training step against the same step written by hand, on one device.
 
 Arms: ``engine.train_step(...)`` of a single-device engine, and the hand-written step (``zero_grad``, forward,
-loss, backward, ``step``, ``loss.item()``: the engine also returns the loss as a float). Two networks:
+loss, backward, ``step``, ``loss.item()``). Two networks:
 ``cnn`` (two conv + BatchNorm layers, batch 32 of 1x16x16 images, the setting of ``docs/parallel.md``) and
 ``tiny`` (one linear layer, batch 8: the step is almost all framework, so the engine's own cost shows). Adam,
 float32, starting from the same weights. Blocks of ``--steps`` steps alternate ABBA between the arms, with a
@@ -10,7 +10,10 @@ spent descheduled would swamp a cost of microseconds); the script prints, per ne
 ms per step of each arm, the median of the per-block differences (the engine's cost per step, in µs) and of the
 per-block ratios. Use one torch thread (the default): with more, CPU time counts the threads' spinning too.
 
-Run: ``python bench/engine_step.py [--steps 100] [--blocks 21] [--threads 1] [--clip 1.0]``
+The engine keeps the loss on the device (a tensor; the hand step reads it with ``.item()``); with
+``--skip-nonfinite`` it also checks loss and gradient before each step, as a ``TorchModel`` does by default.
+
+Run: ``python bench/engine_step.py [--steps 100] [--blocks 21] [--threads 1] [--clip 1.0] [--skip-nonfinite]``
 """
 from __future__ import annotations
 
@@ -55,8 +58,10 @@ def hand_arm(net: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, clip: 
     return step
 
 
-def engine_arm(net: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, clip: float | None):
+def engine_arm(net: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, clip: float | None,
+               skip_nonfinite: bool = False):
     engine = build_engine(copy.deepcopy(net), make_plan('cpu'))
+    engine.skip_nonfinite = skip_nonfinite      # TorchModel's default ('nonfinite_loss': 'skip') sets it
     optimizer = torch.optim.Adam(engine.parameters())
     options = {} if clip is None else {'clip_grad_norm': clip}   # the keyword is unknown to older engines
 
@@ -73,9 +78,10 @@ def block(step, steps: int) -> float:
     return (time.process_time() - start) / steps
 
 
-def measure(make, steps: int, blocks: int, clip: float | None) -> dict[str, float]:
+def measure(make, steps: int, blocks: int, clip: float | None, skip_nonfinite: bool = False) -> dict[str, float]:
     net, inputs, targets = make()
-    arms = {'hand': hand_arm(net, inputs, targets, clip), 'engine': engine_arm(net, inputs, targets, clip)}
+    arms = {'hand': hand_arm(net, inputs, targets, clip),
+            'engine': engine_arm(net, inputs, targets, clip, skip_nonfinite)}
     for step in arms.values():
         block(step, steps)                          # warm-up: kernels, allocator, Adam state
     times: dict[str, list[float]] = {name: [] for name in arms}
@@ -93,13 +99,16 @@ def main() -> None:
     parser.add_argument('--blocks', type=int, default=21)
     parser.add_argument('--threads', type=int, default=1)
     parser.add_argument('--clip', type=float, default=None, help='clip_grad_norm in both arms (default: none)')
+    parser.add_argument('--skip-nonfinite', action='store_true',
+                        help="the engine checks loss and gradient before the step, as a TorchModel does by default")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, {args.blocks} blocks of {args.steps} '
-          f'steps per arm, ABBA, clip_grad_norm={args.clip}')
+          f'steps per arm, ABBA, clip_grad_norm={args.clip}, '
+          f'skip_nonfinite={args.skip_nonfinite}')
     print(f"{'network':>8} {'hand ms':>8} {'engine ms':>10} {'cost us/step':>13} {'ratio':>6}")
     for name, make in (('cnn', cnn), ('tiny', tiny)):
-        result = measure(make, args.steps, args.blocks, args.clip)
+        result = measure(make, args.steps, args.blocks, args.clip, args.skip_nonfinite)
         print(f"{name:>8} {1e3 * result['hand']:8.3f} {1e3 * result['engine']:10.3f} "
               f"{1e6 * result['cost']:13.1f} {result['ratio']:6.3f}")
 

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..torchutils import to_tensor
+
 __all__ = ['device_of_spec', 'movable', 'to_device']
 
 _streams = threading.local()        # one copy stream per thread and device
@@ -52,7 +54,6 @@ def to_device(values: dict[str, Any], device: torch.device, pin_memory: bool) ->
     Towards a GPU: through pinned host memory when ``pin_memory``, copied non-blocking on this thread's copy
     stream, and complete when this returns.
     """
-    from ..models.torch.inputs import to_tensor
     tensors = {name: to_tensor(value, name) for name, value in values.items()}
     if device.type != 'cuda':
         return {name: tensor.to(device) for name, tensor in tensors.items()}

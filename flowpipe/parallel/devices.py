@@ -9,6 +9,8 @@ Accepted forms of a spec (:func:`parse_devices` docstring has the details):
 - a ``torch.device``;
 - a string, case-insensitive, ``GPU`` meaning ``cuda``: ``'cpu'``, ``'CPU:1'``, ``'cuda:0'``, ``'GPU:1'``;
 - an anchored glob over canonical names: ``'GPU:*'``, ``'GPU:[0-3]'`` (``'gpu:1'`` never matches ``cuda:10``);
+  the only CPU name a glob finds is ``cpu:0``, so ``'CPU:*'`` is one replica (with a warning saying how to ask
+  for several logical CPU devices);
 - a multiplicity suffix ``xK`` placing K replicas on one device: ``'GPU:0x4'``, ``'CPU:0x2'``;
 - a list or tuple of the above.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -121,8 +124,14 @@ def parse_device(spec: Any, num_gpus: int | None = None) -> list[LogicalDevice]:
         name, copies = multiple['base'], int(multiple['count'])
         if copies < 1:
             raise ValueError(f"Expected a positive multiplicity like 'GPU:0x4'. Received: {spec!r}.")
+    resolved_names = _resolve_name(name, spec, count)
+    if copies == 1 and resolved_names == ['cpu:0'] and _GLOB_CHARS.search(name) and fnmatch.fnmatchcase('cpu:1', name):
+        # logical CPU devices are numbered by the user, not found: a pattern cannot ask for several of them
+        warnings.warn(f"Device pattern {spec!r} matches the one CPU device, cpu:0: the model gets one replica. "
+                      "For several logical CPU replicas list them, e.g. device=['CPU:0', 'CPU:1'], or write a "
+                      "multiplicity, e.g. device='CPU:0x2'.", UserWarning, stacklevel=3)
     devices = []
-    for resolved in _resolve_name(name, spec, count):
+    for resolved in resolved_names:
         if copies == 1:
             devices.append(LogicalDevice(resolved, _torch_device(resolved)))
         else:

@@ -3,8 +3,9 @@
 An engine holds one precision object and calls it at fixed points of its loop: ``autocast(device)`` around each
 piece's forward and loss, ``convert_loss`` and ``scale`` before each backward, ``unscale`` before gradients are
 clipped, ``step`` for the one optimizer step of a batch, ``discard_step`` when the step fails between them.
-``state_dict`` / ``load_state_dict`` carry the scaler's state through a model file. :func:`make_precision`
-chooses the object from the plan (``amp``):
+``state`` / ``load_state`` carry the scaler's state through a model file (flowpipe's own stateful objects, the
+execution nodes and the scheduler wrapper included, name these two methods so; the torch objects they hold keep
+torch's ``state_dict``). :func:`make_precision` chooses the object from the plan (``amp``):
 
 - :class:`Precision`: the parameters' dtype, no autocast, no scaling (the default);
 - :class:`MixedPrecision`: ``torch.autocast`` in ``float16`` with one ``GradScaler`` for the whole batch (CUDA), or
@@ -17,12 +18,11 @@ from typing import Any
 
 import torch
 
+from ..torchutils import NO_CONTEXT
 from .plan import DevicePlan
 from .scaler import DeviceScaler
 
 __all__ = ['MixedPrecision', 'Precision', 'make_precision']
-
-_NO_CONTEXT = contextlib.nullcontext()     # reusable: entering it does nothing
 
 
 class Precision:
@@ -33,7 +33,7 @@ class Precision:
 
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
         """The context of one piece's forward and loss on ``device``."""
-        return _NO_CONTEXT
+        return NO_CONTEXT
 
     def convert_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """The loss in the dtype its weighting and backward start from."""
@@ -53,12 +53,12 @@ class Precision:
     def discard_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Forget a step that failed after ``unscale`` or inside ``step`` (nothing to forget here)."""
 
-    def state_dict(self) -> dict[str, Any]:
+    def state(self) -> dict[str, Any]:
         """What a model file keeps of the precision (nothing here)."""
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore ``state_dict()``; the state of another precision (a scaler saved on a GPU) is ignored."""
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore ``state()``; the state of another precision (a scaler saved on a GPU) is ignored."""
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}()'
@@ -118,11 +118,11 @@ class MixedPrecision(Precision):
         if self.scaler is not None:
             self.scaler.forget(optimizer)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state(self) -> dict[str, Any]:
         """The scaler's state: scale, growth tracker and factors (plain numbers)."""
         return {} if self.scaler is None else {'scaler': self.scaler.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state(self, state: dict[str, Any]) -> None:
         """Restore the scaler; an empty state (saved without a scaler) keeps the fresh one."""
         if self.scaler is not None and state.get('scaler'):
             self.scaler.load_state_dict(state['scaler'])

@@ -11,6 +11,7 @@ importing pipelines does not import torch.
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 import zlib
 from collections.abc import Mapping
@@ -25,7 +26,8 @@ from ..expr.context import Context, Store
 from .registry import builtin
 
 __all__ = ['PLACEMENT_KEYS', 'PendingModel', 'declared_model', 'import_model', 'init_model', 'load_model',
-           'loaded_files', 'mark_loaded', 'model_seed', 'predict_model', 'save_model', 'step_seed', 'train_model']
+           'loaded_files', 'mark_loaded', 'model_seed', 'network_class_as_model', 'predict_model', 'save_model',
+           'step_seed', 'train_model']
 
 MODES = ('dynamic', 'static')
 
@@ -84,6 +86,7 @@ class PendingModel:
         model_class = evaluate(self.model_class, ctx) if contains_expressions(self.model_class) else self.model_class
         if model_class is None:
             model_class = _default_class()
+        model_class, config = network_class_as_model(model_class, config)
         if not callable(model_class):
             raise TypeError(f"Expected {self.model_class!r} to give a model class such as ResNet18. Received: "
                             f"{model_class!r}.")
@@ -147,6 +150,22 @@ def _default_class() -> type:
     return TorchModel
 
 
+def network_class_as_model(model_class: Any, config: Any) -> tuple[Any, Any]:
+    """A plain ``nn.Module`` class given as the model class (``init_model('net', Net, ...)``) as ``TorchModel`` with
+    ``'model': Net`` in its config (the network is made by ``Net()``); any other class as it is."""
+    torch = sys.modules.get('torch')        # a module class exists only once torch is imported: no import here
+    if torch is None or not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
+        return model_class, config
+    if config is not None and not isinstance(config, Mapping):
+        return model_class, config          # an expression: read again once evaluated, by PendingModel.build
+    if config is not None and config.get('model') is not None:
+        raise ValueError(f"Expected a network given once: as the model class or as the config's 'model'. "
+                         f"Received: model_class={model_class.__name__} and 'model': {config.get('model')!r}. "
+                         f"Use init_model(name, TorchModel, config={{..., 'model': ...}}) or drop the config's "
+                         f"'model'.")
+    return _default_class(), {**(config or {}), 'model': model_class}
+
+
 def _init_arguments(*args: Any, **kwargs: Any) -> dict:
     """Both orders: ``(mode, model_class, name, config=)`` and ``(name, model_class=None, mode=, config=)``."""
     if args and isinstance(args[0], str) and args[0] in MODES and len(args) >= 2 and not isinstance(args[1], str):
@@ -178,6 +197,7 @@ def _declare_init(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         raise TypeError(f"Expected a model class such as ResNet18 in init_model. Received: {model_class!r}.")
     if config is not None and not isinstance(config, Mapping) and not contains_expressions(config):
         raise TypeError(f"Expected the model config as a dict or Config. Received: config={config!r}.")
+    model_class, config = network_class_as_model(model_class, config)
     static = None
     if mode == 'static':
         if contains_expressions(config) or contains_expressions(model_class):

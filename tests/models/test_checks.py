@@ -73,7 +73,7 @@ def test_a_micro_batch_below_the_threshold_on_one_device_warns():
 
 def test_a_non_finite_loss_warns_once_with_the_batch_number():
     torch.manual_seed(0)
-    model = MLP(IMAGES)
+    model = MLP({**IMAGES, 'nonfinite_loss': 'warn'})
     images, labels = _batch(16)
     with warnings.catch_warnings(record=True) as caught, model:
         warnings.simplefilter('always')
@@ -96,8 +96,77 @@ def test_a_non_finite_loss_can_stop_training_or_be_ignored():
         warnings.simplefilter('error')
         with MLP({**IMAGES, 'nonfinite_loss': 'ignore'}) as model:
             model.train(images=images * np.nan, labels=labels)
-    with pytest.raises(ValueError, match=r"nonfinite_loss in \('warn', 'raise', 'ignore'\)"):
+    with pytest.raises(ValueError, match=r"nonfinite_loss in \('skip', 'raise', 'warn', 'ignore'\)"):
         MLP({**IMAGES, 'nonfinite_loss': 'stop'})
+
+
+def _state(model):
+    return {key: value.clone() for key, value in model.model.state_dict().items()}
+
+
+def _same(first, second):
+    return first.keys() == second.keys() and all(torch.equal(first[key], second[key]) for key in first)
+
+
+def test_by_default_a_non_finite_loss_skips_the_step_and_the_model_stays_as_it_was():
+    torch.manual_seed(0)
+    images, labels = _batch(16)
+    poisoned = images.copy()
+    poisoned[3, 0, 2, 2] = np.nan           # one pixel of one item
+    with SimpleCNN(IMAGES) as model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        model.train(images=images, labels=labels)
+        before, optimizer_state = _state(model), repr(model.optimizer.state_dict())
+        loss = model.train(images=poisoned, labels=labels, fetches='loss')
+        assert np.isnan(loss) and model.skipped_steps == 1 and model.iteration == 2
+        assert _same(_state(model), before)         # weights and BatchNorm statistics alike
+        assert repr(model.optimizer.state_dict()) == optimizer_state
+        model.train(images=poisoned, labels=labels)
+        assert model.skipped_steps == 2
+        assert np.isfinite(model.train(images=images, labels=labels, fetches='loss'))
+        assert all(torch.isfinite(value).all() for value in model.model.state_dict().values())
+    found = [w for w in caught if issubclass(w.category, NonFiniteLossWarning)]
+    assert len(found) == 1 and 'training batch 2' in str(found[0].message) and 'skipped' in str(found[0].message)
+
+
+@pytest.mark.parametrize('placement', [{}, {'device': ['CPU:0', 'CPU:1']}, {'microbatch': 5},
+                                       {'device': ['CPU:0', 'CPU:1', 'CPU:2'], 'microbatch': 7}])
+def test_every_layout_skips_the_same_steps_as_one_device(placement):
+    images, labels = _batch(16)
+    poisoned = images.copy()
+    poisoned[-1] = np.inf                   # only the last shard / micro-batch sees it
+    config = {**IMAGES, 'dtype': 'float64', 'optimizer': {'name': 'SGD', 'lr': 0.1, 'momentum': 0.9}}
+    results = []
+    for layout in ({}, placement):
+        torch.manual_seed(0)
+        with MLP({**config, **layout}) as model, warnings.catch_warnings():
+            warnings.simplefilter('ignore', NonFiniteLossWarning)
+            for batch in (images, poisoned, images, poisoned):
+                model.train(images=batch.astype(np.float64), labels=labels, seed=1)
+            results.append((_state(model), model.skipped_steps))
+    (single, skipped), (other, other_skipped) = results
+    assert skipped == other_skipped == 2
+    assert all(torch.allclose(single[key], other[key], rtol=1e-10, atol=1e-12) for key in single)
+
+
+def test_raise_stops_at_a_non_finite_loss_with_the_model_as_before_the_batch():
+    images, labels = _batch(16)
+    with SimpleCNN({**IMAGES, 'nonfinite_loss': 'raise'}) as model:
+        model.train(images=images, labels=labels)
+        before = _state(model)
+        with pytest.raises(FloatingPointError, match="training batch 2.*step was skipped.*'nonfinite_loss': 'skip'"):
+            model.train(images=images * np.nan, labels=labels)
+        assert _same(_state(model), before) and model.iteration == 1
+
+
+def test_warn_and_ignore_apply_the_step_as_asked():
+    images, labels = _batch(16)
+    for mode in ('warn', 'ignore'):
+        with MLP({**IMAGES, 'nonfinite_loss': mode}) as model, warnings.catch_warnings():
+            warnings.simplefilter('ignore', NonFiniteLossWarning)
+            model.train(images=images * np.nan, labels=labels)
+            assert model.skipped_steps == 0
+            assert not all(torch.isfinite(p).all() for p in model.model.parameters())
 
 
 @pytest.mark.parametrize('key, hint', [('lr', "'optimizer': {'name': 'Adam', 'lr': 0.001}"),
@@ -138,3 +207,52 @@ def test_in_a_distributed_job_a_small_shard_per_process_warns():
     assert check.smallest_piece(0) is None
     with pytest.warns(BatchNormShardWarning, match=r"shard of the global batch \(4 items, 1 of 4 processes\)"):
         check(4)
+
+
+def test_a_one_item_batch_norm_shard_warns_before_the_step_and_fails_with_the_fixes():
+    torch.manual_seed(0)
+    network = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))
+    config = {'model': network, 'inputs/x/shape': (4,), 'inputs/y/classes': 2, 'device': ['CPU:0', 'CPU:1']}
+    with TorchModel(config) as model:
+        with pytest.warns(BatchNormShardWarning, match='as few as 1 item'), \
+                pytest.raises(ValueError, match=r"more than one item per piece.*a batch of 3 cut by 2 replicas.*"
+                                                 r"Fixes: a larger microbatch"):
+            model.train(x=np.zeros((3, 4), 'float32'), y=np.array([0, 1, 0]))
+        assert model.iteration == 0
+
+
+def test_items_of_another_shape_than_declared_are_an_error_naming_the_key_and_both_shapes():
+    images, labels = _batch(8)
+    bigger = np.zeros((8, 1, 10, 10), 'float32')
+    with SimpleCNN(IMAGES) as model:          # global pooling: it would train on any size without a word
+        with pytest.raises(ValueError, match=r"'images' items of shape \(1, 8, 8\) \('inputs/images/shape'.*"
+                                             r"batch of shape \(8, 1, 10, 10\).*'inputs/images/shape': \(1, 10, 10\)"):
+            model.train(images=bigger, labels=labels)
+        with pytest.raises(ValueError, match=r"inputs/images/shape"):
+            model.predict(images=bigger)
+        assert model.iteration == 0
+    with MLP(IMAGES) as model, pytest.raises(ValueError, match=r"items of shape \(1, 8, 9\)"):
+        model.train(images=np.zeros((8, 1, 8, 9), 'float32'), labels=labels)    # not torch's mat1 and mat2
+
+
+@pytest.mark.parametrize('labels, message', [
+    (np.array([0, 10, 3, 2]), r"'labels' labels in \[0, 10\) \('inputs/labels/classes': 10\)\. Received: labels "
+                              r"from 0 to 10\..*set 'inputs/labels/classes' to 11"),
+    (np.array([0, -1, 3, 2]), r"labels from -1 to 3\. Encode the labels as 0\.\.9.*np\.unique")])
+def test_labels_outside_the_classes_are_an_error_naming_the_key(labels, message):
+    with MLP(IMAGES) as model, pytest.raises(ValueError, match=message):
+        model.train(images=_batch(4)[0], labels=labels)
+
+
+def test_text_labels_are_a_type_error_naming_the_fix():
+    with MLP(IMAGES) as model, pytest.raises(TypeError, match=r"'labels'.*dtype <U.*inputs/labels/classes"):
+        model.train(images=_batch(2)[0], labels=np.array(['cat', 'dog']))
+
+
+def test_the_losss_ignore_index_and_value_losses_are_not_range_checked():
+    images, _ = _batch(4)
+    with MLP({**IMAGES, 'loss': {'name': 'ce', 'ignore_index': -1}}) as model:
+        assert np.isfinite(model.train(images=images, labels=np.array([0, -1, 3, 9]), fetches='loss'))
+    config = {'inputs/images/shape': (1, 8, 8), 'inputs/labels/classes': 1, 'initial_block/inputs': 'images'}
+    with MLP({**config, 'loss': 'bce'}) as model:           # 0/1 targets of one output
+        assert np.isfinite(model.train(images=images, labels=np.array([[0], [1], [1], [0]]), fetches='loss'))

@@ -131,11 +131,11 @@ def test_the_precision_state_travels_with_the_file(tmp_path):
     model.train(**_batch(4))
     model.save(tmp_path / 'mixed.pkl')
     saved = io.read(tmp_path / 'mixed.pkl')['state']['precision']
-    assert saved == model.engine.precision.state_dict() and saved['scaler']['_growth_tracker'] == 1
+    assert saved == model.engine.precision.state() and saved['scaler']['_growth_tracker'] == 1
     other = SimpleCNN(CONFIG)
     other.engine.precision = MixedPrecision(torch.device('cpu'))
     other.load(tmp_path / 'mixed.pkl')
-    assert other.engine.precision.state_dict() == saved
+    assert other.engine.precision.state() == saved
     assert type(SimpleCNN.from_file(tmp_path / 'mixed.pkl').engine.precision) is Precision   # full precision here
 
 

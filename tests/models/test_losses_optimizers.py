@@ -77,3 +77,21 @@ def test_bad_decay():
         make_decay('expo_lr', optimizer)
     with pytest.raises(ValueError, match='frequency'):
         make_decay({'name': 'exp', 'gamma': 0.5, 'frequency': 0}, optimizer)
+
+
+@pytest.mark.parametrize('name', ['adam_w', 'Adam-W', 'AdamW2'])
+def test_suggestions_ignore_case_and_separators_and_name_adamw_first(name):
+    with pytest.raises(ValueError, match=r"Did you mean \['AdamW'"):
+        make_optimizer(name, _params())
+
+
+def test_a_scheduler_without_its_required_arguments_names_them():
+    optimizer = make_optimizer('SGD', _params())
+    with pytest.raises(TypeError, match=r"decay 'step' \(StepLR\).*Add \['step_size'\].*"
+                                        r"decay=\{'name': 'step', 'step_size': '\.\.\.'\}"):
+        make_decay('step', optimizer)
+    with pytest.raises(TypeError, match=r"Unknown: \['gama'\]; StepLR accepts \['step_size', 'gamma'"):
+        make_decay({'name': 'step', 'step_size': 2, 'gama': 0.5}, optimizer)
+    with pytest.raises(TypeError, match=r"optimizer 'SGD' \(SGD\).*Unknown: \['momentun'\]"):
+        make_optimizer({'name': 'SGD', 'momentun': 0.9}, _params())
+    assert make_decay({'name': 'step', 'step_size': 2}, optimizer) is not None

@@ -182,8 +182,12 @@ def test_close_stops_replica_workers():
 def test_a_failing_step_on_replicas_leaves_no_worker_thread_and_the_model_trains_on():
     model, (x, y) = _model(device=['CPU:0', 'CPU:1', 'CPU:2']), _data()
     workers = model.engine._workers.threads
-    with pytest.raises(IndexError):
-        model.train(x=x, y=y + 10)               # labels beyond the 3 classes fail on every replica
+    def fail(outputs, targets):
+        raise RuntimeError('loss failed')       # on every replica
+    loss_fn, model.loss_fn = model.loss_fn, fail
+    with pytest.raises(RuntimeError, match='loss failed'):
+        model.train(x=x, y=y)
+    model.loss_fn = loss_fn
     assert not any(thread.is_alive() for thread in workers)
     assert isinstance(model.train(x=x, y=y, fetches='loss'), float)
     model.close()

@@ -108,3 +108,13 @@ def test_a_device_named_twice_suggests_multiplicity(spec):
 def test_zero_multiplicity_is_rejected():
     with pytest.raises(ValueError, match='positive multiplicity'):
         parse_devices('CPU:0x0', num_gpus=0)
+
+
+def test_a_cpu_pattern_is_one_replica_and_warns_how_to_get_several():
+    with pytest.warns(UserWarning, match=r"'CPU:\*' matches the one CPU device.*\['CPU:0', 'CPU:1'\].*'CPU:0x2'"):
+        assert names('CPU:*', 0) == ['cpu:0']
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert names('CPU:[0]', 0) == ['cpu:0'] and names('GPU:*', 2) == ['cuda:0', 'cuda:1']
+        assert names(['CPU:0', 'CPU:1'], 0) == ['cpu:0', 'cpu:1']

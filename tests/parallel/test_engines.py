@@ -50,7 +50,7 @@ def engine_step(model, plan, inputs, targets, optimizer_class=torch.optim.SGD, s
         optimizer = optimizer_class(engine.parameters(), **options)
         results = [engine.train_step([inputs], [targets], F.cross_entropy, optimizer) for _ in range(steps)]
         replicas = getattr(engine, 'replicas', [engine.module])
-    return engine.module, results[-1].loss, replicas
+    return engine.module, float(results[-1].loss), replicas
 
 
 def assert_same_parameters(actual, expected):
@@ -381,3 +381,35 @@ def test_inputs_follow_the_parameters_dtype_when_the_module_is_cast_after_buildi
         assert engine.module[0].weight.dtype == torch.float64
     with build_engine(nn.Flatten(), make_plan(num_gpus=0)) as engine:       # no parameters: inputs keep theirs
         assert engine.compute_dtype() is None and engine.predict([inputs]).dtype == torch.float64
+
+
+def test_the_steps_loss_stays_a_tensor_on_the_device_until_read(monkeypatch):
+    engine = SingleEngine(mlp(), make_plan(num_gpus=0))
+    optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+    inputs, targets = data(8)
+    reads = []
+    for name in ('__float__', 'item', '__bool__'):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, _original=original, _name=name: (
+            reads.append(_name), _original(self))[1])
+    result = engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+    assert reads == []                               # nothing waited for the device
+    assert isinstance(result.loss, torch.Tensor) and result.loss.dim() == 0 and result.stepped
+    engine.skip_nonfinite = True                     # TorchModel's default: one read, before the step
+    engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+    assert reads == ['__bool__']
+
+
+def test_a_non_finite_sparse_gradient_skips_the_step_too():
+    torch.manual_seed(0)
+    network = nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Flatten(), nn.Linear(8, 3))
+    engine = SingleEngine(network, make_plan(num_gpus=0))
+    engine.skip_nonfinite = True
+    optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in network.parameters()]
+
+    network[0].weight.register_hook(lambda grad: grad * float('inf'))     # a finite loss, an inf sparse gradient
+    inputs, targets = [torch.tensor([[1, 2], [3, 4]])], [torch.tensor([0, 1])]
+    result = engine.train_step(inputs, targets, F.cross_entropy, optimizer)
+    assert torch.isfinite(result.loss) and network[0].weight.grad is None        # skipped: gradients cleared
+    assert not result.stepped and all(torch.equal(a, b) for a, b in zip(before, network.parameters()))

@@ -90,7 +90,7 @@ def test_half_activations_reaching_a_full_precision_part_are_cast_to_its_dtype()
         F.cross_entropy(HalfFirst()(inputs), targets).backward()
     engine = build_engine(HalfFirst(), make_plan(device_map={'initial_block': 'CPU:0', 'body': 'CPU:1'}, num_gpus=0))
     result = engine.train_step([inputs], [targets], F.cross_entropy, torch.optim.SGD(engine.parameters(), lr=0.1))
-    assert np.isfinite(result.loss) and engine.predict([inputs]).dtype == torch.float32
+    assert np.isfinite(float(result.loss)) and engine.predict([inputs]).dtype == torch.float32
     hook = MoveInputs(CPU)
     half = torch.ones(2, 8, dtype=torch.float16)
     assert hook(engine.module.body, (half,), {'mask': half})[0][0].dtype == torch.float32
@@ -135,7 +135,7 @@ def test_the_scaler_on_a_foreign_device_equals_the_torch_recipe():
                           clip_grad_norm=0.3)
     for a, b in zip(engine.module.parameters(), expected.parameters()):
         assert torch.equal(a, b)
-    assert precision.state_dict() == {'scaler': scaler.state_dict()} and scaler.get_scale() == 2.0 ** 15
+    assert precision.state() == {'scaler': scaler.state_dict()} and scaler.get_scale() == 2.0 ** 15
     restored = pickle.loads(pickle.dumps(precision.scaler))         # pickles between steps, lock and all
     assert restored.get_scale() == 2.0 ** 15 and float(restored.scale(torch.ones(()))) == 2.0 ** 15
 

@@ -46,9 +46,9 @@ def test_full_precision_changes_nothing():
 
 def test_full_precision_state_is_empty_and_ignores_a_scaler_state():
     precision = Precision()
-    assert precision.state_dict() == {}
-    precision.load_state_dict({'scaler': {'scale': 1024.0, '_growth_tracker': 3}})
-    assert precision.state_dict() == {}
+    assert precision.state() == {}
+    precision.load_state({'scaler': {'scale': 1024.0, '_growth_tracker': 3}})
+    assert precision.state() == {}
 
 
 def test_make_precision_follows_the_plan():
@@ -97,7 +97,7 @@ def test_an_engine_with_mixed_precision_equals_the_torch_recipe():
         engine.train_step([inputs], [targets], F.cross_entropy, optimizer, clip_grad_norm=0.1)
     for a, b in zip(engine.module.parameters(), expected.parameters()):
         assert torch.equal(a, b)
-    assert engine.precision.state_dict() == {'scaler': scaler.state_dict()}
+    assert engine.precision.state() == {'scaler': scaler.state_dict()}
 
 
 def test_the_scaler_steps_once_per_batch_over_replicas_and_micro_batches():
@@ -108,7 +108,7 @@ def test_the_scaler_steps_once_per_batch_over_replicas_and_micro_batches():
         optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
         for _ in range(3):
             engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
-    state = engine.precision.state_dict()['scaler']
+    state = engine.precision.state()['scaler']
     assert state['_growth_tracker'] == 3 and state['scale'] == 2.0 ** 16
 
 
@@ -158,20 +158,20 @@ def test_mixed_precision_state_round_trip():
     optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
     engine.train_step([inputs], [targets], lambda o, t: F.cross_entropy(o, t) * float('inf'), optimizer)
     engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
-    state = engine.precision.state_dict()
+    state = engine.precision.state()
     assert state['scaler']['scale'] == 2.0 ** 15 and state['scaler']['_growth_tracker'] == 1
     restored = MixedPrecision(CPU)
-    restored.load_state_dict(copy.deepcopy(state))
-    assert restored.state_dict() == state
+    restored.load_state(copy.deepcopy(state))
+    assert restored.state() == state
     fresh = MixedPrecision(CPU)
-    fresh.load_state_dict({})                       # saved under full precision: the fresh scaler stays
-    assert fresh.state_dict()['scaler']['scale'] == 2.0 ** 16
+    fresh.load_state({})                       # saved under full precision: the fresh scaler stays
+    assert fresh.state()['scaler']['scale'] == 2.0 ** 16
 
 
 def test_bfloat16_needs_no_scaler():
     precision = MixedPrecision(CPU, dtype=torch.bfloat16)
     loss = torch.ones(())
-    assert precision.scaler is None and precision.scale(loss) is loss and precision.state_dict() == {}
+    assert precision.scaler is None and precision.scale(loss) is loss and precision.state() == {}
     with precision.autocast(CPU):
         assert mlp()(data()[0]).dtype == torch.bfloat16
     model = mlp()
@@ -189,4 +189,4 @@ def test_amp_on_a_gpu_plan_is_mixed_precision_with_a_scaler_on_the_primary():
     precision = make_precision(make_plan('GPU:0', amp=True))
     assert type(precision) is MixedPrecision and precision.device_type == 'cuda'
     assert precision.scaler.get_scale() == 2.0 ** 16
-    assert precision.state_dict()['scaler']['scale'] == 2.0 ** 16
+    assert precision.state()['scaler']['scale'] == 2.0 ** 16

@@ -38,7 +38,7 @@ def train(devices, microbatch, seeds, net=None):
     for seed in seeds:
         inputs = torch.randn(16, 6, generator=generator, dtype=torch.float64)
         targets = torch.randint(0, 3, (16,), generator=generator)
-        losses.append(engine.train_step([inputs], [targets], F.cross_entropy, optimizer, seed=seed).loss)
+        losses.append(float(engine.train_step([inputs], [targets], F.cross_entropy, optimizer, seed=seed).loss))
     parameters = [p.detach().clone() for p in engine.module.parameters()]
     engine.close()
     return losses, parameters

@@ -173,7 +173,7 @@ def test_bfloat16_autocast_runs_convolutions_in_bfloat16_and_keeps_float32_weigh
         outputs = engine.predict([data(4, (2, 6, 6))[0]])
         assert outputs.dtype == torch.bfloat16
         assert all(p.dtype == torch.float32 for p in engine.parameters())
-        assert engine.precision.scaler is None and engine.precision.state_dict() == {}
+        assert engine.precision.scaler is None and engine.precision.state() == {}
 
 
 def test_the_reference_network_is_left_alone():

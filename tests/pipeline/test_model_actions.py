@@ -228,3 +228,64 @@ def test_a_plan_that_depends_on_the_batch_says_so_and_unknown_names_still_fail(d
         pipeline.m('other')
     static = Pipeline().init_model('static', MLP, 'mlp', config={'inputs/x/shape': (4,), 'inputs/y/classes': 2})
     assert isinstance(static.m('mlp'), MLP) and static.m('mlp') is static.m('mlp')
+
+
+@pytest.mark.timeout(180)
+def test_a_pipeline_whose_model_exists_runs_again_with_processes(digits):
+    pipeline = (Pipeline().init_variable('loss', []).resize((12, 12)).to_array().rebatch(16)
+                .init_model('net', SimpleCNN, config=CONFIG)
+                .train_model('net', fetches='loss', images=B.images, labels=B.labels,
+                             save_to=V('loss', mode='a'), use_lock=True)) << digits.train
+    pipeline.run(16, n_iters=2, seed=0, prefetch=2, target='processes')
+    model = pipeline.m('net')
+    pipeline.run(16, n_iters=2, seed=1, prefetch=2, target='processes')     # the runner, model included, is pickled
+    assert pipeline.m('net') is model and model.iteration == 4 and len(pipeline.v('loss')) == 4
+
+
+@pytest.mark.parametrize('device', ['cpu', ['CPU:0', 'CPU:1']])
+def test_a_model_pickles_through_its_file_contents(device):
+    import pickle
+
+    import dill
+    config = {'inputs/images/shape': (1, 8, 8), 'inputs/labels/classes': 10, 'initial_block/inputs': 'images',
+              'device': device}
+    images, labels = np.random.default_rng(0).random((6, 1, 8, 8), dtype=np.float32), np.arange(6)
+    with MLP(config) as model:
+        model.train(images=images, labels=labels)
+        for module in (pickle, dill):
+            state = torch.random.get_rng_state()
+            with module.loads(module.dumps(model)) as copy:
+                assert torch.equal(torch.random.get_rng_state(), state)     # loading drew no weights from it
+                assert copy.iteration == 1 and copy.plan == model.plan
+                np.testing.assert_array_equal(copy.predict(images=images), model.predict(images=images))
+                with pickle.loads(pickle.dumps(model)) as other:
+                    assert copy.train(images=images, labels=labels, fetches='loss', seed=3) == \
+                        other.train(images=images, labels=labels, fetches='loss', seed=3)
+    pending = MLP({**config, 'inputs/images/shape': None})         # built at its first step
+    again = pickle.loads(pickle.dumps(pending))
+    assert again.engine is None
+    first, second = pending.train(images=images, labels=labels, fetches='loss', seed=1), \
+        again.train(images=images, labels=labels, fetches='loss', seed=1)
+    assert first == second
+    pending.close()
+    again.close()
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(144, 10))
+
+    def forward(self, images):
+        return self.layers(images)
+
+
+@pytest.mark.parametrize('mode', ['dynamic', 'static'])
+def test_a_plain_module_class_is_taken_as_the_models_network(digits, mode):
+    config = {'inputs/images/shape': (1, 12, 12), 'inputs/labels/classes': 10, 'initial_block/inputs': 'images'}
+    pipeline = _template(mode, _Net, 'net', config=config) << digits.train
+    pipeline.run(16, n_iters=2, seed=0)
+    model = pipeline.m('net')
+    assert type(model) is TorchModel and isinstance(model.model, _Net) and model.iteration == 2
+    with pytest.raises(ValueError, match="network given once.*model_class=_Net"):
+        Pipeline().init_model('net', _Net, config={**config, 'model': _Net()})

@@ -4,10 +4,9 @@ from __future__ import annotations
 import difflib
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
-__all__ = ['DEFAULT_INPUT', 'as_list', 'by_name', 'fetch_value', 'require', 'to_numpy', 'to_tensor']
+__all__ = ['DEFAULT_INPUT', 'as_list', 'by_name', 'fetch_value', 'require', 'to_numpy']
 
 #: The name of the network input when the config declares none (batchflow's ``images``).
 DEFAULT_INPUT = 'images'
@@ -40,18 +39,6 @@ def require(names: tuple, values: dict, what: str, keyword: str) -> None:
 
 def as_list(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def to_tensor(value: Any, name: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    array = np.asarray(value)
-    if array.dtype == object:
-        raise TypeError(f"Expected {name!r} as a numeric array or tensor. Received: an object array of shape "
-                        f"{array.shape} (items of different shapes?). Make one array first, e.g. with to_array().")
-    if not array.flags.writeable or any(stride < 0 for stride in array.strides):
-        array = array.copy()        # torch takes neither read-only memory nor negative strides
-    return torch.from_numpy(array)
 
 
 def fetch_value(name: str, loss: Callable[[], float], outputs: Any) -> Any:

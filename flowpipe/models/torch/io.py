@@ -3,9 +3,11 @@
 A model file is one dill pickle of a dict: a format tag and version, the flowpipe and torch versions, the model
 class, the config (a ready ``nn.Module`` given as ``config['model']`` is stored as a CPU copy), and the state:
 network weights and buffers, optimizer and scheduler state, the precision's state (the gradient scaler under
-``amp``), the batch counter. Every tensor is on the CPU and a stored module carries no placement hooks, so a file
-saved from any device layout (GPUs, model parallel) loads into any other: the engine places the module and the
-weights again (``engine.sync``).
+``amp``), the batch counter and the count of steps skipped for a non-finite loss. Every tensor is on the CPU and a
+stored module carries no placement hooks, so a file saved from any device layout (GPUs, model parallel) loads into
+any other: the engine places the module and the weights again (``engine.sync``).
+
+A model pickles through the same contents (``TorchModel.__reduce__``: ``payload`` out, ``restore`` in).
 
 Saving is atomic: the file is written under a temporary name in the same folder, flushed to disk, then renamed
 over the target. Loading runs dill, which can execute code: load only files you trust.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import copy
 import itertools
 import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import dill
@@ -27,7 +30,8 @@ from ...parallel.model_parallel import remove_move_hooks
 if TYPE_CHECKING:
     from .model import TorchModel
 
-__all__ = ['FORMAT', 'FORMAT_VERSION', 'from_payload', 'load', 'load_into', 'payload', 'read', 'save']
+__all__ = ['FORMAT', 'FORMAT_VERSION', 'from_payload', 'load', 'load_into', 'payload', 'read', 'restore',
+           'restore_pending', 'save']
 
 FORMAT = 'flowpipe-model'
 FORMAT_VERSION = 1
@@ -75,9 +79,9 @@ def payload(model: 'TorchModel') -> dict:
         'model_class': type(model), 'config': config, 'module': module,
         'state': {'network': _to_cpu(model.model.state_dict()),
                   'optimizer': _to_cpu(model.optimizer.state_dict()),
-                  'decay': model.decay.state_dict() if model.decay is not None else None,
-                  'precision': model.engine.precision.state_dict(),
-                  'iteration': model.iteration},
+                  'decay': model.decay.state() if model.decay is not None else None,
+                  'precision': model.engine.precision.state(),
+                  'iteration': model.iteration, 'skipped_steps': model.skipped_steps},
     }
 
 
@@ -125,9 +129,10 @@ def load_into(model: 'TorchModel', payload: dict) -> None:
         raise ModelFileError(f"Expected optimizer state for {type(model.optimizer).__name__} with the same "
                              f"parameter groups. Received state that does not fit: {error}") from error
     if model.decay is not None and state.get('decay') is not None:
-        model.decay.load_state_dict(state['decay'])
-    model.engine.precision.load_state_dict(state.get('precision') or {})
+        model.decay.load_state(state['decay'])
+    model.engine.precision.load_state(state.get('precision') or {})
     model.iteration = state.get('iteration', 0)
+    model._loss_check.skipped = state.get('skipped_steps', 0)
     model.engine.sync()
 
 
@@ -144,4 +149,25 @@ def from_payload(contents: dict, model_class: type | None = None, **overrides: A
     cls = model_class or contents['model_class']
     model = cls(config, **overrides)
     load_into(model, contents)
+    return model
+
+
+def restore(contents: dict) -> 'TorchModel':
+    """A model unpickled from ``payload``'s contents (``TorchModel.__reduce__``), as ``from_payload`` makes it.
+
+    Building the network draws initial weights that the saved ones replace: the caller's torch generator is left
+    as it was. The config's warnings (unknown keys) were given when the model was made, and are not repeated.
+    """
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return from_payload(contents)
+
+
+def restore_pending(cls: type, config: dict, rng_state: torch.Tensor) -> 'TorchModel':
+    """A model whose network is built at its first step, unpickled: its class, config and the random state its
+    weights will be drawn from."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        model = cls(config)
+    model._pending_rng = rng_state
     return model

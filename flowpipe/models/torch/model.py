@@ -21,10 +21,11 @@ from torch import nn
 
 from ...parallel import build_engine, distributed, make_plan
 from ...parallel.engines import check_max_norm
+from ...torchutils import to_tensor
 from . import io
-from .checks import BatchNormCheck, LossCheck
+from .checks import BatchNormCheck, InputCheck, LossCheck
 from .config import ModelSpec, nest, parse_config, unknown_keys
-from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require, to_tensor
+from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require
 from .losses import make_loss
 from .optimizers import make_decay, make_optimizer
 from .profiling import OpProfiler, profiled as _profiled
@@ -71,6 +72,7 @@ class TorchModel:
         self.engine = self.loss_fn = self.optimizer = self.decay = None
         self.clip_grad_norm = check_max_norm(self.spec.get('clip_grad_norm'))
         self._loss_check = LossCheck(self.spec.get('nonfinite_loss'))
+        self._input_check = InputCheck(self.spec.shapes, self.spec.classes)   # as declared, not as inferred
         self._batch_norm_check: BatchNormCheck | None = None
         self._plan = self._make_plan()
         self.iteration = 0
@@ -103,6 +105,7 @@ class TorchModel:
     def _build(self) -> None:
         network = self._make_network()
         self.engine = build_engine(network, self._make_plan(world=distributed.setup()))
+        self.engine.skip_nonfinite = self._loss_check.skips
         self._batch_norm_check = BatchNormCheck(self.engine.module, self.engine.plan)
         self.loss_fn = make_loss(self.spec.get('loss'), has_classes=bool(self.spec.classes))
         self.optimizer = make_optimizer(self.spec.get('optimizer'), self.engine.parameters())
@@ -158,6 +161,11 @@ class TorchModel:
         return factory(spec.input_shape, spec.num_outputs, **options)
 
     @property
+    def skipped_steps(self) -> int:
+        """Training batches whose optimizer step was skipped for a non-finite loss (``nonfinite_loss='skip'``)."""
+        return self._loss_check.skipped
+
+    @property
     def model(self) -> nn.Module:
         """The primary ``nn.Module`` (the replica that holds the optimizer's parameters)."""
         return self._built().module
@@ -203,16 +211,22 @@ class TorchModel:
         with self._step_lock, _profiled(self.profiler, self.iteration):
             if self.engine is None:
                 self._build_for(net_inputs)
-            result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
-                                            return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm,
-                                            seed=seed)
+            self._input_check(self._named(net_inputs, net_targets), self.loss_fn)
+            batch_size = int(net_inputs[0].shape[0])
+            self._batch_norm_check(batch_size)      # before the step: a 1-item piece fails inside it
+            try:
+                result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
+                                                return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm,
+                                                seed=seed)
+            except ValueError as error:
+                self._batch_norm_check.explain(error, batch_size)
+                raise
+            self._loss_check(result, self.iteration + 1)
             self.iteration += 1
-            self._last_batch_size = int(net_inputs[0].shape[0])
-            self._batch_norm_check(self._last_batch_size)
-            self._loss_check(result.loss, self.iteration)
+            self._last_batch_size = batch_size
             if self.decay is not None:
                 self.decay.after_batch(self.iteration)
-        return self._fetch(fetches, names, lambda: result.loss, result.outputs)
+        return self._fetch(fetches, names, lambda: float(result.loss), result.outputs)
 
     def predict(self, *args: Any, fetches: Any = None, inputs: Any = None, targets: Any = None,
                 outputs: Any = None, **named_inputs: Any) -> Any:
@@ -226,6 +240,7 @@ class TorchModel:
         with self._step_lock:
             if self.engine is None:
                 self._build_for(net_inputs)
+            self._input_check(self._named(net_inputs, net_targets), self.loss_fn)
             outputs = self.engine.predict(net_inputs)
 
         def loss() -> float:
@@ -261,6 +276,14 @@ class TorchModel:
             require(target_names, values, 'the targets for training or a loss', 'targets=')
         return ([to_tensor(values[name], name) for name in input_names],
                 [self._target(values[name], name) for name in target_names if name in values])
+
+    def _named(self, inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> dict:
+        """``{config name: tensor}`` of a step's tensors for ``InputCheck``; the targets only when all of them came
+        (a prediction may come without some, and then their names are not known for sure)."""
+        named = dict(zip(self.spec.input_names or (DEFAULT_INPUT,), inputs))
+        if len(targets) == len(self.spec.target_names):
+            named.update(zip(self.spec.target_names, targets))
+        return named
 
     def _target(self, value: Any, name: str) -> torch.Tensor:
         tensor = to_tensor(value, name)
@@ -310,6 +333,14 @@ class TorchModel:
     def from_file(cls, path: str, **overrides: Any) -> 'TorchModel':
         """A new model from a file; ``overrides`` change config items such as ``device`` or ``microbatch``."""
         return io.load(path, model_class=None if cls is TorchModel else cls, **overrides)
+
+    def __reduce__(self) -> tuple:
+        """Pickle (and dill, and copy) through the contents of a model file: a built model travels as ``save``
+        would write it and is made again as ``from_file`` makes it (its own placement, new worker threads); a
+        model whose network is not built yet travels as its class, config and the weights' random state."""
+        if self.engine is None:
+            return io.restore_pending, (type(self), self.config, self._pending_rng)
+        return io.restore, (io.payload(self),)
 
     def _plan_batch_size(self) -> int | None:
         """The batch size the repr describes: the last global batch in a distributed job, else the last batch."""

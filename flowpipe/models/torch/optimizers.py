@@ -11,6 +11,7 @@ a scheduler class, or a callable ``optimizer -> scheduler``.
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Mapping
 from typing import Any, Iterable
 
@@ -40,19 +41,48 @@ def _find_class(name: str, namespace: dict, base: type, what: str, aliases: Mapp
     if key in known:
         return known[key]
     names = sorted({cls.__name__ for cls in known.values()} | set(aliases or {}))
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-    hint = f" Did you mean {close}?" if close else f" Known: {names}."
+    hint = f" Did you mean {close}?" if (close := _close_names(name, names)) else f" Known: {names}."
     raise ValueError(f"Expected a {what} name. Received: {what}={name!r}.{hint}")
+
+
+def _close_names(name: str, names: list[str]) -> list[str]:
+    """Names close to ``name`` whatever the case and ``_``/``-`` (``'adam_w'`` and ``'adamW'`` find ``AdamW``)."""
+    def plain(text: str) -> str:
+        return text.lower().replace('_', '').replace('-', '')
+    by_plain = {plain(known): known for known in names}
+    close = difflib.get_close_matches(plain(name), list(by_plain), n=3, cutoff=0.5)
+    return [by_plain[key] for key in close]
+
+
+def _construct(cls: Any, first: Any, kwargs: dict, what: str, spec: Any) -> Any:
+    """``cls(first, **kwargs)``; a class's ``TypeError`` about its arguments says which ones it requires."""
+    try:
+        return cls(first, **kwargs)
+    except TypeError as error:
+        if not isinstance(cls, type):
+            raise
+        parameters = list(inspect.signature(cls).parameters.values())[1:]
+        required = [p.name for p in parameters if p.default is p.empty
+                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        missing = [name for name in required if name not in kwargs]
+        accepted = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        unknown = [name for name in kwargs if name not in accepted]
+        fix = f" Unknown: {unknown}; {cls.__name__} accepts {accepted}." if unknown else ''
+        if missing:
+            fix += f" Add {missing} to the dict: {what}={ {'name': spec, **kwargs, **dict.fromkeys(missing, '...')} }."
+        raise TypeError(f"Expected {what} {spec!r} ({cls.__name__}) with the arguments it requires. Received: "
+                        f"{what} options {kwargs!r} ({error}).{fix}") from None
 
 
 def make_optimizer(spec: Any, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """An optimizer over ``params`` for a config's ``optimizer`` value (``None``: Adam with defaults)."""
     spec, kwargs = _split('Adam' if spec is None else spec, 'optimizer')
+    name = spec
     if isinstance(spec, str):
         spec = _find_class(spec, vars(torch.optim), torch.optim.Optimizer, 'optimizer')
     if not callable(spec):
         raise TypeError(f"Expected an optimizer name, class or callable(params). Received: optimizer={spec!r}.")
-    optimizer = spec(params, **kwargs)
+    optimizer = _construct(spec, params, kwargs, 'optimizer', name)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"Expected the optimizer factory to return a torch.optim.Optimizer. "
                         f"Received: {type(optimizer).__name__}.")
@@ -74,11 +104,11 @@ class Decay:
         if iteration % self.frequency == 0:
             self.scheduler.step()
 
-    def state_dict(self) -> dict:
-        """The scheduler's state, for save/load."""
+    def state(self) -> dict:
+        """The scheduler's state, for save/load (its ``state_dict()``)."""
         return self.scheduler.state_dict()
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state(self, state: dict) -> None:
         """Restore the scheduler's state."""
         self.scheduler.load_state_dict(state)
 
@@ -92,8 +122,9 @@ def make_decay(spec: Any, optimizer: torch.optim.Optimizer) -> Decay | None:
         return None
     spec, kwargs = _split(spec, 'decay')
     frequency = kwargs.pop('frequency', 1)
+    name = spec
     if isinstance(spec, str):
         spec = _find_class(spec, vars(lr_scheduler), lr_scheduler.LRScheduler, 'decay', _DECAY_ALIASES)
     if not callable(spec):
         raise TypeError(f"Expected a decay name, scheduler class or callable(optimizer). Received: decay={spec!r}.")
-    return Decay(spec(optimizer, **kwargs), frequency)
+    return Decay(_construct(spec, optimizer, kwargs, 'decay', name), frequency)

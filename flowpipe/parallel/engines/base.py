@@ -12,22 +12,29 @@ needs (each is a no-op or the one-replica case here):
 - ``backward_sync(last)``: the context of each piece's forward and backward, ``last`` for a replica's last piece;
 - ``reduce_gradients(active)``: gather the full-batch gradient onto the primary;
 - ``broadcast(active)``: send the primary's new state to the replicas after the optimizer step;
-- ``step_result(ordered, keep_outputs)``: the loss and outputs the step returns;
+- ``step_result(ordered, keep_outputs)``: the loss (a tensor, left on the device) and outputs the step returns;
 - ``close()``: release threads or process groups.
 
 Every piece goes through :meth:`Engine.run_piece` (training) or :meth:`Engine.predict_piece` (prediction).
+
+The step's loss stays a tensor on the device: converting it to a Python number waits for the device to finish
+the step (a host synchronization), which only a caller that needs the number now should pay. ``skip_nonfinite``
+is such a caller: before the optimizer step it reads whether the full-batch loss or gradient holds a ``nan`` or
+``inf`` (one synchronization), and skips the step if so. Both are the same whatever the split (a distributed
+engine all-reduces them first), so every replica, micro-batch layout and rank takes the same decision.
 """
 from __future__ import annotations
 
 import contextlib
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
 
+from ...torchutils import NO_CONTEXT
 from ..plan import DevicePlan
 from ..precision import Precision, make_precision
 from ..randomness import draw_step_seed, piece_random, piece_seed
@@ -41,15 +48,21 @@ __all__ = ['Engine', 'StepResult', 'check_max_norm']
 
 Tensors = Sequence[torch.Tensor]
 Groups = Mapping[int, Sequence[Piece]]
-_NO_CONTEXT = contextlib.nullcontext()     # reusable: entering it does nothing
 
 
 @dataclass(frozen=True)
 class StepResult:
-    """The outcome of one training step: the full-batch ``loss`` and, when asked, ``outputs`` in batch order."""
+    """The outcome of one training step.
 
-    loss: float
+    Attributes:
+        loss: the full-batch loss, a 0-dim tensor left on the device (``float(result.loss)`` reads it).
+        outputs: when asked, the outputs of the batch in batch order.
+        stepped: ``False`` when the engine's ``skip_nonfinite`` skipped the optimizer step.
+    """
+
+    loss: torch.Tensor
     outputs: Any = None
+    stepped: bool = True
 
 
 def check_max_norm(value: Any) -> float | None:
@@ -88,7 +101,13 @@ class Engine:
         memory_format: the layout replicas' weights were converted to and 4-D inputs take at every step
             (``torch.channels_last``), or ``None``: as given.
         forwards: what each replica's pieces are fed to: the replica, or its ``torch.compile`` wrapper.
+        skip_nonfinite: when the full-batch loss or gradient of a training step holds a ``nan`` or ``inf``, leave
+            the model as it was before the batch (no optimizer step, gradients cleared, buffers such as
+            BatchNorm statistics restored) and return ``stepped=False``; costs one host synchronization per
+            step. ``False`` here; ``TorchModel`` sets it from its config's ``nonfinite_loss``.
     """
+
+    skip_nonfinite: bool = False
 
     def __init__(self, plan: DevicePlan, replicas: Sequence[nn.Module], devices: Sequence[torch.device],
                  precision: Precision | None = None):
@@ -103,6 +122,8 @@ class Engine:
         self.forwards = [compiled(replica, plan.compile) for replica in self.replicas]
         self._groups: dict[int, dict[int, tuple[Piece, ...]]] = {}
         self._dtype_source: torch.Tensor | None = None
+        self._buffer_copies: list[torch.Tensor] | None = None
+        self._nonfinite_flags: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
     def module(self) -> nn.Module:
@@ -153,6 +174,8 @@ class Engine:
         active = tuple(groups)
         set_mode(self.replicas, True)
         self.zero_grad(optimizer)
+        skip_nonfinite = self.skip_nonfinite
+        saved = self.save_buffers() if skip_nonfinite else None
 
         def work(replica: int, pieces: Sequence[Piece]) -> list[tuple[torch.Tensor, Any]]:
             # each piece's loss is weighted by its share of the batch, so the gradients accumulated over all
@@ -161,7 +184,11 @@ class Engine:
                                    seed=step_seed) for piece in pieces]
 
         results = self.run_replicas(groups, work)
+        result = self.step_result(in_batch_order(groups, results), return_outputs)
         self.reduce_gradients(active)               # the full-batch gradient, on the primary
+        if skip_nonfinite and self.nonfinite(result.loss, optimizer):
+            self.skip_step(optimizer, saved)
+            return replace(result, stepped=False)
         try:
             if max_norm is not None:                # clipped as a whole: the same whatever the split
                 self.precision.unscale(optimizer)
@@ -171,7 +198,58 @@ class Engine:
             self.precision.discard_step(optimizer)
             raise
         self.broadcast(active)                      # the new weights (and buffers) to the replicas
-        return self.step_result(in_batch_order(groups, results), return_outputs)
+        return result
+
+    def nonfinite(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether the full-batch ``loss`` or the full-batch gradient of the optimizer's parameters holds a nan or
+        an inf (an inf input can give a finite loss and an inf gradient); one host synchronization.
+
+        Under a gradient scaler only the loss is read: the scaler skips the steps of non-finite (scaled)
+        gradients itself, and lowers its scale, which a step skipped here would not.
+        """
+        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {
+            (loss.device, loss.dtype): [loss.detach().reshape(1)]}
+        if self.precision.scaler is None:
+            for param in _optimized(optimizer):
+                grad = param.grad
+                if grad is not None:
+                    grad = grad._values() if grad.is_sparse else grad      # the fused check takes dense tensors
+                    groups.setdefault((grad.device, grad.dtype), []).append(grad)
+        flags = self._nonfinite_flags
+        for device, _ in groups:
+            if device not in flags:
+                flags[device] = (torch.zeros(1, device=device), torch.ones(1, device=device))
+            flags[device][0].zero_()
+        for (device, _), tensors in groups.items():
+            found, one = flags[device]
+            # multiplies by one (exact) and sets ``found`` where a value is not finite: one fused pass per group
+            torch._amp_foreach_non_finite_check_and_unscale_(tensors, found, one)
+        found = [flags[device][0].to(loss.device) for device in {device for device, _ in groups}]
+        return bool(found[0] if len(found) == 1 else torch.cat(found).any())
+
+    def save_buffers(self) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+        """The primary's buffers and copies of their values, before a step's forwards change them (BatchNorm
+        running statistics); ``None`` for a module without buffers."""
+        buffers = list(self.module.buffers())
+        if not buffers:
+            return None
+        copies = self._buffer_copies
+        if copies is None or [(c.shape, c.dtype, c.device) for c in copies] != [
+                (b.shape, b.dtype, b.device) for b in buffers]:
+            copies = self._buffer_copies = [buffer.detach().clone() for buffer in buffers]
+        else:
+            torch._foreach_copy_(copies, [buffer.detach() for buffer in buffers])
+        return buffers, copies
+
+    @torch.no_grad()
+    def skip_step(self, optimizer: torch.optim.Optimizer,
+                  saved: tuple[list[torch.Tensor], list[torch.Tensor]] | None) -> None:
+        """Leave the model as before the batch: clear the gradients, restore the primary's buffers from
+        ``saved`` (``save_buffers``) and copy the primary's state to the replicas."""
+        self.zero_grad(optimizer)
+        if saved is not None:
+            torch._foreach_copy_(*saved)
+        self.sync()
 
     def run_piece(self, replica: int, piece: Piece, batch: BatchTensors, loss_fn: Callable, keep_outputs: bool,
                   last: bool, seed: int) -> tuple[torch.Tensor, Any]:
@@ -198,7 +276,7 @@ class Engine:
         primary = self.devices[0]
         total = ordered[0][0] if len(ordered) == 1 else torch.stack([loss.to(primary) for loss, _ in ordered]).sum()
         outputs = concat([to_device(out, primary) for _, out in ordered]) if keep_outputs else None
-        return StepResult(float(total), outputs)
+        return StepResult(total, outputs)
 
     def batch_mean(self, mean: float, count: int) -> float:
         """The mean over the whole batch of a value averaged over this process's ``count`` items (``mean``):
@@ -267,7 +345,7 @@ class Engine:
 
     def backward_sync(self, last: bool) -> contextlib.AbstractContextManager:
         """The context of one piece's forward and backward; ``last``: the replica's last piece of the batch."""
-        return _NO_CONTEXT
+        return NO_CONTEXT
 
     def reduce_gradients(self, active: tuple[int, ...]) -> None:
         """Make the primary's ``.grad`` the full-batch gradient; ``active``: the replicas that ran pieces."""

@@ -14,14 +14,14 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ['device_context', 'ready_event', 'run_on_stream']
+from ...torchutils import NO_CONTEXT
 
-_NO_CONTEXT = contextlib.nullcontext()     # reusable: entering it does nothing
+__all__ = ['device_context', 'ready_event', 'run_on_stream']
 
 
 def device_context(device: torch.device) -> contextlib.AbstractContextManager:
     """``torch.cuda.device(device)`` for a GPU (user code allocating on ``'cuda'`` lands there); else nothing."""
-    return torch.cuda.device(device) if device.type == 'cuda' else _NO_CONTEXT
+    return torch.cuda.device(device) if device.type == 'cuda' else NO_CONTEXT
 
 
 def ready_event(device: torch.device) -> torch.cuda.Event | None:

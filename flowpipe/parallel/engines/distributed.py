@@ -32,6 +32,7 @@ from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from ...data.shards import current_shard
+from ...torchutils import NO_CONTEXT
 from .. import distributed
 from ..plan import DevicePlan
 from ..precision import Precision
@@ -44,7 +45,6 @@ from .tensors import BatchTensors, as_batch, concat, move, set_mode, to_device
 
 __all__ = ['DistributedEngine']
 
-_NO_CONTEXT = contextlib.nullcontext()
 # Buffers are synchronized by the engine after each step (an idle rank runs no forward, so DDP's per-forward
 # buffer broadcast would wait for it forever); the keyword changed name in recent torch versions.
 _NO_BUFFER_SYNC = ({'forward_sync_buffers': False}
@@ -156,7 +156,7 @@ class DistributedEngine(Engine):
                                     clip_grad_norm=clip_grad_norm, seed=piece_seed(step_seed, -1, offset))
         if return_outputs and not self.counts[self._rank]:
             # an idle rank's outputs are empty ones of the busy ranks' shape and dtype, as its predictions are
-            result = StepResult(result.loss, self.predict(inputs))
+            result = replace(result, outputs=self.predict(inputs))
             set_mode(self.replicas, True)
         return result
 
@@ -207,7 +207,7 @@ class DistributedEngine(Engine):
     def backward_sync(self, last: bool) -> contextlib.AbstractContextManager:
         """DDP's all-reduce runs in the backward of the last piece only, and not at all when a rank is idle."""
         if last and not self._idle_rank:
-            return _NO_CONTEXT
+            return NO_CONTEXT
         return self.ddp.no_sync()
 
     @torch.no_grad()
@@ -243,14 +243,15 @@ class DistributedEngine(Engine):
             _coalesced([*self._inner.parameters(), *self._inner.buffers()], _from_rank_0)
 
     def step_result(self, ordered: list[tuple[torch.Tensor, Any]], keep_outputs: bool) -> StepResult:
-        """The global batch's loss (all-reduced) and this rank's outputs."""
+        """The global batch's loss (all-reduced, left on the device: every rank then reads the same value for a
+        non-finite check) and this rank's outputs."""
         device = self.devices[0]
         total = torch.zeros((), device=self._group_device, dtype=torch.float64)
         for loss, _ in ordered:
             total += loss.to(device=self._group_device, dtype=torch.float64)
         dist.all_reduce(total)
         outputs = concat([to_device(out, device) for _, out in ordered]) if keep_outputs and ordered else None
-        return StepResult(float(total), outputs)
+        return StepResult(total, outputs)
 
     def batch_mean(self, mean: float, count: int) -> float:
         """The global batch's mean from every rank's shard mean and item count (one all-reduce; every rank joins,
