@@ -4,9 +4,10 @@ The notebooks are stored executed, so a reader sees their outputs without runnin
 list run ``python tutorials/make_notebooks.py --run``: it rewrites ``tutorials/*.ipynb`` (nbformat 4.5, a stable
 id per cell), executes each one under a Jupyter kernel (nbclient and ipykernel, the ``notebooks`` extra), one at a
 time with one torch thread, and stores the outputs cleaned up: progress bars at their final state, no absolute
-paths, no timing metadata. Without ``--run`` the notebooks are written without outputs (a test then asks for
-``--run``). ``tests/test_tutorials.py`` executes the notebooks again, with a kernel where one is installed or as
-plain Python otherwise.
+paths, no timing metadata. Names of notebooks (``03_devices.ipynb``) limit the run to them. Without ``--run``
+a notebook whose cells changed is written without outputs (a test then asks for ``--run``) and the others keep
+theirs. ``tests/test_tutorials.py`` executes the notebooks again, with a kernel where one is installed or as plain
+Python otherwise.
 """
 from __future__ import annotations
 
