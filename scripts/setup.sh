@@ -1,32 +1,56 @@
 #!/usr/bin/env bash
 # Creates .venv with torch, numpy, dill, tqdm and the test tools, then installs flowpipe in editable mode.
 # Without a GPU the CPU build of torch is installed, so no multi-GB CUDA build is ever downloaded.
+# Prints one line per step it takes (a first run spends minutes in pip) and nothing of pip's own output unless
+# a step fails; a second run finds everything in place and only says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH_VERSION=2.13.0
 VENV=.venv
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+
+step() {
+    echo "setup: $*"
+}
+
+# Runs a command with its output kept aside, and shows that output only when the command fails.
+quietly() {
+    local log status=0
+    log=$(mktemp)
+    "$@" >"$log" 2>&1 || status=$?
+    if [ "$status" -ne 0 ]; then
+        cat "$log" >&2
+    fi
+    rm -f "$log"
+    return "$status"
+}
+
+fail() {
+    echo "setup: failed while $1 (the output above says why); fix it and run 'make setup' again" >&2
+    exit 1
+}
 
 if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
+    step "creating the virtual environment $VENV"
+    quietly python3 -m venv "$VENV" || fail "creating $VENV"
 fi
-PIP="$VENV/bin/python -m pip install -q --disable-pip-version-check"
 
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-        $PIP "torch==$TORCH_VERSION"
+        step "installing torch $TORCH_VERSION with CUDA, for the GPU found (a few GB: several minutes)"
+        quietly "${PIP[@]}" "torch==$TORCH_VERSION" || fail "installing torch"
     else
+        step "installing torch $TORCH_VERSION, the CPU build (no GPU found; about a minute)"
         # The CPU build: a local wheel where pip's find-links has one, else PyTorch's CPU index.
-        $PIP "torch==$TORCH_VERSION+cpu" 2>/dev/null \
-            || $PIP "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
+        "${PIP[@]}" "torch==$TORCH_VERSION+cpu" >/dev/null 2>&1 \
+            || quietly "${PIP[@]}" "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
+            || fail "installing torch"
     fi
 fi
+
 # Checked from / so that the source tree in the current folder does not pass for an installed package.
 if ! (cd / && "$OLDPWD/$VENV/bin/python" -c "import flowpipe, pytest, pytest_timeout, PIL, pandas, matplotlib, nbclient, ipykernel") 2>/dev/null; then
-    log=$(mktemp)
-    if ! $PIP -e ".[test]" >"$log" 2>&1; then
-        cat "$log" >&2
-        exit 1
-    fi
-    rm -f "$log"
+    step "installing flowpipe (editable) and the test tools"
+    quietly "${PIP[@]}" -e ".[test]" || fail "installing flowpipe and the test tools"
 fi
-"$VENV/bin/python" -c "import flowpipe, torch; print(f'flowpipe ready (torch {torch.__version__})')"
+"$VENV/bin/python" -c "import flowpipe, torch; print(f'setup: ready: flowpipe in $VENV (torch {torch.__version__})')"

@@ -2,8 +2,8 @@
 
 Where nbclient or ipykernel is missing, the code cells run in order as plain Python in one namespace instead.
 Each test then checks facts the notebook establishes (expressions over its variables, evaluated at its end), so
-a change that breaks a tutorial fails here. ``tutorials/make_notebooks.py`` writes the notebooks from their cell
-lists; a test keeps the two in sync. The ``python`` code blocks of ``docs/pipelines.md`` run the same way
+a change that breaks a tutorial fails here. ``tutorials/make_notebooks.py --run`` writes the notebooks from their
+cell lists and stores them executed; tests keep the two in sync and check the stored outputs. The ``python`` code blocks of ``docs/pipelines.md`` run the same way
 (their asserts are the checks).
 """
 import importlib.util
@@ -59,8 +59,8 @@ def test_notebook_is_valid_nbformat4_and_in_sync_with_its_cells(name):
         spec.loader.exec_module(cells)
     finally:
         sys.path.remove(str(TUTORIALS))
-    assert notebook == builder.make_notebook(cells.CELLS), \
-        f"{name} differs from its cell list: run `python tutorials/make_notebooks.py`"
+    assert builder.strip_outputs(notebook) == builder.make_notebook(cells.CELLS), \
+        f"{name} differs from its cell list: run `python tutorials/make_notebooks.py --run`"
     sources = [''.join(cell['source']) for cell in notebook['cells'] if cell['cell_type'] == 'code']
     assert sources and not any(line.lstrip().startswith('%') for source in sources for line in source.splitlines())
     try:
@@ -68,6 +68,51 @@ def test_notebook_is_valid_nbformat4_and_in_sync_with_its_cells(name):
     except ImportError:
         return
     nbformat.validate(nbformat.reads(json.dumps(notebook), as_version=4))
+
+
+# Absolute paths of a machine: the folders users, temporary files and checkouts usually live in.
+_MACHINE_PATH = re.compile(r'(?<![\w.~])/(home|Users|tmp|var|root|work|private|opt|mnt)/')
+
+
+def _outputs_text(cell):
+    return ''.join(''.join(output.get('text', output.get('data', {}).get('text/plain', '')))
+                   for output in cell['outputs'])
+
+
+@pytest.mark.parametrize('name', sorted(_builder().NOTEBOOKS))
+def test_notebook_is_stored_executed_with_small_clean_outputs(name):
+    path = TUTORIALS / name
+    notebook = json.loads(path.read_text(encoding='utf-8'))
+    code = [cell for cell in notebook['cells'] if cell['cell_type'] == 'code']
+    assert [cell['execution_count'] for cell in code] == list(range(1, len(code) + 1)), \
+        f"{name} is stored without outputs: run `python tutorials/make_notebooks.py --run`"
+    assert any(cell['outputs'] for cell in code)
+    for cell in code:
+        text = _outputs_text(cell)
+        assert not _MACHINE_PATH.search(text), f"{name} shows a path of the machine that ran it: {text[:200]!r}"
+        assert '\r' not in text and 'IProgress not found' not in text
+        assert not any(output.get('output_type') == 'error' for output in cell['outputs'])
+    assert path.stat().st_size < 100_000
+
+
+def test_devices_notebook_shows_its_measured_table():
+    notebook = json.loads((TUTORIALS / '03_devices.ipynb').read_text(encoding='utf-8'))
+    table = [_outputs_text(cell) for cell in notebook['cells']
+             if cell['cell_type'] == 'code' and "{'layout':<28}" in ''.join(cell['source'])]
+    assert len(table) == 1
+    rows = [line for line in table[0].splitlines() if 'MiB' in line]
+    assert [row.split('  ')[0] for row in rows] == ['one device', '2 replicas', '3 replicas',
+                                                    '2 replicas, microbatch 16']
+
+
+def test_stored_outputs_are_cleaned_up():
+    builder = _builder()
+    bar = [{'output_type': 'stream', 'name': 'stderr', 'text': '\r  0%|  | 0/2\r 50%|# | 1/2'},
+           {'output_type': 'stream', 'name': 'stderr', 'text': ['\r100%|##| 2/2\n']},
+           {'output_type': 'stream', 'name': 'stdout', 'text': f"saved to {builder.HERE.parent / 'x.pt'}\n"},
+           {'output_type': 'stream', 'name': 'stdout', 'text': ''}]
+    assert builder.clean_outputs(bar) == [{'output_type': 'stream', 'name': 'stderr', 'text': ['100%|##| 2/2']},
+                                          {'output_type': 'stream', 'name': 'stdout', 'text': ['saved to ./x.pt']}]
 
 
 @pytest.mark.timeout(180)

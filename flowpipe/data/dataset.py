@@ -23,7 +23,7 @@ class Dataset:
             returning one of those.
         batch_class: the class of batches made by ``create_batch`` (``flowpipe.batch.Batch`` by default).
         preloaded: data held in memory, aligned with ``index``: a dict ``{component: array}``, or a tuple matched
-            to ``batch_class.components``.
+            to ``batch_class.components``. Splits share it whole; ``component(name)`` gives a split's own values.
         **attributes: become attributes of the dataset and its splits (``D.num_classes``).
 
     Attributes:
@@ -76,6 +76,26 @@ class Dataset:
     def attributes(self) -> dict:
         """The user attributes given at creation, ``{name: value}`` (current values)."""
         return {name: getattr(self, name) for name in self._attributes}
+
+    def component(self, name: str) -> Any:
+        """The preloaded values of component ``name`` for this dataset's items, in index order.
+
+        ``preloaded`` is the store a dataset shares with its splits and folds, aligned with the index it was created
+        from: ``dataset.train.component('x')`` gives the train items' values only. Items that sit together in the
+        store come as a view, other items as a copy.
+
+        Raises:
+            KeyError: no preloaded component ``name``.
+        """
+        names = tuple(self.preloaded or ())
+        if name not in names:
+            raise KeyError(f"Expected a component name among {names!r}. Received: {name!r}; use one of those names"
+                           f"{'' if names else ' (this dataset has no preloaded data)'}")
+        values = self.preloaded[name]
+        positions = self._data_index.get_pos(self.indices)
+        if len(positions) and np.array_equal(positions, np.arange(positions[0], positions[0] + len(positions))):
+            return values[positions[0]:positions[0] + len(positions)]
+        return values[positions]
 
     @staticmethod
     def build_index(index: Any) -> DatasetIndex:

@@ -2,7 +2,8 @@
 
 An open set loads its publisher's files once, into memory, and IS a ``Dataset`` of ``ImagesBatch`` (``images``
 and ``labels`` components) over all its items, train items first, then test items. ``train`` and ``test`` are
-subsets of it that share its one preloaded store. ``num_classes`` and ``classes`` are dataset attributes, so
+subsets of it that share its one preloaded store: ``preloaded`` is that whole store, and ``images`` and ``labels``
+(``component(name)``) are a set's own items. ``num_classes`` and ``classes`` are dataset attributes, so
 ``D.num_classes`` works in a pipeline bound to the whole set or to either split.
 """
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Openset(Dataset):
         batch_class: the class of its batches, ``ImagesBatch`` or a subclass of it (the default).
 
     Attributes:
+        images, labels: this set's items in index order (a view of the shared store where it can be); for
+            ``train`` or ``test`` their items only, while ``preloaded`` is the whole store.
         train: the training items, a subset sharing this set's data (``create_subset``).
         test: the test items, likewise.
         num_classes: the number of classes, ``len(classes)``.
@@ -86,22 +89,15 @@ class Openset(Dataset):
         """Return ``{'train': (images, labels), 'test': (images, labels)}``."""
         raise NotImplementedError
 
-    def component(self, name: str) -> Any:
-        """The values of the preloaded component ``name`` for this set's items, in index order.
+    @property
+    def images(self) -> Any:
+        """This set's images in index order: for ``train`` or ``test`` only theirs (``component('images')``)."""
+        return self.component('images')
 
-        ``train`` and ``test`` cover contiguous ranges of the shared store, so for them this is a view, not a copy.
-
-        Raises:
-            KeyError: no component ``name``.
-        """
-        if name not in self.preloaded:
-            raise KeyError(f"Expected a component name among {tuple(self.preloaded)!r}. Received: {name!r}; "
-                           "use one of those names")
-        values = self.preloaded[name]
-        positions = self._data_index.get_pos(self.indices)
-        if len(positions) and np.array_equal(positions, np.arange(positions[0], positions[0] + len(positions))):
-            return values[positions[0]:positions[0] + len(positions)]
-        return values[positions]
+    @property
+    def labels(self) -> np.ndarray:
+        """This set's labels in index order: for ``train`` or ``test`` only theirs (``component('labels')``)."""
+        return self.component('labels')
 
     def __repr__(self) -> str:
         parts = [f'size={len(self)}']

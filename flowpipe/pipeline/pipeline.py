@@ -233,17 +233,20 @@ class Pipeline(PipelineAliases):
                                   "created on the first batch by init_model; run or next_batch first.")
         return models[name]
 
-    def plot(self, *names: str, window: int | None = None, ax: Any = None, logy: bool = False) -> Any:
+    def plot(self, *names: str, window: int | None = None, ax: Any = None, logy: bool = False,
+             path: Any = None) -> Any:
         """Plot the histories held by the variables ``names`` (lists of numbers) with matplotlib; returns the axes.
 
-        ``window`` adds a moving mean of that many values; ``ax`` draws on given axes; ``logy`` a log y axis.
+        ``window`` adds a moving mean of that many values; ``ax`` draws on given axes; ``logy`` a log y axis;
+        ``path`` saves the figure to a file (in a script, where matplotlib shows nothing: a warning says so).
         matplotlib is optional: ``pip install 'flowpipe[notebooks]'``.
         """
         if not names:
             raise TypeError(f"Expected the names of variables to plot, e.g. plot('loss_history'). Received: none; "
                             f"the variables are {sorted(self._ready_variables())!r}.")
         from ..progress.plots import plot_histories
-        return plot_histories({name: self.v(name) for name in names}, window=window, ax=ax, logy=logy)
+        return plot_histories({name: self.v(name) for name in names}, window=window, ax=ax, logy=logy, path=path,
+                              caller='Pipeline.plot')
 
     @property
     def models(self) -> Any:

@@ -130,9 +130,12 @@ class Notifier:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def plot(self) -> Any:
-        """Draw each monitor's and graph's history (an image for 2-D values); returns the figure."""
-        from .plots import pyplot
+    def plot(self, path: Any = None) -> Any:
+        """Draw each monitor's and graph's history (an image for 2-D values); returns the figure.
+
+        ``path`` saves the figure to a file (in a script, where matplotlib shows nothing: a warning says so).
+        """
+        from .plots import finish_figure, pyplot
         plt = pyplot('plot()')
         import numpy as np
         tracked = self.monitors + self.graphs
@@ -146,6 +149,7 @@ class Notifier:
             else:
                 axis.plot([np.nan if value is None else np.mean(value) for value in item.history])
             axis.set_title(str(item.name))
+        finish_figure(figure, path, 'Notifier.plot', stacklevel=2)
         return figure
 
     def __repr__(self) -> str:

@@ -133,14 +133,15 @@ class ResourceMonitor:
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
 
-    def plot(self) -> Any:
-        """Draw every resource against time (matplotlib); returns the figure."""
-        from .plots import pyplot
+    def plot(self, path: Any = None) -> Any:
+        """Draw every resource against time (matplotlib); returns the figure; ``path`` saves it to a file."""
+        from .plots import finish_figure, pyplot
         plt = pyplot('plot()')
         figure, axes = plt.subplots(1, len(self.sources), figsize=(6 * len(self.sources), 4), squeeze=False)
         for axis, name in zip(axes[0], self.sources):
             axis.plot(self.times, self.data[name])
             axis.set(title=name, xlabel='seconds')
+        finish_figure(figure, path, f'{type(self).__name__}.plot', stacklevel=2)
         return figure
 
 

@@ -225,3 +225,17 @@ def test_cv_split_makes_folds_on_the_dataset_and_its_parts():
         dataset.cv(2)
     with pytest.raises(ValueError, match='n_splits'):
         dataset.cv_split(n_splits=11)
+
+
+def test_component_gives_a_split_its_own_values_while_preloaded_is_the_whole_store():
+    dataset = make_dataset()
+    dataset.split([0.6, 0.2], shuffle=5)
+    assert dataset.test.preloaded['labels'] is dataset.preloaded['labels']          # shared, all 10 items
+    for part in (dataset.train, dataset.test, dataset.validation):
+        assert np.array_equal(part.component('images'), dataset.preloaded['images'][part.indices])
+        assert np.array_equal(part.component('labels'), part.create_batch(part.indices).labels)
+    assert np.shares_memory(dataset.component('images'), dataset.preloaded['images'])   # in order: a view
+    with pytest.raises(KeyError, match=r"among \('images', 'labels'\). Received: 'masks'"):
+        dataset.train.component('masks')
+    with pytest.raises(KeyError, match='no preloaded data'):
+        Dataset(3).component('x')

@@ -4,7 +4,7 @@ import pytest
 
 from flowpipe.batch import ImagesBatch
 from flowpipe.data import Dataset
-from flowpipe.expr import D, V
+from flowpipe.expr import D, F, V
 from flowpipe.opensets import Digits, Openset
 from flowpipe.pipeline import Pipeline
 
@@ -56,6 +56,18 @@ def test_subsets_share_one_store(digits):
     whole = np.concatenate([digits.train.component('labels'), digits.test.component('labels')])
     assert np.array_equal(whole, digits.preloaded['labels'])
     assert digits.train.train is None and digits.test.test is None
+
+
+def test_a_split_has_its_own_images_and_labels(digits):
+    assert len(digits.test.preloaded['images']) == 1797          # the shared store, train items included
+    for part in (digits, digits.train, digits.test):
+        assert len(part.images) == len(part.labels) == len(part)
+        assert np.array_equal(part.images, part.component('images'))
+        assert np.array_equal(part.labels, part.create_batch(part.indices).labels)
+    assert np.array_equal(digits.test.images, digits.preloaded['images'][1437:])
+    pipeline = (Pipeline().init_variable('n', 0).update(V('n'), F(len)(D.images))) << digits.test
+    pipeline.run(16, n_iters=1)
+    assert pipeline.v('n') == 360
 
 
 def test_p_is_a_new_pipeline_bound_to_the_set_each_time(digits):

@@ -55,13 +55,17 @@ def test_a_run_with_a_notifier_monitors_variables():
     pipeline.run(1, n_iters=1, notifier='t')
 
 
-def test_plot_draws_every_tracked_value():
+def test_plot_draws_every_tracked_value(tmp_path):
     plt = pytest.importorskip('matplotlib.pyplot')
+    plt.switch_backend('Agg')
     ntf = Notifier(None, graphs=['memory', {'source': np.ones((3, 3)), 'name': 'image'}])
     for _ in ntf(range(2)):
         pass
-    figure = ntf.plot()
-    assert len(figure.axes) == 2
+    figure = ntf.plot(path=tmp_path / 'graphs.png')
+    assert len(figure.axes) == 2 and (tmp_path / 'graphs.png').is_file()
+    plt.close(figure)
+    with pytest.warns(UserWarning, match=r"Notifier.plot\(\) drew a figure that nothing shows.*path="):
+        figure = ntf.plot()
     plt.close(figure)
     with pytest.raises(ValueError, match='tracks nothing'):
         Notifier(None).plot()

@@ -1,5 +1,6 @@
-"""Pipeline.plot: variable histories drawn with matplotlib, and a clear error without it."""
+"""Pipeline.plot: variable histories drawn with matplotlib, saved to a file or shown, and a clear error without it."""
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -22,7 +23,8 @@ def test_plot_draws_each_history_and_its_moving_mean():
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     pipeline = _pipeline()
-    ax = pipeline.plot('loss', window=2)
+    with pytest.warns(UserWarning, match='path='):       # Agg: the figure is shown nowhere
+        ax = pipeline.plot('loss', window=2)
     raw, mean = ax.get_lines()
     assert list(raw.get_ydata()) == [3.0, 2.0, 1.5, 1.0, 0.8]
     assert list(mean.get_xdata()) == [1, 2, 3, 4] and list(mean.get_ydata()) == [2.5, 1.75, 1.25, 0.9]
@@ -50,3 +52,35 @@ def test_without_matplotlib_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, 'matplotlib.pyplot', None)
     with pytest.raises(ImportError, match=r"Expected matplotlib for plot\(\).*flowpipe\[notebooks\]"):
         _pipeline().plot('loss')
+
+
+def test_plot_saves_to_path_without_a_warning(tmp_path):
+    matplotlib = pytest.importorskip('matplotlib')
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    pipeline = _pipeline()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        ax = pipeline.plot('loss', window=2, path=tmp_path / 'loss.png')
+        pipeline.plot('loss', path=str(tmp_path / 'loss.pdf'))
+    assert (tmp_path / 'loss.png').read_bytes().startswith(b'\x89PNG') and len(ax.get_lines()) == 2
+    assert (tmp_path / 'loss.pdf').read_bytes().startswith(b'%PDF')
+    plt.close('all')
+
+
+def test_plot_in_a_script_warns_and_names_path_only_where_nothing_shows(monkeypatch):
+    matplotlib = pytest.importorskip('matplotlib')
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    pipeline = _pipeline()
+    with pytest.warns(UserWarning, match=r"Pipeline.plot\(\) drew a figure that nothing shows.*'agg'.*"
+                                         r"path='plot.png'") as caught:
+        pipeline.plot('loss')
+    assert caught[0].filename == __file__                 # points at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        _, given = plt.subplots()
+        pipeline.plot('loss', ax=given)                   # the caller's own figure: the caller shows it
+        monkeypatch.setattr(plt, 'get_backend', lambda: 'module://matplotlib_inline.backend_inline')
+        pipeline.plot('loss')                             # a notebook shows it
+    plt.close('all')
