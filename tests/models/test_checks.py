@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from flowpipe.models.torch import MLP, ResNet18, SimpleCNN, TorchModel
-from flowpipe.models.torch.checks import (BATCHNORM_MIN_ITEMS, BatchNormCheck, BatchNormShardWarning,
+from flowpipe.models.torch.checks import (BATCHNORM_MIN_ITEMS, BatchNormCheck, BatchNormShardWarning, InputCheck,
                                           NonFiniteLossWarning)
 from flowpipe.parallel.plan import make_plan
 from flowpipe.models.torch.config import TOP_KEYS
@@ -233,6 +233,13 @@ def test_items_of_another_shape_than_declared_are_an_error_naming_the_key_and_bo
         assert model.iteration == 0
     with MLP(IMAGES) as model, pytest.raises(ValueError, match=r"items of shape \(1, 8, 9\)"):
         model.train(images=np.zeros((8, 1, 8, 9), 'float32'), labels=labels)    # not torch's mat1 and mat2
+
+
+def test_an_empty_shard_has_no_item_to_check_against_the_declared_shape():
+    check = InputCheck({'images': (1, 6, 6)}, {'labels': 10})
+    check({'images': torch.zeros((0, 0, 0, 0)), 'labels': torch.zeros(0, dtype=torch.int64)})  # an idle rank's
+    with pytest.raises(ValueError, match=r"items of shape \(1, 6, 6\)"):
+        check({'images': torch.zeros((1, 1, 6, 7)), 'labels': torch.zeros(1, dtype=torch.int64)})
 
 
 @pytest.mark.parametrize('labels, message', [

@@ -172,7 +172,7 @@ class LossCheck:
 class InputCheck:
     """Checks a batch's tensors against the shapes and classes the config declared when the model was made.
 
-    Shapes are checked at every step (no data is read). Integer labels of a target with classes are checked to
+    Shapes are checked at every step (no data is read); an empty batch (an idle rank's shard) has no item to check. Integer labels of a target with classes are checked to
     lie in ``[0, classes)`` (the loss's ``ignore_index`` allowed) at every step while they are on the CPU, and at
     the first step only once they come on a GPU (reading them there waits for the device). Labels of a loss that
     compares values (``'bce'``, ``'mse'``...) are not class indices and are not range-checked.
@@ -190,7 +190,8 @@ class InputCheck:
         """Raise a ``ValueError`` for the first tensor of ``{name: tensor}`` that does not fit the config."""
         for name, tensor in tensors.items():
             shape = self.shapes.get(name)
-            if shape is not None and tensor.dim() and tuple(tensor.shape[1:]) != shape:
+            # an empty shard (an idle rank's) holds no item to check: its shape is whatever an empty array got
+            if shape is not None and tensor.dim() and tensor.shape[0] and tuple(tensor.shape[1:]) != shape:
                 raise ValueError(self._shape_text(name, shape, tuple(tensor.shape)))
             if name in self.classes and self._indexes(tensor, loss_fn):
                 self._check_labels(name, tensor, getattr(loss_fn, 'ignore_index', None))
