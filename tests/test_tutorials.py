@@ -115,6 +115,7 @@ def test_stored_outputs_are_cleaned_up():
                                           {'output_type': 'stream', 'name': 'stdout', 'text': ['saved to ./x.pt']}]
 
 
+@pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
 @pytest.mark.timeout(180)
 def test_01_pipelines():
     facts = run_notebook('01_pipelines.ipynb', epoch_batches='epoch_batches', seen="counting.v('seen')",
@@ -129,6 +130,7 @@ def test_01_pipelines():
     assert facts['lazy_batches'] == 8         # 2 epochs of 360 items in batches of 90
 
 
+@pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
 @pytest.mark.timeout(240)
 def test_02_training():
     facts = run_notebook('02_training.ipynb', losses='losses', accuracy='float(accuracy)',
@@ -146,6 +148,7 @@ def test_02_training():
     assert facts['profiled'] is True
 
 
+@pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
 @pytest.mark.timeout(240)
 def test_03_devices():
     facts = run_notebook('03_devices.ipynb', table='table', plan50="model.device_plan(50)",
@@ -162,6 +165,7 @@ def test_03_devices():
     assert not [name for name in facts['threads'] if name.startswith('flowpipe-')]   # the models were closed
 
 
+@pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
 @pytest.mark.timeout(180)
 def test_04_data_parallel_from_scratch():
     facts = run_notebook('04_data_parallel_from_scratch.ipynb', shards='[len(s) for s in image_shards]',
@@ -172,6 +176,7 @@ def test_04_data_parallel_from_scratch():
     assert max(facts['by_hand'], facts['broadcast'], facts['flowpipe'], facts['scratch']) < 1e-12
 
 
+@pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
 @pytest.mark.timeout(300)
 def test_05_memory_and_microbatches():
     facts = run_notebook('05_memory_and_microbatches.ipynb', accumulation='accumulation_difference', rows='rows',
@@ -193,6 +198,7 @@ def test_05_memory_and_microbatches():
     assert 'as few as 1 item' in facts['message']
 
 
+@pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
 @pytest.mark.timeout(180)
 def test_06_model_parallel():
     facts = run_notebook('06_model_parallel.ipynb', difference='split_difference', auto='auto_placement',
@@ -206,6 +212,7 @@ def test_06_model_parallel():
     assert 'initial_block on cpu:0' in facts['plan'] and 'chunk sizes [32, 32]' in facts['plan']
 
 
+@pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
 def test_07_distributed():
     facts = run_notebook('07_distributed.ipynb', seen="[len(ranks[rank]['seen'][0]) for rank in (0, 1)]",
                          difference='difference', uneven_difference='uneven_difference',

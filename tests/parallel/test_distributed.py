@@ -11,6 +11,9 @@ from flowpipe.parallel.plan import make_plan
 
 from . import dist_jobs
 
+# several processes each: run in CI (CI set) or with FLOWPIPE_SLOW=1, as the README says
+pytestmark = pytest.mark.slow
+
 RUNS = [('whole', {'batch_size': 7}),                            # 46 items: 6 batches of 7, the last of 4
         ('microbatch', {'batch_size': 7, 'microbatch': 2}),
         ('small', {'batch_size': 2, 'n_epochs': 1}),               # a global batch smaller than 3 ranks

@@ -1,11 +1,15 @@
 """A non-finite loss in a distributed job: every rank skips the same step, also the ranks whose shard is clean."""
 import numpy as np
+import pytest
 import torch
 
 from flowpipe.models.torch import TorchModel
 from flowpipe.parallel import distributed, launch
 
 from . import dist_jobs
+
+# several processes each: run in CI (CI set) or with FLOWPIPE_SLOW=1, as the README says
+pytestmark = pytest.mark.slow
 
 
 def skip_poisoned_batch():

@@ -22,11 +22,13 @@ def _ranks():
     return world.rank, world.size, world.backend, total
 
 
+@pytest.mark.slow
 def test_a_function_runs_in_every_rank_and_returns_in_rank_order():
     assert launch(_ranks, 2, timeout=TIMEOUT) == [(0, 2, 'gloo', 3), (1, 2, 'gloo', 3)]
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow
 def test_a_raising_rank_fails_the_job_with_its_rank_type_and_message_within_the_timeout():
     start = time.monotonic()
     with pytest.raises(LaunchError, match=r'rank 1 failed: ValueError: bad value on purpose in rank 1') as info:
@@ -37,6 +39,7 @@ def test_a_raising_rank_fails_the_job_with_its_rank_type_and_message_within_the_
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow
 def test_a_killed_rank_fails_the_job_within_the_timeout():
     start = time.monotonic()
     with pytest.raises(LaunchError, match='rank 0 was killed by signal SIGKILL'):
@@ -45,6 +48,7 @@ def test_a_killed_rank_fails_the_job_within_the_timeout():
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow
 def test_a_job_past_its_timeout_is_ended(tmp_path):
     script = tmp_path / 'sleeper.py'
     script.write_text('import time\ntime.sleep(60)\n')
@@ -55,6 +59,7 @@ def test_a_job_past_its_timeout_is_ended(tmp_path):
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow
 def test_a_script_exiting_with_code_0_succeeds_and_with_another_code_fails(tmp_path):
     script = tmp_path / 'exits.py'
     script.write_text('import sys\nsys.exit(None if sys.argv[1] == "none" else int(sys.argv[1]))\n')
@@ -76,6 +81,7 @@ def _threads():
     return torch.get_num_threads()
 
 
+@pytest.mark.slow
 def test_each_rank_runs_one_torch_thread_unless_omp_num_threads_says_otherwise():
     assert launch(_threads, 2, timeout=TIMEOUT) == [1, 1]
     assert launch(_threads, 1, timeout=TIMEOUT, env={'OMP_NUM_THREADS': '2'}) == [2]
