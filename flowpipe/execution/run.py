@@ -51,6 +51,16 @@ class RunArgs:
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
+    def options(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The run options among ``values`` (a method's arguments: ``locals()``), by their field names."""
+        return {name: values[name] for name in _OPTIONS if name in values}
+
+    @property
+    def in_processes(self) -> bool:
+        """Whether batches are processed in worker processes (``prefetch > 0`` and ``target='processes'``)."""
+        return self.prefetch > 0 and self.target == 'processes'
+
+    @classmethod
     def merge(cls, stored: RunArgs | None, *, extra: Mapping[str, Any] | None = None, **given: Any) -> RunArgs:
         """``stored`` (from ``run(lazy=True)``) updated with the arguments given as anything but ``None``.
 
@@ -86,6 +96,10 @@ class RunArgs:
         shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
                  if getattr(self, f.name) != getattr(defaults, f.name)]
         return f"RunArgs({', '.join(shown)})"
+
+
+# The options that run, gen_batch and next_batch take by name (``extra`` gathers the other keyword arguments).
+_OPTIONS = tuple(f.name for f in fields(RunArgs) if f.name != 'extra')
 
 
 def _check_count(name: str, value: Any, allow_none: bool, minimum: int = 1) -> None:
@@ -139,8 +153,7 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     if args.batch_size is None:
         raise ValueError("Expected a batch size. Received: batch_size=None. Pass run(batch_size) or store one "
                          "with run(batch_size, lazy=True).")
-    in_processes = args.prefetch > 0 and args.target == 'processes'
-    if in_processes:
+    if args.in_processes:
         check_processes(pipeline, args.profile)
     n_epochs, n_iters = args.n_epochs, args.n_iters
     if n_epochs is None and n_iters is None and not infinite:
@@ -192,7 +205,7 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
              ahead: bool, checkpoints: RunCheckpoints | None, main: bool = True) -> Iterator[Any]:
     # Only `pipeline` is kept here, never its state: next_batch passes a weak proxy, so that the iterator its state
     # holds does not keep the pipeline (and the prefetch workers) alive once the user drops it.
-    in_processes = args.prefetch > 0 and args.target == 'processes'
+    in_processes = args.in_processes
     # A checkpoint is taken between two batches: stateful actions run in the caller's thread, as for gen_batch.
     defer = not in_processes and ((args.prefetch > 0 and not ahead) or checkpoints is not None)
     locks = OrderedLocks() if args.prefetch else None
@@ -277,7 +290,7 @@ def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | N
 
 def _prefetcher(args: RunArgs, indices: Iterator, runner: BatchRunner, locks: Any, started: bool) -> Prefetcher:
     """The prefetcher of the first stage: whole batches, or (``started``) contexts for the deferred steps."""
-    in_processes = args.prefetch > 0 and args.target == 'processes'
+    in_processes = args.in_processes
     process = InProcess(runner) if in_processes else runner.start if started else runner.process
     try:
         return Prefetcher(indices, process, args.prefetch, target=args.target,
