@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import StopPipeline, add_note
 from .checkpoint import as_checkpoint
 from .locks import OrderedLocks
+from .next_iteration import NextIteration
 from .nodes import DeferredStage, IndexSource, MapStage
 from .prefetch import TARGETS, Prefetcher
 from ..data.shards import run_world, shard_batches
@@ -123,7 +124,10 @@ def run_pipeline(pipeline: Any, args: RunArgs, reset: Any = None) -> Any:
 
 
 def next_batch(pipeline: Any, args: RunArgs, reset: Any = None) -> Any:
-    """The next batch of the iteration kept in the pipeline's state (a new one for new arguments)."""
+    """The next batch of the iteration kept in the pipeline's state (a new one for new arguments).
+
+    A batch that raises ends the iteration: later calls raise ``RuntimeError`` until ``reset='iter'``.
+    """
     state = pipeline.state
     with state.lock:
         if reset is not None:
@@ -131,7 +135,7 @@ def next_batch(pipeline: Any, args: RunArgs, reset: Any = None) -> Any:
         if state.iterator is None or state.iterator_args != args:
             state.close_iterator()
             # A weak proxy: the state holds this iterator, which must not keep the pipeline alive in turn.
-            state.iterator = iterate(weakref.proxy(pipeline), args, infinite=True)
+            state.iterator = NextIteration(iterate(weakref.proxy(pipeline), args, infinite=True))
             state.iterator_args = args
         return next(state.iterator)
 

@@ -307,7 +307,9 @@ class Pipeline(PipelineAliases):
         """Process and return the next batch, continuing one iterator across calls.
 
         The iterator is infinite unless ``n_epochs`` or ``n_iters`` is given (then ``StopIteration`` ends it);
-        calling with different arguments starts a new one, and so does ``reset='iter'``.
+        calling with different arguments starts a new one, and so does ``reset='iter'``. A batch that raises ends
+        the iteration: later calls raise ``RuntimeError`` naming that batch until ``reset='iter'`` (raise
+        ``SkipBatch`` in an action to drop a batch and go on).
         """
         from ..execution.run import RunArgs, next_batch
         options = RunArgs.options(locals())
