@@ -80,7 +80,12 @@ def call(ctx: Context, func: Callable, *args: Any, save_to: Any = None, **kwargs
         assign(save_to, result, ctx)
 
 
-@builtin('print')
+def _print_form(*args: Any, sep: str | None = ' ', end: str | None = '\n', file: Any = None,
+                flush: bool = False) -> None:
+    """The arguments of the ``print`` action: those of the built-in ``print``."""
+
+
+@builtin('print', signature=_print_form)
 def print_action(ctx: Context, *args: Any, **kwargs: Any) -> None:
     """Print the evaluated arguments (``print(B.size, V('loss'))``), like the built-in ``print``; in a distributed
     run, on rank 0 only."""
@@ -137,6 +142,20 @@ def _declare_merge(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, normalise(**kwargs)
 
 
-builtin('join', on_declare=_declare_pipelines)(_structural)
-builtin('merge', on_declare=_declare_merge)(_structural)
-builtin('rebatch', on_declare=_declare_rebatch)(_structural)
+def _join_form(*pipelines: Pipeline) -> None:
+    """The arguments of ``join``."""
+
+
+def _merge_form(*pipelines: Pipeline, fn: Callable | None = None, components: Any = None,
+                batch_class: type | None = None) -> None:
+    """The arguments of ``merge``."""
+
+
+def _rebatch_form(batch_size: int, merge: Callable | None = None, components: Any = None,
+                  batch_class: type | None = None, drop_last: bool = False) -> None:
+    """The arguments of ``rebatch``."""
+
+
+builtin('join', on_declare=_declare_pipelines, signature=_join_form)(_structural)
+builtin('merge', on_declare=_declare_merge, signature=_merge_form)(_structural)
+builtin('rebatch', on_declare=_declare_rebatch, signature=_rebatch_form)(_structural)

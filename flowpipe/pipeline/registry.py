@@ -6,6 +6,8 @@ arguments. ``Pipeline`` looks names up here before the batch class; ``flowpipe.p
 """
 from __future__ import annotations
 
+import difflib
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -33,6 +35,8 @@ class Builtin:
         model_access: ``'write'`` or ``'read'`` for a model step that changes or only uses the model named by
             its first argument (``train_model``, ``predict_model``); ``None`` otherwise. The execution engine
             orders model steps by it and never runs one ahead of the caller (see ``docs/design.md``).
+        signature: a function (without ``ctx``) whose parameters are the arguments users pass, for a built-in
+            whose ``func`` takes others (``rebatch``); ``None`` when they are ``func``'s after ``ctx``.
     """
     name: str
     func: Callable[..., Any]
@@ -42,6 +46,33 @@ class Builtin:
     per_batch: bool = True
     join_at: int = 0
     model_access: str | None = None
+    signature: Callable[..., Any] | None = None
+
+    def call_form(self) -> inspect.Signature:
+        """The arguments users pass to the action, without annotations (``func``'s without ``ctx`` by default)."""
+        if self.signature is not None:
+            parameters = list(inspect.signature(self.signature).parameters.values())
+        else:
+            parameters = list(inspect.signature(self.func).parameters.values())[1:]
+        return inspect.Signature([parameter.replace(annotation=inspect.Parameter.empty) for parameter in parameters])
+
+    def check_keywords(self, kwargs: dict) -> None:
+        """Raise ``TypeError`` for a keyword the action does not take, suggesting close ones.
+
+        Built-ins that pass extra keywords on (``call``, ``train_model``) take any keyword.
+        """
+        form = self.call_form()
+        kinds = {name: parameter.kind for name, parameter in form.parameters.items()}
+        if inspect.Parameter.VAR_KEYWORD in kinds.values():
+            return
+        named = [name for name, kind in kinds.items()
+                 if kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+        for key, value in kwargs.items():
+            if key not in named:
+                close = difflib.get_close_matches(key, named, n=3, cutoff=0.6)
+                hint = f"Did you mean {' or '.join(map(repr, close))}?" if close else "Pass only those keywords."
+                raise TypeError(f"Expected {self.name}{form}. Received: unknown keyword {key}={value!r} of the "
+                                f"built-in action {self.name!r}. {hint}")
 
 
 _BUILTINS: dict[str, Builtin] = {}
@@ -50,7 +81,7 @@ _BUILTINS: dict[str, Builtin] = {}
 def builtin(name: str | None = None, *, evaluate: bool = True,
             on_declare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None,
             keep: tuple[str, ...] = (), per_batch: bool = True, join_at: int = 0,
-            model_access: str | None = None) -> Callable:
+            model_access: str | None = None, signature: Callable[..., Any] | None = None) -> Callable:
     """Register ``func`` as the built-in action ``name`` (the function's name by default).
 
     The keyword options are the fields of ``Builtin``.
@@ -63,7 +94,7 @@ def builtin(name: str | None = None, *, evaluate: bool = True,
         if action_name in _BUILTINS:
             raise ValueError(f"Expected a new built-in action name. Received: name={action_name!r}, already registered")
         _BUILTINS[action_name] = Builtin(action_name, func, evaluate, on_declare, tuple(keep), per_batch, join_at,
-                                         model_access)
+                                         model_access, signature)
         return func
     return register
 
