@@ -11,6 +11,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .records import format_call
+
 __all__ = ['Builtin', 'builtin', 'builtin_names', 'get_builtin']
 
 
@@ -71,7 +73,8 @@ class Builtin:
             if key not in named:
                 close = difflib.get_close_matches(key, named, n=3, cutoff=0.6)
                 hint = f"Did you mean {' or '.join(map(repr, close))}?" if close else "Pass only those keywords."
-                raise TypeError(f"Expected {self.name}{form}. Received: unknown keyword {key}={value!r} of the "
+                received = format_call('', (), {key: value})[1:-1]       # key=value, a long value shortened
+                raise TypeError(f"Expected {self.name}{form}. Received: unknown keyword {received} of the "
                                 f"built-in action {self.name!r}. {hint}")
 
 
