@@ -38,7 +38,8 @@ class Builtin:
             its first argument (``train_model``, ``predict_model``); ``None`` otherwise. The execution engine
             orders model steps by it and never runs one ahead of the caller (see ``docs/design.md``).
         signature: a function (without ``ctx``) whose parameters are the arguments users pass, for a built-in
-            whose ``func`` takes others (``rebatch``); ``None`` when they are ``func``'s after ``ctx``.
+            whose ``func`` takes others (``rebatch``) or whose ``on_declare`` rewrites them (``update``);
+            ``None`` when they are ``func``'s after ``ctx``. ``check_call`` checks a declaration against it.
     """
     name: str
     func: Callable[..., Any]
@@ -58,24 +59,33 @@ class Builtin:
             parameters = list(inspect.signature(self.func).parameters.values())[1:]
         return inspect.Signature([parameter.replace(annotation=inspect.Parameter.empty) for parameter in parameters])
 
-    def check_keywords(self, kwargs: dict) -> None:
-        """Raise ``TypeError`` for a keyword the action does not take, suggesting close ones.
+    def check_call(self, args: tuple, kwargs: dict) -> None:
+        """Raise ``TypeError`` for a call of the action that its form refuses: an unknown keyword (close ones are
+        suggested), a missing or an extra argument.
 
-        Built-ins that pass extra keywords on (``call``, ``train_model``) take any keyword.
+        A form with ``**kwargs`` (``call``, ``train_model``) takes any keyword. The arguments are bound to the form
+        only when it is the one users call: ``func``'s without an ``on_declare``, or ``signature``; an
+        ``on_declare`` without ``signature`` (``init_model``) reads its arguments itself.
         """
         form = self.call_form()
         kinds = {name: parameter.kind for name, parameter in form.parameters.items()}
-        if inspect.Parameter.VAR_KEYWORD in kinds.values():
+        if inspect.Parameter.VAR_KEYWORD not in kinds.values():
+            named = [name for name, kind in kinds.items()
+                     if kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+            for key, value in kwargs.items():
+                if key not in named:
+                    close = difflib.get_close_matches(key, named, n=3, cutoff=0.6)
+                    hint = f"Did you mean {' or '.join(map(repr, close))}?" if close else "Pass only those keywords."
+                    received = format_call('', (), {key: value})[1:-1]       # key=value, a long value shortened
+                    raise TypeError(f"Expected {self.name}{form}. Received: unknown keyword {received} of the "
+                                    f"built-in action {self.name!r}. {hint}")
+        if self.signature is None and self.on_declare is not None:
             return
-        named = [name for name, kind in kinds.items()
-                 if kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
-        for key, value in kwargs.items():
-            if key not in named:
-                close = difflib.get_close_matches(key, named, n=3, cutoff=0.6)
-                hint = f"Did you mean {' or '.join(map(repr, close))}?" if close else "Pass only those keywords."
-                received = format_call('', (), {key: value})[1:-1]       # key=value, a long value shortened
-                raise TypeError(f"Expected {self.name}{form}. Received: unknown keyword {received} of the "
-                                f"built-in action {self.name!r}. {hint}")
+        try:
+            form.bind(*args, **kwargs)
+        except TypeError as error:
+            raise TypeError(f"Expected {self.name}{form}. Received: {format_call(self.name, args, kwargs)} "
+                            f"({error}).") from None
 
 
 _BUILTINS: dict[str, Builtin] = {}

@@ -57,7 +57,7 @@ def make_record(name: str, args: tuple, kwargs: dict) -> ActionRecord:
         raise TypeError(f"Expected use_lock to be True or False. Received: use_lock={use_lock!r}")
     spec = get_builtin(name)
     if spec is not None:
-        spec.check_keywords(kwargs)         # here, once for all built-ins: before on_declare's own checks
+        spec.check_call(args, kwargs)       # here, once for all built-ins: before on_declare's own checks
     if spec is not None and spec.on_declare is not None:
         args, kwargs = spec.on_declare(tuple(args), kwargs)
     return ActionRecord(name, tuple(args), kwargs, use_lock)

@@ -123,6 +123,20 @@ def test_a_misspelt_keyword_names_the_action_and_suggests_at_declaration(declare
     assert f"Expected {action}(" in str(error.value) and '<locals>' not in str(error.value)
 
 
+@pytest.mark.parametrize('declare, received', [
+    (lambda p: p.update(), "update() (missing a required argument: 'target')"),
+    (lambda p: p.init_variable(), "init_variable() (missing a required argument: 'name')"),
+    (lambda p: p.rebatch(), "rebatch() (missing a required argument: 'batch_size')"),
+    (lambda p: p.update(V('x'), 1, 'a', 4), "update(V('x'), 1, 'a', 4) (too many positional arguments)"),
+    (lambda p: p.save_model('net'), "save_model('net') (missing a required argument: 'path')"),
+])
+def test_a_missing_or_extra_argument_names_the_action_and_its_form(declare, received):
+    with pytest.raises(TypeError) as error:
+        declare(Pipeline())
+    assert f"Received: {received}." in str(error.value) and '<locals>' not in str(error.value)
+    assert str(error.value).startswith(f"Expected {received.split('(')[0]}(")
+
+
 def test_every_built_in_checks_its_keywords_unless_it_passes_them_on():
     from flowpipe.pipeline import builtin_names, get_builtin
     from flowpipe.pipeline.sections import make_record
@@ -140,3 +154,6 @@ def test_every_built_in_checks_its_keywords_unless_it_passes_them_on():
 def test_known_keywords_of_built_ins_are_kept():
     pipeline = Pipeline().print(B.size, end='').rebatch(4, drop_last=True).call(print, 1, sep='-')
     assert [dict(record.kwargs) for record in pipeline.actions][::2] == [{'end': ''}, {'sep': '-'}]
+    # init_model reads both of its argument orders itself: only its keywords are checked here.
+    both = Pipeline().init_model('dynamic', dict, 'net', config={}).init_model('other', dict, mode='dynamic')
+    assert [record.kwargs['name'] for record in both.actions] == ['net', 'other']
