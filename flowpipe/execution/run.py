@@ -36,7 +36,11 @@ __all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline']
 
 @dataclass(frozen=True)
 class RunArgs:
-    """The arguments of one run (``None`` limits: one epoch for ``run``/``gen_batch``, infinite for ``next_batch``)."""
+    """The arguments of one run (``None`` limits: one epoch for ``run``/``gen_batch``, infinite for ``next_batch``).
+
+    The fields are the one list of run options: ``run``, ``gen_batch`` and ``next_batch`` pass theirs with
+    ``options(locals())``, ``merge`` fills the rest and ``check`` refuses what no run could use.
+    """
     batch_size: int | None = None
     shuffle: bool | int = False
     n_epochs: int | None = None
