@@ -7,6 +7,7 @@ so that the new file survives a power loss: a caller that then removes older fil
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import tempfile
@@ -30,7 +31,8 @@ def dump_atomically(value: Any, path: str | os.PathLike) -> None:
         os.chmod(temporary, 0o644)
         os.replace(temporary, path)
     except BaseException:
-        if os.path.exists(temporary):
+        # A failure to remove the temporary file must not hide the error that stopped the write.
+        with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
     _sync_folder(folder)

@@ -18,6 +18,7 @@ from typing import Any
 import dill
 
 from ..atomic import dump_atomically
+from ..errors import add_note
 from .nodes import CheckpointError
 
 __all__ = ['Checkpoint', 'FORMAT', 'as_checkpoint', 'differences', 'fingerprint', 'latest', 'latest_in', 'read',
@@ -99,12 +100,24 @@ def write(folder: str, number: int, payload: dict, keep: int) -> str:
     so that they neither count as the newest nor are what ``resume=True`` takes next.
     """
     path = os.path.join(folder, f'checkpoint-{number:09d}.flowpipe')
-    dump_atomically({'format': FORMAT, 'format_version': FORMAT_VERSION, **payload}, path)
+    try:
+        dump_atomically({'format': FORMAT, 'format_version': FORMAT_VERSION, **payload}, path)
+    except OSError as error:                        # a full disk, a quota, a folder gone: the earlier files stay
+        add_note(error, _not_written(path, [old for found, old in _files(folder) if found < number]))
+        raise
     files = _files(folder)
     later = [old for found, old in files if found > number]
     for old in later + [old for found, old in files if found <= number][keep:]:
         os.unlink(old)
     return path
+
+
+def _not_written(path: str, earlier: list[str]) -> str:
+    """The note of a checkpoint write that failed: which file, and what ``resume=True`` would read instead."""
+    kept = (f"the previous checkpoint {earlier[0]} is intact and resume=True continues from it" if earlier
+            else "no earlier checkpoint of this run is in that folder")
+    return (f"flowpipe: the checkpoint {path} was not written (its temporary file is removed); {kept}. Free space "
+            "on that disk, or pass another folder as checkpoint=.")
 
 
 def _files(folder: str) -> list[tuple[int, str]]:

@@ -21,6 +21,7 @@ from ..errors import StopPipeline, add_note
 from .agreement import agree_on_run
 from .checkpoint import as_checkpoint
 from .locks import OrderedLocks
+from .next_iteration import NextIteration
 from .nodes import DeferredStage, IndexSource, MapStage
 from .prefetch import TARGETS, Prefetcher
 from ..data.shards import run_world, shard_batches
@@ -36,7 +37,11 @@ __all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline']
 
 @dataclass(frozen=True)
 class RunArgs:
-    """The arguments of one run (``None`` limits: one epoch for ``run``/``gen_batch``, infinite for ``next_batch``)."""
+    """The arguments of one run (``None`` limits: one epoch for ``run``/``gen_batch``, infinite for ``next_batch``).
+
+    The fields are the one list of run options: ``run``, ``gen_batch`` and ``next_batch`` pass theirs with
+    ``options(locals())``, ``merge`` fills the rest and ``check`` refuses what no run could use.
+    """
     batch_size: int | None = None
     shuffle: bool | int = False
     n_epochs: int | None = None
@@ -50,6 +55,16 @@ class RunArgs:
     checkpoint: Any = None
     resume: Any = False
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def options(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The run options among ``values`` (a method's arguments: ``locals()``), by their field names."""
+        return {name: values[name] for name in _OPTIONS if name in values}
+
+    @property
+    def in_processes(self) -> bool:
+        """Whether batches are processed in worker processes (``prefetch > 0`` and ``target='processes'``)."""
+        return self.prefetch > 0 and self.target == 'processes'
 
     @classmethod
     def merge(cls, stored: RunArgs | None, *, extra: Mapping[str, Any] | None = None, **given: Any) -> RunArgs:
@@ -89,6 +104,10 @@ class RunArgs:
         return f"RunArgs({', '.join(shown)})"
 
 
+# The options that run, gen_batch and next_batch take by name (``extra`` gathers the other keyword arguments).
+_OPTIONS = tuple(f.name for f in fields(RunArgs) if f.name != 'extra')
+
+
 def _check_count(name: str, value: Any, allow_none: bool, minimum: int = 1) -> None:
     if value is None and allow_none:
         return
@@ -110,7 +129,10 @@ def run_pipeline(pipeline: Any, args: RunArgs, reset: Any = None) -> Any:
 
 
 def next_batch(pipeline: Any, args: RunArgs, reset: Any = None) -> Any:
-    """The next batch of the iteration kept in the pipeline's state (a new one for new arguments)."""
+    """The next batch of the iteration kept in the pipeline's state (a new one for new arguments).
+
+    A batch that raises ends the iteration: later calls raise ``RuntimeError`` until ``reset='iter'``.
+    """
     state = pipeline.state
     with state.lock:
         if reset is not None:
@@ -118,7 +140,7 @@ def next_batch(pipeline: Any, args: RunArgs, reset: Any = None) -> Any:
         if state.iterator is None or state.iterator_args != args:
             state.close_iterator()
             # A weak proxy: the state holds this iterator, which must not keep the pipeline alive in turn.
-            state.iterator = iterate(weakref.proxy(pipeline), args, infinite=True)
+            state.iterator = NextIteration(iterate(weakref.proxy(pipeline), args, infinite=True))
             state.iterator_args = args
         return next(state.iterator)
 
@@ -140,8 +162,7 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     if args.batch_size is None:
         raise ValueError("Expected a batch size. Received: batch_size=None. Pass run(batch_size) or store one "
                          "with run(batch_size, lazy=True).")
-    in_processes = args.prefetch > 0 and args.target == 'processes'
-    if in_processes:
+    if args.in_processes:
         check_processes(pipeline, args.profile)
     n_epochs, n_iters = args.n_epochs, args.n_iters
     if n_epochs is None and n_iters is None and not infinite:
@@ -191,7 +212,7 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
              ahead: bool, checkpoints: RunCheckpoints | None, main: bool = True) -> Iterator[Any]:
     # Only `pipeline` is kept here, never its state: next_batch passes a weak proxy, so that the iterator its state
     # holds does not keep the pipeline (and the prefetch workers) alive once the user drops it.
-    in_processes = args.prefetch > 0 and args.target == 'processes'
+    in_processes = args.in_processes
     # A checkpoint is taken between two batches: stateful actions run in the caller's thread, as for gen_batch.
     defer = not in_processes and ((args.prefetch > 0 and not ahead) or checkpoints is not None)
     locks = OrderedLocks() if args.prefetch else None
@@ -276,7 +297,7 @@ def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | N
 
 def _prefetcher(args: RunArgs, indices: Iterator, runner: BatchRunner, locks: Any, started: bool) -> Prefetcher:
     """The prefetcher of the first stage: whole batches, or (``started``) contexts for the deferred steps."""
-    in_processes = args.prefetch > 0 and args.target == 'processes'
+    in_processes = args.in_processes
     process = InProcess(runner) if in_processes else runner.start if started else runner.process
     try:
         return Prefetcher(indices, process, args.prefetch, target=args.target,

@@ -21,15 +21,21 @@ __all__ = ['STRUCTURAL', 'call', 'init_variable', 'print_action', 'update']
 STRUCTURAL = ('join', 'merge', 'rebatch')
 
 
-def _declare_variable(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    def normalise(name: str, default: Any = None) -> dict:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"Expected a variable name (a non-empty str). Received: name={name!r}")
-        return {'name': name, 'default': default}
-    return (), normalise(*args, **kwargs)
+def _normalised(arguments: Callable[..., dict]) -> Callable[[tuple, dict], tuple[tuple, dict]]:
+    """The ``on_declare`` that passes a built-in's arguments as the keywords ``arguments`` returns; the call has
+    been bound to ``arguments``' parameters (the built-in's ``signature``) already, in ``make_record``."""
+    def declare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        return (), arguments(*args, **kwargs)
+    return declare
 
 
-@builtin(per_batch=False, on_declare=_declare_variable)
+def _variable_arguments(name: str, default: Any = None) -> dict:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"Expected a variable name (a non-empty str). Received: name={name!r}")
+    return {'name': name, 'default': default}
+
+
+@builtin(per_batch=False, on_declare=_normalised(_variable_arguments), signature=_variable_arguments)
 def init_variable(ctx: Context, name: str, default: Any = None) -> None:
     """Declare the variable ``name`` with ``default``; set once per pipeline lifetime, before the first batch.
 
@@ -40,18 +46,16 @@ def init_variable(ctx: Context, name: str, default: Any = None) -> None:
         ctx.variables.setdefault(name, default)
 
 
-def _declare_update(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    def normalise(target: Any, value: Any = None, mode: str = 'w') -> dict:
-        if not callable(getattr(target, 'set', None)):
-            raise TypeError(f"Expected an assignable named expression as the target (V('x'), B('images')...). "
-                            f"Received: target={target!r}")
-        if mode not in ('w', 'a', 'e', 'u'):
-            raise ValueError(f"Expected mode 'w', 'a', 'e' or 'u'. Received: mode={mode!r}")
-        return {'target': target, 'value': value, 'mode': mode}
-    return (), normalise(*args, **kwargs)
+def _update_arguments(target: Any, value: Any = None, mode: str = 'w') -> dict:
+    if not callable(getattr(target, 'set', None)):
+        raise TypeError(f"Expected an assignable named expression as the target (V('x'), B('images')...). "
+                        f"Received: target={target!r}")
+    if mode not in ('w', 'a', 'e', 'u'):
+        raise ValueError(f"Expected mode 'w', 'a', 'e' or 'u'. Received: mode={mode!r}")
+    return {'target': target, 'value': value, 'mode': mode}
 
 
-@builtin(keep=('target',), on_declare=_declare_update)
+@builtin(keep=('target',), on_declare=_normalised(_update_arguments), signature=_update_arguments)
 def update(ctx: Context, target: Any, value: Any = None, mode: str = 'w') -> None:
     """Assign ``value`` to ``target`` (``V('x')``, ``B('comp')``...); ``mode`` ``'w'`` keeps the target's own mode."""
     if mode == 'w':
@@ -60,7 +64,8 @@ def update(ctx: Context, target: Any, value: Any = None, mode: str = 'w') -> Non
         target.set(value, ctx, mode=mode)
 
 
-builtin('save_to', keep=('target',), on_declare=_declare_update)(update)
+builtin('save_to', keep=('target',), on_declare=_normalised(_update_arguments),
+        signature=_update_arguments)(update)
 
 
 def _declare_call(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -80,7 +85,12 @@ def call(ctx: Context, func: Callable, *args: Any, save_to: Any = None, **kwargs
         assign(save_to, result, ctx)
 
 
-@builtin('print')
+def _print_form(*args: Any, sep: str | None = ' ', end: str | None = '\n', file: Any = None,
+                flush: bool = False) -> None:
+    """The arguments of the ``print`` action: those of the built-in ``print``."""
+
+
+@builtin('print', signature=_print_form)
 def print_action(ctx: Context, *args: Any, **kwargs: Any) -> None:
     """Print the evaluated arguments (``print(B.size, V('loss'))``), like the built-in ``print``; in a distributed
     run, on rank 0 only."""
@@ -107,17 +117,15 @@ def _declare_pipelines(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, {}
 
 
-def _declare_rebatch(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    def normalise(batch_size: int, merge: Callable | None = None, components: Any = None,
-                  batch_class: type | None = None, drop_last: bool = False) -> dict:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-            raise ValueError(f"Expected rebatch's batch_size to be a positive int. Received: {batch_size!r}")
-        if merge is not None and not callable(merge):
-            raise TypeError(f"Expected merge to be a callable merge(batches, batch_size) -> (batch, rest). "
-                            f"Received: merge={merge!r}")
-        return {'batch_size': int(batch_size), 'merge': merge, 'drop_last': bool(drop_last),
-                'options': _merge_options(components, batch_class)}
-    return (), normalise(*args, **kwargs)
+def _rebatch_arguments(batch_size: int, merge: Callable | None = None, components: Any = None,
+                       batch_class: type | None = None, drop_last: bool = False) -> dict:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise ValueError(f"Expected rebatch's batch_size to be a positive int. Received: {batch_size!r}")
+    if merge is not None and not callable(merge):
+        raise TypeError(f"Expected merge to be a callable merge(batches, batch_size) -> (batch, rest). "
+                        f"Received: merge={merge!r}")
+    return {'batch_size': int(batch_size), 'merge': merge, 'drop_last': bool(drop_last),
+            'options': _merge_options(components, batch_class)}
 
 
 def _merge_options(components: Any, batch_class: type | None) -> dict:
@@ -129,14 +137,22 @@ def _merge_options(components: Any, batch_class: type | None) -> dict:
 
 
 def _declare_merge(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    def normalise(fn: Callable | None = None, components: Any = None, batch_class: type | None = None) -> dict:
-        if fn is not None and not callable(fn):
-            raise TypeError(f"Expected fn to be a callable fn(batches) -> (batch, rest). Received: fn={fn!r}")
-        return {'fn': fn, 'options': _merge_options(components, batch_class)}
+    fn = kwargs.get('fn')                           # the keywords are _merge_form's: make_record checked them
+    if fn is not None and not callable(fn):
+        raise TypeError(f"Expected fn to be a callable fn(batches) -> (batch, rest). Received: fn={fn!r}")
     _declare_pipelines(args, {})
-    return args, normalise(**kwargs)
+    return args, {'fn': fn, 'options': _merge_options(kwargs.get('components'), kwargs.get('batch_class'))}
 
 
-builtin('join', on_declare=_declare_pipelines)(_structural)
-builtin('merge', on_declare=_declare_merge)(_structural)
-builtin('rebatch', on_declare=_declare_rebatch)(_structural)
+def _join_form(*pipelines: Pipeline) -> None:
+    """The arguments of ``join``."""
+
+
+def _merge_form(*pipelines: Pipeline, fn: Callable | None = None, components: Any = None,
+                batch_class: type | None = None) -> None:
+    """The arguments of ``merge``."""
+
+
+builtin('join', on_declare=_declare_pipelines, signature=_join_form)(_structural)
+builtin('merge', on_declare=_declare_merge, signature=_merge_form)(_structural)
+builtin('rebatch', on_declare=_normalised(_rebatch_arguments), signature=_rebatch_arguments)(_structural)

@@ -282,9 +282,7 @@ class Pipeline(PipelineAliases):
         """
         from ..execution.run import RunArgs, run_pipeline
         bar = bar_or_notifier(bar, notifier)
-        args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
-                             n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
-                             profile=profile, target=target, checkpoint=checkpoint, resume=resume, extra=kwargs)
+        args = RunArgs.merge(self._run_args, extra=kwargs, **RunArgs.options(locals()))
         if lazy:
             return self._replace(run_args=args)
         return run_pipeline(self, args, reset)
@@ -302,9 +300,7 @@ class Pipeline(PipelineAliases):
         """
         from ..execution.run import RunArgs, iterate
         bar = bar_or_notifier(bar, notifier)
-        args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
-                             n_iters=n_iters, drop_last=drop_last, bar=bar, prefetch=prefetch, seed=seed,
-                             profile=profile, target=target, checkpoint=checkpoint, resume=resume, extra=kwargs)
+        args = RunArgs.merge(self._run_args, extra=kwargs, **RunArgs.options(locals()))
         return iterate(self, args, reset)
 
     def next_batch(self, batch_size: int | None = None, shuffle: bool | int | None = None,
@@ -314,16 +310,17 @@ class Pipeline(PipelineAliases):
         """Process and return the next batch, continuing one iterator across calls.
 
         The iterator is infinite unless ``n_epochs`` or ``n_iters`` is given (then ``StopIteration`` ends it);
-        calling with different arguments starts a new one, and so does ``reset='iter'``.
+        calling with different arguments starts a new one, and so does ``reset='iter'``. A batch that raises ends
+        the iteration: later calls raise ``RuntimeError`` naming that batch until ``reset='iter'`` (raise
+        ``SkipBatch`` in an action to drop a batch and go on).
         """
         from ..execution.run import RunArgs, next_batch
-        # shuffle=True and shuffle=1 compare equal but mean different runs, hence its type in the key.
-        given = (batch_size, shuffle, type(shuffle), n_epochs, n_iters, drop_last, prefetch, seed, target)
+        options = RunArgs.options(locals())
+        # shuffle=True and shuffle=1 compare equal but mean different runs, hence the types in the key.
+        given = tuple((name, value, type(value)) for name, value in options.items())
         cached = self._state.next_args
         if kwargs or cached is None or cached[0] != given:
-            args = RunArgs.merge(self._run_args, batch_size=batch_size, shuffle=shuffle, n_epochs=n_epochs,
-                                 n_iters=n_iters, drop_last=drop_last, prefetch=prefetch, seed=seed, target=target,
-                                 extra=kwargs)
+            args = RunArgs.merge(self._run_args, extra=kwargs, **options)
             self._state.next_args = None if kwargs else (given, args)
         else:
             args = cached[1]

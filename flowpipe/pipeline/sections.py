@@ -49,12 +49,15 @@ def adder(pipeline: Any, name: str, section: str) -> Callable[..., Any]:
 
 
 def make_record(name: str, args: tuple, kwargs: dict) -> ActionRecord:
-    """The frozen record of ``name(*args, **kwargs)``, with ``use_lock`` taken out and built-ins validated."""
+    """The frozen record of ``name(*args, **kwargs)``, with ``use_lock`` taken out and built-ins validated (their
+    keywords, then their ``on_declare``)."""
     kwargs = dict(kwargs)
     use_lock = kwargs.pop('use_lock', None)
     if use_lock is not None and not isinstance(use_lock, bool):
         raise TypeError(f"Expected use_lock to be True or False. Received: use_lock={use_lock!r}")
     spec = get_builtin(name)
+    if spec is not None:
+        spec.check_call(args, kwargs)       # here, once for all built-ins: before on_declare's own checks
     if spec is not None and spec.on_declare is not None:
         args, kwargs = spec.on_declare(tuple(args), kwargs)
     return ActionRecord(name, tuple(args), kwargs, use_lock)

@@ -1,4 +1,5 @@
 """Checkpoints: a run stopped at batch k and resumed ends exactly as the run that was never stopped."""
+import errno
 import os
 import signal
 import subprocess
@@ -124,6 +125,28 @@ def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypat
     assert os.listdir(tmp_path) == ['checkpoint-000000003.flowpipe']     # no temporary file left either
     assert files.read(str(tmp_path / 'checkpoint-000000003.flowpipe'))['batches'] == 3
     assert_same(reference, outcome(pipeline().run(**RUN, checkpoint=tmp_path, resume=True)))
+
+
+def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tmp_path, monkeypatch):
+    real_dump, calls, before = dill.dump, [], {}
+
+    def dump_until_the_disk_is_full(payload, file, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            before['bytes'] = (tmp_path / 'checkpoint-000000003.flowpipe').read_bytes()
+            file.write(b'the part that fitted')
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_dump(payload, file, **kwargs)
+    monkeypatch.setattr(files.dill, 'dump', dump_until_the_disk_is_full)
+    with pytest.raises(OSError) as caught:
+        pipeline().run(**RUN, checkpoint=tmp_path)
+    monkeypatch.undo()
+    assert caught.value.errno == errno.ENOSPC
+    note = '\n'.join(caught.value.__notes__)
+    assert str(tmp_path / 'checkpoint-000000004.flowpipe') in note
+    assert f"previous checkpoint {tmp_path / 'checkpoint-000000003.flowpipe'} is intact" in note
+    assert os.listdir(tmp_path) == ['checkpoint-000000003.flowpipe']     # the temporary file is removed
+    assert (tmp_path / 'checkpoint-000000003.flowpipe').read_bytes() == before['bytes']
 
 
 def test_a_different_pipeline_or_run_is_refused(tmp_path):

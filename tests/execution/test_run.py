@@ -100,6 +100,25 @@ def test_new_arguments_restart_next_batch():
     assert pipeline.next_batch(3).indices.tolist() == [0, 1, 2]
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('prefetch', [0, 2])
+def test_next_batch_after_a_failing_batch_names_it_until_reset(prefetch):
+    def check(batch):
+        if 4 in batch.indices:
+            raise ValueError('item 4 is broken')
+    pipeline = make_dataset(10).p.call(check, B())
+    assert [pipeline.next_batch(2, prefetch=prefetch).indices.tolist() for _ in range(2)] == [[0, 1], [2, 3]]
+    with pytest.raises(ValueError, match='item 4 is broken') as failed:
+        pipeline.next_batch(2, prefetch=prefetch)
+    assert "iteration at its batch #2" in failed.value.__notes__[-1]
+    for _ in range(2):                             # a loop that catches and goes on is told, not ended silently
+        with pytest.raises(RuntimeError, match=r"batch #2 .*item 4 is broken.*reset='iter'") as again:
+            pipeline.next_batch(2, prefetch=prefetch)
+        assert again.value.__cause__ is failed.value
+    assert _wait_until(lambda: not _prefetch_threads())     # the failed iteration's workers are gone
+    assert pipeline.next_batch(2, prefetch=prefetch, reset='iter').indices.tolist() == [0, 1]
+
+
 def test_lazy_run_stores_arguments_in_a_new_pipeline():
     template = make_dataset().p.init_variable('n', 0).update(V('n'), V('n') + 1)
     lazy = template.run(5, n_epochs=2, lazy=True)

@@ -105,3 +105,55 @@ def test_structural_builtins_cannot_be_called_directly(name):
     from flowpipe.pipeline import get_builtin
     with pytest.raises(RuntimeError, match='execution'):
         get_builtin(name).func(None)
+
+
+@pytest.mark.parametrize('declare, action, suggested', [
+    (lambda p: p.update(V('x'), 1, mdoe='a'), 'update', "'mode'"),
+    (lambda p: p.save_to(V('x'), 1, mdoe='a'), 'save_to', "'mode'"),
+    (lambda p: p.init_variable('x', defualt=0), 'init_variable', "'default'"),
+    (lambda p: p.before.init_variable('x', defualt=0), 'init_variable', "'default'"),
+    (lambda p: p.rebatch(4, dorp_last=True), 'rebatch', "'drop_last'"),
+    (lambda p: p.merge(Pipeline(), fnn=None), 'merge', "'fn'"),
+    (lambda p: p.print(B.size, edn=''), 'print', "'end'"),
+    (lambda p: p.save_model('net', pth='net.pt'), 'save_model', "'path'"),
+])
+def test_a_misspelt_keyword_names_the_action_and_suggests_at_declaration(declare, action, suggested):
+    with pytest.raises(TypeError, match=f"built-in action '{action}'. Did you mean {suggested}") as error:
+        declare(Pipeline())
+    assert f"Expected {action}(" in str(error.value) and '<locals>' not in str(error.value)
+
+
+@pytest.mark.parametrize('declare, received', [
+    (lambda p: p.update(), "update() (missing a required argument: 'target')"),
+    (lambda p: p.init_variable(), "init_variable() (missing a required argument: 'name')"),
+    (lambda p: p.rebatch(), "rebatch() (missing a required argument: 'batch_size')"),
+    (lambda p: p.update(V('x'), 1, 'a', 4), "update(V('x'), 1, 'a', 4) (too many positional arguments)"),
+    (lambda p: p.save_model('net'), "save_model('net') (missing a required argument: 'path')"),
+])
+def test_a_missing_or_extra_argument_names_the_action_and_its_form(declare, received):
+    with pytest.raises(TypeError) as error:
+        declare(Pipeline())
+    assert f"Received: {received}." in str(error.value) and '<locals>' not in str(error.value)
+    assert str(error.value).startswith(f"Expected {received.split('(')[0]}(")
+
+
+def test_every_built_in_checks_its_keywords_unless_it_passes_them_on():
+    from flowpipe.pipeline import builtin_names, get_builtin
+    from flowpipe.pipeline.sections import make_record
+    passing_on = []
+    for name in builtin_names():
+        if '**' in str(get_builtin(name).call_form()):
+            passing_on.append(name)
+            continue
+        with pytest.raises(TypeError, match=f"unknown keyword zzz=1 of the built-in action '{name}'"):
+            make_record(name, (), {'zzz': 1})
+    # These hand extra keywords to a function, a model or a metrics class.
+    assert passing_on == ['call', 'gather_metrics', 'predict_model', 'train_model']
+
+
+def test_known_keywords_of_built_ins_are_kept():
+    pipeline = Pipeline().print(B.size, end='').rebatch(4, drop_last=True).call(print, 1, sep='-')
+    assert [dict(record.kwargs) for record in pipeline.actions][::2] == [{'end': ''}, {'sep': '-'}]
+    # init_model reads both of its argument orders itself: only its keywords are checked here.
+    both = Pipeline().init_model('dynamic', dict, 'net', config={}).init_model('other', dict, mode='dynamic')
+    assert [record.kwargs['name'] for record in both.actions] == ['net', 'other']
