@@ -208,7 +208,11 @@ def _declare_init(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return (), {'name': name, 'model_class': model_class, 'mode': mode, 'config': config, 'static': static}
 
 
-@builtin(evaluate=False, on_declare=_declare_init)
+def _init_form(name, model_class=None, mode='dynamic', config=None):  # noqa: ANN001, ANN202 - a form to bind
+    """What users pass to ``init_model`` (the mode-first order binds to it positionally as well)."""
+
+
+@builtin(evaluate=False, on_declare=_declare_init, signature=_init_form)
 def init_model(ctx: Context, name: str, model_class: Any, mode: str, config: Any, static: Any) -> None:
     """Register the model ``name`` in the pipeline: the static one, or a pending dynamic one."""
     if name in ctx.models:

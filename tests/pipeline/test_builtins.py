@@ -116,6 +116,7 @@ def test_structural_builtins_cannot_be_called_directly(name):
     (lambda p: p.merge(Pipeline(), fnn=None), 'merge', "'fn'"),
     (lambda p: p.print(B.size, edn=''), 'print', "'end'"),
     (lambda p: p.save_model('net', pth='net.pt'), 'save_model', "'path'"),
+    (lambda p: p.init_model('net', None, cofnig={}), 'init_model', "'config'"),
 ])
 def test_a_misspelt_keyword_names_the_action_and_suggests_at_declaration(declare, action, suggested):
     with pytest.raises(TypeError, match=f"built-in action '{action}'. Did you mean {suggested}") as error:
@@ -135,6 +136,13 @@ def test_a_missing_or_extra_argument_names_the_action_and_its_form(declare, rece
         declare(Pipeline())
     assert f"Received: {received}." in str(error.value) and '<locals>' not in str(error.value)
     assert str(error.value).startswith(f"Expected {received.split('(')[0]}(")
+
+
+def test_init_model_shows_the_arguments_users_pass_not_its_internal_ones():
+    with pytest.raises(TypeError, match=r"Expected init_model\(name, model_class=None, mode='dynamic', config=None\)\. "
+                                        r"Received: unknown keyword static=1"):
+        Pipeline().init_model('net', static=1)
+    Pipeline().init_model('dynamic', None, 'net', config={})     # the mode-first order binds to the same form
 
 
 def test_every_built_in_checks_its_keywords_unless_it_passes_them_on():
