@@ -244,6 +244,7 @@ def test_gen_batch_checkpoints_when_the_loop_asks_for_the_next_batch(tmp_path):
     rest = [batch.indices.tolist() for batch in pipeline().gen_batch(**RUN, checkpoint=tmp_path, resume=True)]
     assert first + rest == seen
 
+
 @pytest.mark.slow     # a killed process: run in CI or with FLOWPIPE_SLOW=1
 def test_a_killed_process_resumes_to_the_uninterrupted_result(tmp_path):
     """A real SIGKILL in the middle of a run (maybe in the middle of a write), then a fresh process resumes."""
