@@ -275,3 +275,27 @@ def from_rank_0_failing():
     except Exception as error:      # noqa: BLE001 - the test compares the ranks' errors
         return f'{type(error).__name__}: {error}'
     return 'no error'
+
+
+def train_counting_on_own_group(batch_size, microbatch=None):
+    """``train`` for one epoch with the item counts exchanged on a gloo group of the engine's own, as in a NCCL
+    job; the result, how many groups the engine made and how many all-gathers ran on them."""
+    from flowpipe.parallel.engines import distributed as engine_module
+    dist = engine_module.dist
+    made, on_made = [], []
+    new_group, all_gather = dist.new_group, dist.all_gather
+
+    def recording_group(*args, **kwargs):
+        made.append(new_group(*args, **kwargs))
+        return made[-1]
+
+    def recording_gather(*args, group=None, **kwargs):
+        on_made.append(group is not None and any(group is own for own in made))
+        return all_gather(*args, group=group, **kwargs)
+    engine_module._counts_need_own_group = lambda backend: True
+    dist.new_group, dist.all_gather = recording_group, recording_gather
+    try:
+        result = train(batch_size, microbatch, n_epochs=1)
+    finally:
+        dist.new_group, dist.all_gather = new_group, all_gather
+    return {**result, 'own_groups': len(made), 'gathers_on_own': sum(on_made)}

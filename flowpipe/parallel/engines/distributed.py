@@ -2,8 +2,9 @@
 
 The run loop hands every rank its contiguous shard of the global batch (``flowpipe.execution``). A step here:
 
-1. the ranks exchange their item counts (one small all-gather), so every rank knows the global batch size ``n``
-   and whether some rank is idle (a global batch smaller than the world);
+1. the ranks exchange their item counts (one small all-gather of CPU tensors, on a gloo group of its own when the
+   job's group is NCCL, so the host never waits for the GPUs' queue there), so every rank knows the global batch
+   size ``n`` and whether some rank is idle (a global batch smaller than the world);
 2. each piece (a micro-batch chunk of the shard) runs forward and backward through the DDP module, its mean loss
    weighted by ``piece_size / n``; DDP's gradient all-reduce is skipped (``no_sync``) until the last piece and
    sums (a communication hook without DDP's division by the world size), so every rank holds the gradient of
@@ -50,6 +51,12 @@ __all__ = ['DistributedEngine']
 _NO_BUFFER_SYNC = ({'forward_sync_buffers': False}
                    if 'forward_sync_buffers' in inspect.signature(nn.parallel.DistributedDataParallel).parameters
                    else {'broadcast_buffers': False})
+
+
+def _counts_need_own_group(backend: str) -> bool:
+    """Whether the count exchange needs a gloo group of its own: a group whose collectives run on GPUs (NCCL)
+    cannot exchange CPU tensors, and GPU tensors would make the host wait for the device's queue."""
+    return backend != 'gloo'
 
 
 def _sum_hook(state, bucket):  # noqa: ANN001 - DDP checks the annotations of a hook: none is accepted
@@ -108,10 +115,18 @@ class DistributedEngine(Engine):
         self._inner = module
         self._rank = dist.get_rank()
         self._group_device = device if dist.get_backend() == 'nccl' else torch.device('cpu')
+        # the count exchange runs on the CPU: on a GPU group it would make the host wait for the device every step
+        self._counts_group = dist.new_group(backend='gloo') if _counts_need_own_group(dist.get_backend()) else None
         self.counts: tuple[int, ...] | None = None
         self._idle_rank = False
         self.steps = 0
         self._phase, self._batch = '', -1
+
+    def close(self) -> None:
+        """Release the count exchange's own group (if any) while the job's group lives."""
+        group, self._counts_group = self._counts_group, None
+        if group is not None and dist.is_initialized():
+            dist.destroy_process_group(group)
 
     @property
     def module(self) -> nn.Module:
@@ -175,9 +190,9 @@ class DistributedEngine(Engine):
         shard = current_shard()
         self._batch = -1 if shard is None else shard.batch
         self._phase = 'the exchange of item counts'
-        mine = torch.tensor([local, self._batch], dtype=torch.int64, device=self._group_device)
+        mine = torch.tensor([local, self._batch], dtype=torch.int64)
         every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-        dist.all_gather(every, mine)
+        dist.all_gather(every, mine, group=self._counts_group)
         rows = torch.stack(every).tolist()
         self._phase = 'the gradient all-reduce'
         batches = [int(batch) for _, batch in rows]
