@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 __all__ = ['BACKEND_VARIABLE', 'TIMEOUT_VARIABLE', 'World', 'all_gather', 'barrier', 'broadcast', 'collective',
-           'current', 'default_backend', 'from_rank_0', 'gather', 'gather_batches', 'init', 'is_main', 'rank',
-           'reduce', 'requested', 'setup', 'shutdown', 'world_size']
+           'current', 'default_backend', 'from_rank_0', 'gather', 'gather_batches', 'group_timeout', 'init',
+           'is_main', 'rank', 'reduce', 'requested', 'setup', 'shutdown', 'world_size']
 
 TIMEOUT_VARIABLE = 'FLOWPIPE_DIST_TIMEOUT'
 BACKEND_VARIABLE = 'FLOWPIPE_DIST_BACKEND'
@@ -167,6 +167,12 @@ def init(backend: str | None = None, timeout: Any = None) -> World | None:
         atexit.register(shutdown)
         _STATE['exit_hook'] = True
     return current()
+
+
+def group_timeout() -> datetime.timedelta | None:
+    """The timeout this module gave the job's process group, ``None`` where torch's default holds (a group made
+    elsewhere, or no timeout given)."""
+    return _STATE['timeout']
 
 
 def setup() -> World | None:

@@ -116,7 +116,10 @@ class DistributedEngine(Engine):
         self._rank = dist.get_rank()
         self._group_device = device if dist.get_backend() == 'nccl' else torch.device('cpu')
         # the count exchange runs on the CPU: on a GPU group it would make the host wait for the device every step
-        self._counts_group = dist.new_group(backend='gloo') if _counts_need_own_group(dist.get_backend()) else None
+        self._counts_group = None
+        if _counts_need_own_group(dist.get_backend()):
+            limit = distributed.group_timeout()
+            self._counts_group = dist.new_group(backend='gloo', **({} if limit is None else {'timeout': limit}))
         self.counts: tuple[int, ...] | None = None
         self._idle_rank = False
         self.steps = 0
