@@ -4,7 +4,8 @@ Every rank draws the same global batches only when every rank runs the same pipe
 epochs or iterations, ``drop_last``, shuffle and seed on the same index. A rank given other arguments (a typo,
 an environment variable) would train on other batches, silently or until a collective times out. So a run starts
 with one all-gather of each rank's terms (run arguments, dataset, actions and config, as the checkpoints'
-fingerprint writes them) and of its root seed: any difference raises ``ValueError`` on every rank, naming the
+fingerprint writes them; config keys named ``device`` are left out, as each rank may name its own GPU there) and of
+its root seed: any difference raises ``ValueError`` on every rank, naming the
 ranks and their values; otherwise every rank takes rank 0's seed (the one the run drew, when none was given).
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .checkpoint import fingerprint
+from .checkpoint import stable_repr, fingerprint
 
 __all__ = ['agree_on_run']
 
@@ -46,7 +47,9 @@ def agree_on_run(world: Any, pipeline: Any, args: Any, n_epochs: int | None, n_i
 def _terms(pipeline: Any, args: Any, world_size: int) -> dict[str, Any]:
     """The terms that decide the batches, by name: each run argument, the dataset, the config, the actions."""
     saved = fingerprint(pipeline, args, world_size)
-    return {**saved['run'], 'dataset': saved['dataset'], 'config': saved['config'], 'actions': saved['actions']}
+    config = {key: value for key, value in pipeline.config.flatten().items()
+              if not (isinstance(key, str) and key.rsplit('/', 1)[-1] == 'device')}
+    return {**saved['run'], 'dataset': saved['dataset'], 'config': stable_repr(config), 'actions': saved['actions']}
 
 
 def _differences(every: list[dict[str, Any]]) -> list[str]:

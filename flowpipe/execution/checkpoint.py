@@ -22,7 +22,7 @@ from ..errors import add_note
 from .nodes import CheckpointError
 
 __all__ = ['Checkpoint', 'FORMAT', 'as_checkpoint', 'differences', 'fingerprint', 'latest', 'latest_in', 'read',
-           'write']
+           'stable_repr', 'write']
 
 FORMAT = 'flowpipe-checkpoint'
 FORMAT_VERSION = 1
@@ -159,7 +159,7 @@ def read(path: str) -> dict:
 
 # ----- what must match to resume -----
 
-def _stable(value: Any) -> str:
+def stable_repr(value: Any) -> str:
     """``repr`` without memory addresses (functions, objects), so it is the same in every process."""
     return _ADDRESS.sub('', repr(value))
 
@@ -167,16 +167,16 @@ def _stable(value: Any) -> str:
 def fingerprint(pipeline: Any, args: Any, world_size: int = 1) -> dict[str, Any]:
     """What decides a run's batches besides its state: the actions, config, dataset, run arguments and the number
     of processes of a distributed job."""
-    actions = [_stable(record) for record in pipeline.all_records()]
+    actions = [stable_repr(record) for record in pipeline.all_records()]
     index = pipeline.dataset.index
     ids = index.indices
     data = ids.tobytes() if ids.dtype.kind in 'iuf' else repr(ids.tolist()).encode()
     run = {'batch_size': args.batch_size, 'shuffle': args.shuffle, 'n_epochs': args.n_epochs,
            'n_iters': args.n_iters, 'drop_last': args.drop_last, 'seed': args.seed, 'world_size': world_size,
            **dict(args.extra)}
-    return {'actions': actions, 'config': _stable(dict(pipeline.config)),
+    return {'actions': actions, 'config': stable_repr(dict(pipeline.config)),
             'dataset': f'{type(pipeline.dataset).__name__} of {len(ids)} items (ids crc32 {zlib.crc32(data)})',
-            'run': {key: _stable(value) for key, value in run.items()}}
+            'run': {key: stable_repr(value) for key, value in run.items()}}
 
 
 def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:

@@ -52,3 +52,11 @@ def test_ranks_with_other_run_arguments_are_refused_naming_them(monkeypatch, oth
 
 def test_outside_a_job_there_is_nothing_to_agree_on():
     assert agree_on_run(None, _pipeline(), RunArgs(batch_size=3), 1, None, (4, True)) == (4, True)
+
+
+def test_a_device_in_the_config_may_name_each_ranks_own_gpu(monkeypatch):
+    args = RunArgs(batch_size=3)
+    mine, other = _pipeline() << {'device': 'cuda:0', 'lr': 0.1}, _pipeline() << {'device': 'cuda:1', 'lr': 0.1}
+    assert _agree(monkeypatch, (mine, args, 4), (other, args, 4)) == (4, False)
+    with pytest.raises(ValueError, match=r"config=.*'lr': 0\.1.* on rank 0 vs config=.*'lr': 0\.2.* on rank 1"):
+        _agree(monkeypatch, (mine, args, 4), (_pipeline() << {'device': 'cuda:1', 'lr': 0.2}, args, 4))
