@@ -149,10 +149,11 @@ def _plain_text(text: str | list[str]) -> str:
     text = ''.join(text) if isinstance(text, list) else text
     text = '\n'.join(line.rsplit('\r', 1)[-1] if '\r' in line.rstrip('\r') else line.rstrip('\r')
                      for line in text.split('\n'))
+    # the checkout first: it may itself lie in the temporary folder (a fresh clone in /tmp)
+    text = text.replace(str(HERE.parent), '.')
     # temporary folders have random names: one placeholder keeps the stored text the same from run to run
     text = re.sub(re.escape(tempfile.gettempdir()) + r'/[^\s\'"/]+', '<temporary folder>', text)
-    for folder, shown in ((HERE.parent, '.'), (Path.home(), '~')):
-        text = text.replace(str(folder), shown)
+    text = text.replace(str(Path.home()), '~')
     # installed packages, wherever the environment lives (warnings name the file that raised them)
     return re.sub(r'[^\s\'"]*/site-packages/', '.../site-packages/', text)
 
