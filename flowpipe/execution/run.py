@@ -290,8 +290,10 @@ def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | N
         parts.append((0, plan.deferred, None))
     parts += [(stage, steps, None) for stage, steps in enumerate(plan.stages[1:], 1)]
     firsts = itertools.accumulate((len(steps) for _, steps, _ in parts), initial=0)
+    size = len(pipeline.dataset.index)
+    epoch_items = size - size % args.batch_size if args.drop_last else size     # the stream's epoch, see sampling
     return [BatchRunner(pipeline, steps, seeds[0], stage, total if stage == 0 else None, stage_locks, profiler,
-                        first, seeds[1])
+                        first, seeds[1], epoch_items if stage == 0 else None)
             for (stage, steps, stage_locks), first in zip(parts, firsts)]
 
 

@@ -47,6 +47,8 @@ class Context:
         random: the batch's own ``numpy.random.Generator`` (``R``): the batch's ``random`` if it has one, else
             made from ``seed`` on first use.
         pipeline: the running ``Pipeline`` (for built-in actions that need it).
+        epoch_items: items one epoch of the run feeds (the dataset's, less what ``drop_last`` drops), for a
+            per-epoch learning-rate schedule; ``None`` outside the first stage of a run.
     """
     batch: Any = None
     dataset: Any = None
@@ -57,6 +59,7 @@ class Context:
     total: int | None = None
     seed: Any = None
     pipeline: Any = None
+    epoch_items: int | None = None
     _random: Any = None
 
     @property

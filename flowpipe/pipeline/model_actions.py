@@ -288,6 +288,8 @@ def _step(ctx: Context, method: str, name: str, args: tuple, kwargs: dict, save_
     model = get_model(ctx, name)
     if method == 'train' and 'seed' not in kwargs and isinstance(model, _default_class()):
         kwargs = {**kwargs, 'seed': step_seed(ctx, name, model.iteration)}
+    if method == 'train' and getattr(model, 'decay', None) is not None:
+        model.decay.epoch_items = ctx.epoch_items       # where a per-epoch schedule's epochs end
     with stepping(ctx.batch):       # the distributed engine checks that every rank steps on the same global batch
         result = getattr(model, method)(*args, **kwargs)
     if save_to is not None:

@@ -4,7 +4,8 @@ import torch
 from torch import nn
 
 from flowpipe.models.torch.losses import make_loss
-from flowpipe.models.torch.optimizers import make_decay, make_optimizer
+from flowpipe.models.torch.decay import make_decay
+from flowpipe.models.torch.optimizers import make_optimizer
 
 
 @pytest.mark.parametrize('name, cls', [('ce', nn.CrossEntropyLoss), ('CrossEntropy', nn.CrossEntropyLoss),

@@ -1,10 +1,10 @@
 """``TorchModel``: a network, its loss, optimizer and scheduler, built from one config.
 
 Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_loss`` the ``loss`` key,
-``optimizers`` the ``optimizer`` and ``decay`` keys, ``flowpipe.parallel`` the ``device``, ``microbatch``,
-``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile`` and ``pin_memory`` keys (one plan, one
-engine: every step is delegated to ``self.engine``) and ``clip_grad_norm`` (checked here, applied in the engine's
-step), ``io`` saving and loading.
+``optimizers`` the ``optimizer`` key, ``decay`` the ``decay`` key, ``flowpipe.parallel`` the ``device``,
+``microbatch``, ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile`` and ``pin_memory`` keys
+(one plan, one engine: every step is delegated to ``self.engine``) and ``clip_grad_norm`` (checked here, applied in
+the engine's step), ``io`` saving and loading.
 Ready networks (``ResNet18``...) are subclasses that only say how to make their ``nn.Module``.
 """
 from __future__ import annotations
@@ -25,9 +25,10 @@ from ...torchutils import to_tensor
 from . import io
 from .checks import BatchNormCheck, InputCheck, LossCheck
 from .config import ModelSpec, nest, parse_config, unknown_keys
+from .decay import make_decay
 from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require
 from .losses import make_loss
-from .optimizers import make_decay, make_optimizer
+from .optimizers import make_optimizer
 from .profiling import OpProfiler, profiled as _profiled
 
 __all__ = ['FETCHES', 'TorchModel', 'check_fetches']
@@ -51,7 +52,7 @@ class TorchModel:
         engine: the ``flowpipe.parallel`` engine every step goes through.
         loss_fn: ``loss_fn(outputs, *targets)``.
         optimizer: the optimizer over ``engine.parameters()``.
-        decay: the learning-rate scheduler wrapper, or ``None``.
+        decay: the learning-rate schedules (``flowpipe.models.torch.decay.Decay``), or ``None``.
         clip_grad_norm: the largest total 2-norm of the full-batch gradient, or ``None`` for no clipping.
         iteration: training batches seen so far.
     """
@@ -214,6 +215,8 @@ class TorchModel:
             self._input_check(self._named(net_inputs, net_targets), self.loss_fn)
             batch_size = int(net_inputs[0].shape[0])
             self._batch_norm_check(batch_size)      # before the step: a 1-item piece fails inside it
+            if self.decay is not None:
+                self.decay.before_batch()
             try:
                 result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
                                                 return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm,
@@ -225,7 +228,7 @@ class TorchModel:
             self.iteration += 1
             self._last_batch_size = batch_size
             if self.decay is not None:
-                self.decay.after_batch(self.iteration)
+                self.decay.after_batch(self.iteration, self._plan_batch_size(), lambda: float(result.loss))
         return self._fetch(fetches, names, lambda: float(result.loss), result.outputs)
 
     def predict(self, *args: Any, fetches: Any = None, inputs: Any = None, targets: Any = None,

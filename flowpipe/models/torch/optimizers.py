@@ -1,12 +1,8 @@
-"""Resolve the ``optimizer`` and ``decay`` keys of a model config.
+"""Resolve the ``optimizer`` key of a model config, and the name/class/dict forms it shares with ``decay``.
 
 ``optimizer``: a ``torch.optim`` class name (``'Adam'``, ``'sgd'``; case-insensitive), a dict
 ``{'name': 'SGD', 'lr': 0.1, ...}``, an optimizer class, or a callable ``params -> Optimizer``. Default: Adam.
-
-``decay``: a learning-rate scheduler, stepped after every ``frequency``-th training batch (default 1: per batch,
-as the model sees batches, not epochs). A ``torch.optim.lr_scheduler`` class name or short name
-(``'exp'``, ``'step'``, ``'cos'``, ``'lambda'``, ``'onecycle'``), a dict ``{'name': ..., 'frequency': n, **kwargs}``,
-a scheduler class, or a callable ``optimizer -> scheduler``.
+``decay`` is resolved by ``flowpipe.models.torch.decay`` with the helpers here.
 """
 from __future__ import annotations
 
@@ -16,16 +12,11 @@ from collections.abc import Mapping
 from typing import Any, Iterable
 
 import torch
-from torch.optim import lr_scheduler
 
-__all__ = ['Decay', 'make_decay', 'make_optimizer']
+__all__ = ['construct', 'find_class', 'make_optimizer', 'split_spec']
 
-_DECAY_ALIASES = {'exp': 'ExponentialLR', 'step': 'StepLR', 'multistep': 'MultiStepLR', 'cos': 'CosineAnnealingLR',
-                  'cosine': 'CosineAnnealingLR', 'lambda': 'LambdaLR', 'onecycle': 'OneCycleLR',
-                  'linear': 'LinearLR', 'poly': 'PolynomialLR'}
-
-
-def _split(spec: Any, what: str) -> tuple[Any, dict]:
+def split_spec(spec: Any, what: str) -> tuple[Any, dict]:
+    """``(name or class, kwargs)`` of a spec: a dict's ``name`` and its other items, or the spec itself and ``{}``."""
     if not isinstance(spec, Mapping):
         return spec, {}
     if 'name' not in spec:
@@ -34,7 +25,8 @@ def _split(spec: Any, what: str) -> tuple[Any, dict]:
     return spec['name'], {key: value for key, value in spec.items() if key != 'name'}
 
 
-def _find_class(name: str, namespace: dict, base: type, what: str, aliases: Mapping | None = None) -> type:
+def find_class(name: str, namespace: dict, base: type, what: str, aliases: Mapping | None = None) -> type:
+    """The subclass of ``base`` in ``namespace`` named ``name`` (any case, or an alias); else close names."""
     known = {key.lower(): cls for key, cls in namespace.items()
              if isinstance(cls, type) and issubclass(cls, base) and cls is not base and not key.startswith('_')}
     key = (aliases or {}).get(name.lower(), name).lower()
@@ -54,7 +46,7 @@ def _close_names(name: str, names: list[str]) -> list[str]:
     return [by_plain[key] for key in close]
 
 
-def _construct(cls: Any, first: Any, kwargs: dict, what: str, spec: Any) -> Any:
+def construct(cls: Any, first: Any, kwargs: dict, what: str, spec: Any) -> Any:
     """``cls(first, **kwargs)``; a class's ``TypeError`` about its arguments says which ones it requires."""
     try:
         return cls(first, **kwargs)
@@ -76,55 +68,14 @@ def _construct(cls: Any, first: Any, kwargs: dict, what: str, spec: Any) -> Any:
 
 def make_optimizer(spec: Any, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """An optimizer over ``params`` for a config's ``optimizer`` value (``None``: Adam with defaults)."""
-    spec, kwargs = _split('Adam' if spec is None else spec, 'optimizer')
+    spec, kwargs = split_spec('Adam' if spec is None else spec, 'optimizer')
     name = spec
     if isinstance(spec, str):
-        spec = _find_class(spec, vars(torch.optim), torch.optim.Optimizer, 'optimizer')
+        spec = find_class(spec, vars(torch.optim), torch.optim.Optimizer, 'optimizer')
     if not callable(spec):
         raise TypeError(f"Expected an optimizer name, class or callable(params). Received: optimizer={spec!r}.")
-    optimizer = _construct(spec, params, kwargs, 'optimizer', name)
+    optimizer = construct(spec, params, kwargs, 'optimizer', name)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"Expected the optimizer factory to return a torch.optim.Optimizer. "
                         f"Received: {type(optimizer).__name__}.")
     return optimizer
-
-
-class Decay:
-    """A scheduler stepped every ``frequency`` training batches."""
-
-    def __init__(self, scheduler: Any, frequency: int = 1):
-        if not isinstance(frequency, int) or frequency < 1:
-            raise ValueError(f"Expected decay 'frequency' as a positive int (batches between steps). "
-                             f"Received: frequency={frequency!r}.")
-        self.scheduler = scheduler
-        self.frequency = frequency
-
-    def after_batch(self, iteration: int) -> None:
-        """Step the scheduler if ``iteration`` (1-based count of training batches) is a multiple of frequency."""
-        if iteration % self.frequency == 0:
-            self.scheduler.step()
-
-    def state(self) -> dict:
-        """The scheduler's state, for save/load (its ``state_dict()``)."""
-        return self.scheduler.state_dict()
-
-    def load_state(self, state: dict) -> None:
-        """Restore the scheduler's state."""
-        self.scheduler.load_state_dict(state)
-
-    def __repr__(self) -> str:
-        return f"{type(self.scheduler).__name__}(every {self.frequency} batch{'es' * (self.frequency > 1)})"
-
-
-def make_decay(spec: Any, optimizer: torch.optim.Optimizer) -> Decay | None:
-    """A ``Decay`` for a config's ``decay`` value, or ``None`` when there is none."""
-    if spec is None:
-        return None
-    spec, kwargs = _split(spec, 'decay')
-    frequency = kwargs.pop('frequency', 1)
-    name = spec
-    if isinstance(spec, str):
-        spec = _find_class(spec, vars(lr_scheduler), lr_scheduler.LRScheduler, 'decay', _DECAY_ALIASES)
-    if not callable(spec):
-        raise TypeError(f"Expected a decay name, scheduler class or callable(optimizer). Received: decay={spec!r}.")
-    return Decay(_construct(spec, optimizer, kwargs, 'decay', name), frequency)
