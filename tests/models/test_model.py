@@ -213,7 +213,7 @@ def test_clip_grad_norm_clips_the_full_batch_gradient_whatever_the_devices():
 @pytest.mark.parametrize('config, error, match', [
     ({'clip_grad_norm': 0}, ValueError, r'positive number .* Received: clip_grad_norm=0\. Use None'),
     ({'clip_grad_norm': '1.0'}, TypeError, r"positive number .* Received: '1.0' of type str"),
-    ({'clip_grad_nrom': 1.0}, ValueError, r"'clip_grad_nrom'. Did you mean \['clip_grad_norm'\]"),
+    ({'clip_grad_nrom': 1.0}, ValueError, r"'clip_grad_nrom'. Did you mean \['clip_grad_norm'"),
 ])
 def test_bad_clip_grad_norm_is_an_error_when_the_model_is_built(config, error, match):
     with pytest.raises(error, match=match):

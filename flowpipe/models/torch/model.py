@@ -3,8 +3,8 @@
 Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_loss`` the ``loss`` key,
 ``optimizers`` the ``optimizer`` key, ``decay`` the ``decay`` key, ``flowpipe.parallel`` the ``device``,
 ``microbatch``, ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile`` and ``pin_memory`` keys
-(one plan, one engine: every step is delegated to ``self.engine``) and ``clip_grad_norm`` (checked here, applied in
-the engine's step), ``io`` saving and loading.
+(one plan, one engine: every step is delegated to ``self.engine``), ``clipping`` the ``clip_grad_value``,
+``clip_grad_norm`` and ``gradient_clipping`` keys (applied in the engine's step), ``io`` saving and loading.
 Ready networks (``ResNet18``...) are subclasses that only say how to make their ``nn.Module``.
 """
 from __future__ import annotations
@@ -20,10 +20,10 @@ import torch
 from torch import nn
 
 from ...parallel import build_engine, distributed, make_plan
-from ...parallel.engines import check_max_norm
 from ...torchutils import to_tensor
 from . import io
 from .checks import BatchNormCheck, InputCheck, LossCheck
+from .clipping import read_clipping
 from .config import ModelSpec, nest, parse_config, unknown_keys
 from .decay import make_decay
 from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require
@@ -53,6 +53,8 @@ class TorchModel:
         loss_fn: ``loss_fn(outputs, *targets)``.
         optimizer: the optimizer over ``engine.parameters()``.
         decay: the learning-rate schedules (``flowpipe.models.torch.decay.Decay``), or ``None``.
+        clip_grad_value: the largest absolute entry of the full-batch gradient (or a callable ``grad -> grad``),
+            or ``None``; applied before ``clip_grad_norm``.
         clip_grad_norm: the largest total 2-norm of the full-batch gradient, or ``None`` for no clipping.
         iteration: training batches seen so far.
     """
@@ -71,7 +73,7 @@ class TorchModel:
         self.spec: ModelSpec = parse_config(self.config)
         self._warn_unknown_keys()
         self.engine = self.loss_fn = self.optimizer = self.decay = None
-        self.clip_grad_norm = check_max_norm(self.spec.get('clip_grad_norm'))
+        self.clip_grad_value, self.clip_grad_norm = read_clipping(self.spec)
         self._loss_check = LossCheck(self.spec.get('nonfinite_loss'))
         self._input_check = InputCheck(self.spec.shapes, self.spec.classes)   # as declared, not as inferred
         self._batch_norm_check: BatchNormCheck | None = None
@@ -220,7 +222,7 @@ class TorchModel:
             try:
                 result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
                                                 return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm,
-                                                seed=seed)
+                                                clip_grad_value=self.clip_grad_value, seed=seed)
             except ValueError as error:
                 self._batch_norm_check.explain(error, batch_size)
                 raise
@@ -373,7 +375,8 @@ class TorchModel:
         targets = ', '.join(f'{name} ({self.spec.classes[name]} classes)' if name in self.spec.classes else name
                             for name in self.spec.target_names)
         parameters = sum(p.numel() for p in self.model.parameters())
-        clip = '' if self.clip_grad_norm is None else f'clip_grad_norm={self.clip_grad_norm}, '
+        clips = (('clip_grad_value', self.clip_grad_value), ('clip_grad_norm', self.clip_grad_norm))
+        clip = ''.join(f'{key}={value}, ' for key, value in clips if value is not None)
         lines = [f'{type(self).__name__}(network={type(self.model).__name__}, {parameters:,} parameters, '
                  f'inputs: {inputs or "?"} -> targets: {targets or "?"})',
                  f'  loss={_short(self.loss_fn)}, optimizer={type(self.optimizer).__name__}'

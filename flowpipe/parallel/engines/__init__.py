@@ -3,11 +3,11 @@
 ``base.Engine`` holds the one training loop; ``single``, ``replicas`` and ``distributed`` specialize its hooks for
 their placement.
 """
-from .base import Engine, StepResult, check_max_norm
+from .base import Engine, StepResult, check_clip_value, check_max_norm
 from .distributed import DistributedEngine
 from .replicas import ReplicaEngine
 from .single import ModelParallelEngine, SingleEngine
 
 __all__ = ['DistributedEngine', 'Engine', 'ModelParallelEngine', 'ReplicaEngine', 'SingleEngine', 'StepResult',
-           'check_max_norm']
+           'check_clip_value', 'check_max_norm']
 assert __all__ == sorted(__all__)

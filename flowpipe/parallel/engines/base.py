@@ -44,7 +44,7 @@ from .cuda import device_context
 from .tensors import (BatchTensors, concat, device_of, first_floating, move, prepare_batch, set_mode, target_devices,
                       to_device)
 
-__all__ = ['Engine', 'StepResult', 'check_max_norm']
+__all__ = ['Engine', 'StepResult', 'check_clip_value', 'check_max_norm']
 
 Tensors = Sequence[torch.Tensor]
 Groups = Mapping[int, Sequence[Piece]]
@@ -76,6 +76,34 @@ def check_max_norm(value: Any) -> float | None:
         raise ValueError(f'Expected clip_grad_norm as a positive number (the largest total gradient norm) or None. '
                          f'Received: clip_grad_norm={value!r}. Use None to turn clipping off.')
     return float(value)
+
+
+def check_clip_value(value: Any, key: str = 'clip_grad_value') -> float | Callable | None:
+    """``clip_grad_value`` as a float (the largest absolute gradient entry), a callable ``grad -> grad`` applied to
+    each parameter's gradient, or ``None`` (no clipping); else a clear error naming ``key``."""
+    if value is None or callable(value):
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f'Expected {key} as a positive number (the largest absolute gradient value), a callable '
+                        f'grad -> grad, or None. Received: {value!r} of type {type(value).__name__}.')
+    if not value > 0:
+        raise ValueError(f'Expected {key} as a positive number (the largest absolute gradient value), a callable '
+                         f'grad -> grad, or None. Received: {key}={value!r}. Use None to turn clipping off.')
+    return float(value)
+
+
+def clip_gradients(params: list[torch.Tensor], value: float | Callable | None, max_norm: float | None) -> None:
+    """Clip gradients in place: by ``value`` (a bound, or a function of each gradient) first, then by ``max_norm``."""
+    if callable(value):
+        for param in params:
+            if param.grad is not None:
+                clipped = value(param.grad)
+                if clipped is not None:         # a hook's convention: None leaves the gradient as it is
+                    param.grad = clipped
+    elif value is not None:
+        torch.nn.utils.clip_grad_value_(params, value)
+    if max_norm is not None:
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
 
 
 def in_batch_order(groups: Groups, results: Mapping[int, list]) -> list:
@@ -154,7 +182,7 @@ class Engine:
 
     def train_step(self, inputs: Tensors, targets: Tensors, loss_fn: Callable, optimizer: torch.optim.Optimizer,
                    *, return_outputs: bool = False, clip_grad_norm: float | None = None,
-                   seed: int | None = None) -> StepResult:
+                   clip_grad_value: float | Callable | None = None, seed: int | None = None) -> StepResult:
         """One optimizer step on the whole batch, however the plan splits it.
 
         Args:
@@ -164,10 +192,13 @@ class Engine:
             optimizer: built on ``engine.parameters()``.
             return_outputs: also return the outputs of the whole batch, in order, on the primary device.
             clip_grad_norm: clip the full-batch gradient of the optimizer's parameters to this total 2-norm.
+            clip_grad_value: clamp each entry of the full-batch gradient to ``[-value, value]``, or apply a callable
+                ``grad -> grad`` to each parameter's full-batch gradient; before ``clip_grad_norm``.
             seed: the step seed each piece's random stream derives from (see ``flowpipe.parallel.randomness``);
                 ``None`` draws one from torch's global generator.
         """
         max_norm = check_max_norm(clip_grad_norm)
+        clip_value = check_clip_value(clip_grad_value)
         step_seed = draw_step_seed() if seed is None else int(seed)
         batch = self.prepare(inputs, targets)
         groups = self.groups(batch.size)            # {replica: its pieces}; a piece is one shard of one chunk
@@ -190,9 +221,9 @@ class Engine:
             self.skip_step(optimizer, saved)
             return replace(result, stepped=False)
         try:
-            if max_norm is not None:                # clipped as a whole: the same whatever the split
+            if max_norm is not None or clip_value is not None:     # the full-batch gradient: whatever the split
                 self.precision.unscale(optimizer)
-                torch.nn.utils.clip_grad_norm_(_optimized(optimizer), max_norm)
+                clip_gradients(_optimized(optimizer), clip_value, max_norm)
             self.precision.step(optimizer)          # one optimizer step per batch
         except BaseException:                       # an error or Ctrl-C: the next step starts afresh
             self.precision.discard_step(optimizer)

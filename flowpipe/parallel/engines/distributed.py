@@ -143,7 +143,7 @@ class DistributedEngine(Engine):
 
     def train_step(self, inputs: Any, targets: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer,
                    *, return_outputs: bool = False, clip_grad_norm: float | None = None,
-                   seed: int | None = None) -> StepResult:
+                   clip_grad_value: Any = None, seed: int | None = None) -> StepResult:
         """The base step on this rank's shard (see the module docstring); an empty shard still joins in (and
         returns empty outputs when asked for them).
 
@@ -152,14 +152,15 @@ class DistributedEngine(Engine):
         """
         self.steps += 1
         with distributed.collective(self._where):
-            return self._train_step(inputs, targets, loss_fn, optimizer, return_outputs, clip_grad_norm, seed)
+            return self._train_step(inputs, targets, loss_fn, optimizer, return_outputs, (clip_grad_norm,
+                                    clip_grad_value), seed)
 
     def _where(self) -> str:
         batch = f' (global batch {self._batch} of the run)' if self._batch >= 0 else ''
         return f'{self._phase} of training step {self.steps}{batch}'
 
     def _train_step(self, inputs: Any, targets: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                    return_outputs: bool, clip_grad_norm: float | None, seed: int | None) -> StepResult:
+                    return_outputs: bool, clip: tuple, seed: int | None) -> StepResult:
         self.counts = self._exchange_counts(inputs)
         if not sum(self.counts):
             raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
@@ -171,7 +172,8 @@ class DistributedEngine(Engine):
         step_seed = draw_step_seed() if seed is None else int(seed)
         offset = sum(self.counts[:self._rank])
         result = super().train_step(inputs, targets, loss_fn, optimizer, return_outputs=return_outputs,
-                                    clip_grad_norm=clip_grad_norm, seed=piece_seed(step_seed, -1, offset))
+                                    clip_grad_norm=clip[0], clip_grad_value=clip[1],
+                                    seed=piece_seed(step_seed, -1, offset))
         if return_outputs and not self.counts[self._rank]:
             # an idle rank's outputs are empty ones of the busy ranks' shape and dtype, as its predictions are
             result = replace(result, outputs=self.predict(inputs))
