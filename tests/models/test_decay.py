@@ -184,3 +184,13 @@ def test_save_and_load_keep_every_schedule_and_the_epoch_count(tmp_path):
     loaded.decay.epoch_items = 18
     assert loaded.decay.items_seen == 60 and loaded.decay.state() == model.decay.state()
     assert _lrs_used(loaded, 4) == _lrs_used(model, 4)
+
+
+def test_a_single_scheduler_s_state_of_an_older_file_loads():
+    model = _model(decay={'name': 'exp', 'gamma': 0.5})
+    _lrs_used(model, 2)
+    other = _model(decay={'name': 'exp', 'gamma': 0.5})
+    other.decay.load_state(model.decay.scheduler.state_dict())      # what files held before schedule lists
+    assert other.decay.scheduler.last_epoch == 2 and other.decay.items_seen == 0
+    with pytest.raises(ValueError, match=r"saved state of 2 decay schedules\. Received: 1"):
+        _model(decay=WARM_UP_THEN_DECAY).decay.load_state(model.decay.state())
