@@ -30,13 +30,14 @@ def config(microbatch=None, device='cpu'):
             'device': device}
 
 
-def train(batch_size, microbatch=None, n_epochs=2, prefetch=0, n_items=N_ITEMS, device='cpu'):
-    """Train for ``n_epochs`` shuffled epochs; the parameters, the items and losses each batch saw here."""
+def train(batch_size, microbatch=None, n_epochs=2, prefetch=0, n_items=N_ITEMS, device='cpu', overrides=None):
+    """Train for ``n_epochs`` shuffled epochs; the parameters, the items and losses each batch saw here, and the
+    learning rate at the end; ``overrides``: more model config items."""
     pipeline = (Pipeline()
                 .init_variable('ids', [])
                 .init_variable('loss', [])
                 .init_variable('draws', [])
-                .init_model('net', config=config(microbatch, device))
+                .init_model('net', config={**config(microbatch, device), **(overrides or {})})
                 .update(V('ids', mode='a'), B.indices)
                 .update(V('draws', mode='a'), P(R('uniform')))
                 .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << dataset(n_items)
@@ -45,7 +46,8 @@ def train(batch_size, microbatch=None, n_epochs=2, prefetch=0, n_items=N_ITEMS, 
     return {'params': [p.detach().cpu().numpy().copy() for p in model.model.parameters()],
             'ids': [np.asarray(ids) for ids in pipeline.v('ids')], 'loss': list(pipeline.v('loss')),
             'draws': [np.asarray(draws, dtype=float) for draws in pipeline.v('draws')],
-            'world': distributed.world_size(), 'rank': distributed.rank(), 'plan': repr(model)}
+            'world': distributed.world_size(), 'rank': distributed.rank(), 'plan': repr(model),
+            'lr': model.optimizer.param_groups[0]['lr']}
 
 
 def scenarios(runs):

@@ -226,6 +226,19 @@ def test_counts_exchanged_on_a_cpu_group_of_their_own_give_the_same_parameters(w
         np.testing.assert_allclose(result['loss'], alone['loss'], rtol=1e-10)
 
 
+@pytest.mark.timeout(120)
+def test_value_clipping_and_per_epoch_and_plateau_schedules_give_one_process_s_result():
+    # the plateau steps on the global batch's loss, the per-epoch schedule counts the global batch's items
+    overrides = {'clip_grad_value': 0.05, 'decay': [{'name': 'exp', 'gamma': 0.5, 'frequency': 'epoch'},
+                                                    {'name': 'plateau', 'factor': 0.5, 'patience': 0}]}
+    alone = dist_jobs.train(7, 2, n_epochs=3, overrides=overrides)
+    free = dist_jobs.train(7, 2, n_epochs=3)
+    assert alone['lr'] < free['lr'] * 0.5 ** 3 and _rel(alone['params'], free['params']) > 1e-3
+    for result in launch(dist_jobs.train, 2, args=(7, 2, 3), kwargs={'overrides': overrides}, timeout=TIMEOUT):
+        assert result['lr'] == alone['lr']
+        assert _rel(result['params'], alone['params']) < 1e-10
+
+
 def test_a_value_computed_on_rank_0_reaches_every_rank_and_so_does_its_error():
     errors = launch(dist_jobs.from_rank_0_failing, 2, **FAILING)
     assert errors[0] == 'ValueError: no image in this batch'
