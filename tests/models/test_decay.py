@@ -162,17 +162,20 @@ def test_per_epoch_outside_a_run_is_an_error_naming_the_fix():
     assert _lrs_used(model, 4) == [1.0, 1.0, 0.5, 0.5]
 
 
-def test_a_resumed_run_ends_with_the_same_learning_rates(tmp_path):
+@pytest.mark.parametrize('prefetch', [0, 4])
+def test_a_resumed_run_ends_with_the_same_learning_rates(tmp_path, prefetch):
     decay = [{'name': 'linear', 'start_factor': 0.25, 'total_iters': 3, 'last_iter': 3},
-             {'name': 'exp', 'gamma': 0.5, 'frequency': 'epoch', 'start_iter': 4}]
-    reference = _epoch_pipeline(decay).run(4, n_epochs=4, shuffle=3)
+             {'name': 'exp', 'gamma': 0.5, 'frequency': 'epoch', 'start_iter': 4},
+             {'name': 'plateau', 'factor': 0.5, 'patience': 1, 'frequency': 2}]
+    run = {'n_epochs': 4, 'shuffle': 3, 'prefetch': prefetch}
+    reference = _epoch_pipeline(decay).run(4, **run)
     with pytest.raises(Crash):
-        _epoch_pipeline(decay, crash=_crash_at(5)).run(4, n_epochs=4, shuffle=3, checkpoint=Checkpoint(tmp_path))
-    resumed = _epoch_pipeline(decay, crash=_crash_at(-1)).run(4, n_epochs=4, shuffle=3, checkpoint=tmp_path,
-                                                             resume=True)
+        _epoch_pipeline(decay, crash=_crash_at(6)).run(4, **run, checkpoint=Checkpoint(tmp_path))
+    resumed = _epoch_pipeline(decay, crash=_crash_at(-1)).run(4, **run, checkpoint=tmp_path, resume=True)
     assert resumed.v('lrs') == reference.v('lrs') and len(reference.v('lrs')) == 10
     assert _lr(resumed.m('net')) == _lr(reference.m('net'))
     assert resumed.m('net').decay.state() == reference.m('net').decay.state()
+    assert resumed.m('net').decay.items_seen == 40      # resumed after 28 items: not at an epoch's end
 
 
 def test_save_and_load_keep_every_schedule_and_the_epoch_count(tmp_path):
