@@ -349,6 +349,28 @@ def test_clipping_uses_the_full_batch_norm_whatever_the_split(device, microbatch
         assert_same_parameters(replica, expected)
 
 
+@pytest.mark.parametrize('device, microbatch', [('CPU:0', None), (['CPU:0', 'CPU:1'], 5), ('CPU:0x3', 2)])
+def test_value_clipping_then_norm_clipping_equal_the_hand_written_loop_whatever_the_split(device, microbatch):
+    model, (inputs, targets) = mlp(), data(12)
+    expected = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(expected.parameters(), lr=0.5, momentum=0.9)
+    for _ in range(3):
+        optimizer.zero_grad()
+        F.cross_entropy(expected(inputs.double()), targets).backward()
+        torch.nn.utils.clip_grad_value_(expected.parameters(), 0.01)      # value first, then the norm
+        torch.nn.utils.clip_grad_norm_(expected.parameters(), 0.03)
+        optimizer.step()
+    with build_engine(copy.deepcopy(model), make_plan(device, microbatch, num_gpus=0)) as engine:
+        optimizer = torch.optim.SGD(engine.parameters(), lr=0.5, momentum=0.9)
+        for _ in range(3):
+            engine.train_step([inputs], [targets], F.cross_entropy, optimizer, clip_grad_value=0.01,
+                              clip_grad_norm=0.03)
+        for replica in engine.replicas:
+            assert_same_parameters(replica, expected)
+    norm_only, _ = clipped_engine(model, make_plan(num_gpus=0), inputs, targets, 0.03)
+    assert not torch.allclose(norm_only[0].weight, expected[0].weight)     # the value clip changed the steps
+
+
 def test_a_norm_limit_above_the_gradient_norm_changes_nothing():
     model, (inputs, targets) = mlp(), data(12)
     expected, _, _ = engine_step(model, make_plan(num_gpus=0), inputs, targets, steps=2, lr=0.5, momentum=0.9)
@@ -366,6 +388,17 @@ def test_bad_clip_values_are_rejected_before_the_step(value, error):
     with pytest.raises(error, match=r'clip_grad_norm as a positive number .* Received: '):
         engine.train_step([inputs], [targets], F.cross_entropy, torch.optim.SGD(engine.parameters(), lr=1.0),
                           clip_grad_norm=value)
+    assert all(torch.equal(a, b) for a, b in zip(before, engine.parameters()))
+
+
+@pytest.mark.parametrize('value, error', [(0, ValueError), (-1.0, ValueError), ('1.0', TypeError), (True, TypeError)])
+def test_bad_clip_grad_values_are_rejected_before_the_step(value, error):
+    model, (inputs, targets) = mlp(), data(4)
+    engine = build_engine(model, make_plan(num_gpus=0))
+    before = [p.detach().clone() for p in engine.parameters()]
+    with pytest.raises(error, match=r'clip_grad_value as a positive number .*, a callable grad -> grad, or None'):
+        engine.train_step([inputs], [targets], F.cross_entropy, torch.optim.SGD(engine.parameters(), lr=1.0),
+                          clip_grad_value=value)
     assert all(torch.equal(a, b) for a, b in zip(before, engine.parameters()))
 
 
