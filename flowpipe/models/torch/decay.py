@@ -25,7 +25,7 @@ from torch.optim import lr_scheduler
 
 from .optimizers import construct, find_class, split_spec
 
-__all__ = ['Decay', 'Schedule', 'make_decay']
+__all__ = ['Decay', 'Schedule', 'check_steps', 'make_decay']
 
 _DECAY_ALIASES = {'exp': 'ExponentialLR', 'step': 'StepLR', 'multistep': 'MultiStepLR', 'cos': 'CosineAnnealingLR',
                   'cosine': 'CosineAnnealingLR', 'lambda': 'LambdaLR', 'onecycle': 'OneCycleLR',
@@ -72,10 +72,12 @@ def check_steps(start_iter: Any = 0, last_iter: Any = math.inf, frequency: Any =
     if last < start:
         raise ValueError(f"Expected decay 'last_iter' >= 'start_iter'. Received: start_iter={start_iter!r}, "
                          f"last_iter={last_iter!r}. Swap them, or leave last_iter out for no end.")
-    if frequency != 'epoch' and (isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1):
+    if frequency == 'epoch':
+        return start, last, frequency
+    if isinstance(frequency, bool) or not isinstance(frequency, numbers.Integral) or frequency < 1:
         raise ValueError(f"Expected decay 'frequency' as a positive int (batches between steps) or 'epoch'. "
                          f"Received: frequency={frequency!r}.")
-    return start, last, frequency
+    return start, last, int(frequency)
 
 
 def _check_count(key: str, value: Any) -> int:
@@ -98,6 +100,7 @@ class Decay:
 
     def __init__(self, schedules: list[Schedule]):
         self.schedules = list(schedules)
+        self._per_epoch = any(schedule.frequency == 'epoch' for schedule in self.schedules)
         self.epoch_items: int | None = None
         self.items_seen = 0
         self.fed = False
@@ -126,10 +129,6 @@ class Decay:
                     value = float(loss()) if loss is not None else math.nan
                     if math.isfinite(value):       # a skipped non-finite step says nothing about a plateau
                         schedule.scheduler.step(value)
-
-    @property
-    def _per_epoch(self) -> bool:
-        return any(schedule.frequency == 'epoch' for schedule in self.schedules)
 
     def _epochs_ended(self, before: int, after: int) -> int:
         size = self.epoch_items
