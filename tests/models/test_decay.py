@@ -197,3 +197,12 @@ def test_a_single_scheduler_s_state_of_an_older_file_loads():
     assert other.decay.scheduler.last_epoch == 2 and other.decay.items_seen == 0
     with pytest.raises(ValueError, match=r"saved state of 2 decay schedules\. Received: 1"):
         _model(decay=WARM_UP_THEN_DECAY).decay.load_state(model.decay.state())
+
+
+def test_per_epoch_after_a_rebatch_is_an_error_naming_the_fix():
+    x, y = _data(10)
+    pipeline = (Pipeline().init_model('net', MLP, config={**CONFIG, 'decay': {'name': 'exp', 'gamma': 0.5,
+                                                                             'frequency': 'epoch'}})
+                .rebatch(3).train_model('net', x=B.x, y=B.y)) << Dataset(10, preloaded={'x': x, 'y': y})
+    with pytest.raises(ValueError, match=r"frequency='epoch'.*after a rebatch"):
+        pipeline.run(4, n_epochs=2)
