@@ -4,7 +4,7 @@ Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_l
 ``optimizers`` the ``optimizer`` and ``decay`` keys, ``flowpipe.parallel`` the ``device``, ``microbatch``,
 ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile`` and ``pin_memory`` keys (one plan, one
 engine: every step is delegated to ``self.engine``) and ``clip_grad_norm`` (checked here, applied in the engine's
-step), ``io`` saving and loading.
+step), ``callbacks`` the ``callbacks`` key (called here after every step), ``io`` saving and loading.
 Ready networks (``ResNet18``...) are subclasses that only say how to make their ``nn.Module``.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ...parallel import build_engine, distributed, make_plan
 from ...parallel.engines import check_max_norm
 from ...torchutils import to_tensor
 from . import io
+from .callbacks import make_callbacks
 from .checks import BatchNormCheck, InputCheck, LossCheck
 from .config import ModelSpec, nest, parse_config, unknown_keys
 from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require
@@ -54,6 +55,7 @@ class TorchModel:
         decay: the learning-rate scheduler wrapper, or ``None``.
         clip_grad_norm: the largest total 2-norm of the full-batch gradient, or ``None`` for no clipping.
         iteration: training batches seen so far.
+        callbacks: the model's own copies of the config's ``callbacks``, called after every training step.
     """
 
     #: ``(input_shape, num_outputs, **options) -> nn.Module`` for ready networks; ``None`` needs ``config['model']``.
@@ -75,6 +77,7 @@ class TorchModel:
         self._input_check = InputCheck(self.spec.shapes, self.spec.classes)   # as declared, not as inferred
         self._batch_norm_check: BatchNormCheck | None = None
         self._plan = self._make_plan()
+        self.callbacks = make_callbacks(self.spec.get('callbacks'), self)
         self.iteration = 0
         self._last_batch_size: int | None = None
         # Steps from concurrent threads (a prefetching run without use_lock) must not interleave gradients.
@@ -226,7 +229,17 @@ class TorchModel:
             self._last_batch_size = batch_size
             if self.decay is not None:
                 self.decay.after_batch(self.iteration)
+            if self.callbacks:
+                self._call_callbacks(float(result.loss), net_inputs, net_targets)
         return self._fetch(fetches, names, lambda: float(result.loss), result.outputs)
+
+    def _call_callbacks(self, loss: float, inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> None:
+        # Under the step lock, in step order: a learning rate set here is the next step's, and EarlyStopping's
+        # StopPipeline comes before any later batch's step.
+        info = {'batch_size': self._last_batch_size, 'inputs_shapes': [tuple(t.shape) for t in inputs],
+                'targets_shapes': [tuple(t.shape) for t in targets]}
+        for callback in self.callbacks:
+            callback.on_iter_end(loss, **info)
 
     def predict(self, *args: Any, fetches: Any = None, inputs: Any = None, targets: Any = None,
                 outputs: Any = None, **named_inputs: Any) -> Any:
