@@ -275,3 +275,38 @@ def test_a_crashed_run_with_callbacks_resumes_to_the_uninterrupted_result(tmp_pa
     resumed = _outcome(_pipeline(rules()).run(**run, checkpoint=tmp_path, resume=True))
     assert all(torch.equal(a, b) for a, b in zip(reference[0], resumed[0]))
     assert reference[1:] == resumed[1:]
+
+
+def _stopping_job():
+    """Train until EarlyStopping stops; what a rank (or the one process) saw."""
+    from flowpipe.parallel import distributed
+    lines = []
+    rules = [ReduceLROnPlateau(mode='mean', patience=3, min_delta=0.0, cooldown=2, factor=0.5, stream=lines.append),
+             EarlyStopping(mode='pytorch', patience=4, min_delta=0.01, stream=lines.append)]
+    config = {'inputs/x/shape': (4,), 'inputs/y/classes': 3, 'initial_block/inputs': 'x', 'body/units': (8,),
+              'optimizer': {'name': 'SGD', 'lr': 0.2}, 'callbacks': rules, 'dtype': 'float64'}
+    pipeline = (Pipeline().init_model('net', MLP, config=config)
+                .train_model('net', x=B.x.astype('float64'), y=B.y, use_lock=True)) << _dataset()
+    pipeline.run(8, n_epochs=20, shuffle=3, seed=5)
+    model = pipeline.m('net')
+    result = {'states': [c.state() for c in model.callbacks], 'iteration': model.iteration, 'lines': lines,
+              'params': [p.detach().numpy().copy() for p in model.model.parameters()], 'rank': distributed.rank()}
+    model.close()
+    return result
+
+
+@pytest.mark.slow
+def test_every_rank_of_a_distributed_job_stops_at_the_step_one_process_stops_at():
+    from flowpipe.parallel import launch
+    alone = _stopping_job()
+    assert alone['states'][1]['stopped_iteration'] == alone['iteration'] < 120 and alone['lines']
+    ranks = launch(_stopping_job, 2, timeout=120)
+    assert ranks[0]['states'] == ranks[1]['states']          # the same all-reduced losses: the same decisions
+    for rank in ranks:
+        reduce, stopping = rank['states']
+        assert rank['iteration'] == alone['iteration'] == stopping['stopped_iteration']
+        assert reduce['reduced_at'] == alone['states'][0]['reduced_at']
+        np.testing.assert_allclose(reduce['losses'], alone['states'][0]['losses'], rtol=1e-12)
+        for mine, reference in zip(rank['params'], alone['params']):
+            np.testing.assert_allclose(mine, reference, rtol=1e-10)
+    assert ranks[0]['lines'] == alone['lines'] and ranks[1]['lines'] == []       # rank 0 alone writes
