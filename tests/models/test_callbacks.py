@@ -310,3 +310,16 @@ def test_every_rank_of_a_distributed_job_stops_at_the_step_one_process_stops_at(
         for mine, reference in zip(rank['params'], alone['params']):
             np.testing.assert_allclose(mine, reference, rtol=1e-10)
     assert ranks[0]['lines'] == alone['lines'] and ranks[1]['lines'] == []       # rank 0 alone writes
+
+
+def test_replicas_and_micro_batches_decide_at_the_steps_one_device_does():
+    def trained(**placement):
+        torch.manual_seed(0)
+        model = MLP(_config(callbacks=_rules(), dtype='float64', **placement))
+        stop = _run_until_stop(model)
+        states = [c.state() for c in model.callbacks]
+        model.close()
+        return stop, states
+    stop, states = trained()
+    other_stop, other = trained(device=['CPU:0', 'CPU:1'], microbatch=2)     # the full-batch loss either way
+    assert other_stop == stop == other[1]['stopped_iteration'] and other[0]['reduced_at'] == states[0]['reduced_at']
