@@ -214,13 +214,13 @@ def _dataset(n=48):
     return Dataset(n, preloaded={'x': rng.normal(size=(n, 4)).astype('float32'), 'y': rng.integers(0, 3, n)})
 
 
-def _pipeline(callbacks):
+def _pipeline(callbacks, use_lock=True):
     config = {'inputs/x/shape': (4,), 'inputs/y/classes': 3, 'initial_block/inputs': 'x', 'body/units': (8,),
               'optimizer': {'name': 'SGD', 'lr': 0.2}, 'callbacks': callbacks}
     return (Pipeline().init_variable('loss', [])
             .init_model('net', MLP, config=config)
             .call(_crash, I('c'))
-            .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'), use_lock=True)
+            .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'), use_lock=use_lock)
             ) << _dataset()
 
 
@@ -237,12 +237,12 @@ def _crash(number):
         raise Crash(f'batch {number}')
 
 
-@pytest.mark.parametrize('prefetch', [0, 3])
-def test_a_pipeline_run_stops_early_and_says_so(prefetch):
+@pytest.mark.parametrize('prefetch, use_lock', [(0, True), (3, True), (3, None)])     # None: train_model's default
+def test_a_pipeline_run_stops_early_and_says_so(prefetch, use_lock):
     lines = []
     # min_delta larger than any loss: steps 1-2 are not checked, step 3 sets the best, step 4 is a plateau
     stopping = EarlyStopping(mode='pytorch', patience=2, min_delta=100.0, stream=lines.append)
-    done = _pipeline([stopping]).run(8, n_epochs=20, shuffle=3, prefetch=prefetch)
+    done = _pipeline([stopping], use_lock).run(8, n_epochs=20, shuffle=3, prefetch=prefetch)
     model = done.m('net')
     assert model.callbacks[0].stopped_iteration == 4 and lines == [lines[0]] and 'at iteration 4' in lines[0]
     assert model.iteration == 4 and len(done.v('loss')) == 3      # no batch after the stop reached the model
