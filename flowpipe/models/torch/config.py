@@ -9,6 +9,7 @@ Keys read here (everything else is kept for the network classes, e.g. ``body/fil
 - ``loss``, ``optimizer``, ``decay``: see ``flowpipe.models.torch.losses``, ``.optimizers`` and ``.decay``.
 - ``clip_grad_value``, ``clip_grad_norm``, ``gradient_clipping``: see ``flowpipe.models.torch.clipping``
   (``TorchModel`` checks them, the engine clips).
+- ``callbacks``: batchflow's model callbacks, called after every training step (``flowpipe.models.torch.callbacks``).
 - ``device``, ``microbatch``, ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile``,
   ``pin_memory``: passed to ``flowpipe.parallel``.
 - ``model``: a ready ``nn.Module`` (or a class / zero-argument callable that makes one).
@@ -32,9 +33,10 @@ from typing import Any
 __all__ = ['TOP_KEYS', 'ModelSpec', 'get_path', 'nest', 'parse_config', 'unknown_keys']
 
 #: The top-level model config keys flowpipe reads, in one place: a key read by new code is added here.
-TOP_KEYS = ('amp', 'batch_norm', 'body', 'clip_grad_norm', 'clip_grad_value', 'common', 'compile', 'decay', 'device',
-            'device_map', 'device_weights', 'dtype', 'gradient_clipping', 'head', 'initial_block', 'inputs', 'loss',
-            'memory_format', 'microbatch', 'model', 'name', 'nonfinite_loss', 'optimizer', 'pin_memory', 'profile')
+TOP_KEYS = ('amp', 'batch_norm', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common', 'compile',
+            'decay', 'device', 'device_map', 'device_weights', 'dtype', 'gradient_clipping', 'head', 'initial_block',
+            'inputs', 'loss', 'memory_format', 'microbatch', 'model', 'name', 'nonfinite_loss', 'optimizer',
+            'pin_memory', 'profile')
 #: Where a few keys that are often put at the top level belong.
 _KEY_HINTS = {'lr': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
               'learning_rate': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",

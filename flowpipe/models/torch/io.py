@@ -3,9 +3,10 @@
 A model file is one dill pickle of a dict: a format tag and version, the flowpipe and torch versions, the model
 class, the config (a ready ``nn.Module`` given as ``config['model']`` is stored as a CPU copy), and the state:
 network weights and buffers, optimizer and scheduler state, the precision's state (the gradient scaler under
-``amp``), the batch counter and the count of steps skipped for a non-finite loss. Every tensor is on the CPU and a
-stored module carries no placement hooks, so a file saved from any device layout (GPUs, model parallel) loads into
-any other: the engine places the module and the weights again (``engine.sync``).
+``amp``), the batch counter, the count of steps skipped for a non-finite loss and the state of the model's
+callbacks (``callbacks``). Every tensor is on the CPU and a stored module carries no placement hooks, so a file
+saved from any device layout (GPUs, model parallel) loads into any other: the engine places the module and the
+weights again (``engine.sync``).
 
 A model pickles through the same contents (``TorchModel.__reduce__``: ``payload`` out, ``restore`` in).
 
@@ -81,7 +82,8 @@ def payload(model: 'TorchModel') -> dict:
                   'optimizer': _to_cpu(model.optimizer.state_dict()),
                   'decay': model.decay.state() if model.decay is not None else None,
                   'precision': model.engine.precision.state(),
-                  'iteration': model.iteration, 'skipped_steps': model.skipped_steps},
+                  'iteration': model.iteration, 'skipped_steps': model.skipped_steps,
+                  'callbacks': [(type(callback).__name__, callback.state()) for callback in model.callbacks]},
     }
 
 
@@ -133,7 +135,24 @@ def load_into(model: 'TorchModel', payload: dict) -> None:
     model.engine.precision.load_state(state.get('precision') or {})
     model.iteration = state.get('iteration', 0)
     model._loss_check.skipped = state.get('skipped_steps', 0)
+    _load_callbacks(model, state.get('callbacks') or [])
     model.engine.sync()
+
+
+def _load_callbacks(model: 'TorchModel', saved: list) -> None:
+    """Continue the model's callbacks from the file's, when they are the same kinds in the same order; a model
+    given other callbacks (``from_file(path, callbacks=[...])``) starts them afresh, with a warning."""
+    names = [type(callback).__name__ for callback in model.callbacks]
+    if [name for name, _ in saved] != names:
+        if saved:
+            warnings.warn(f"Expected the model's callbacks to be those of the file to continue them. Received: "
+                          f"{[name for name, _ in saved]} in the file, {names} in the model. The model's callbacks "
+                          "start afresh.", UserWarning, stacklevel=3)
+        for callback in model.callbacks:
+            callback.reset()
+        return
+    for callback, (_, state) in zip(model.callbacks, saved):
+        callback.load_state(state)
 
 
 def load(path: str | os.PathLike, model_class: type | None = None, **overrides: Any) -> 'TorchModel':

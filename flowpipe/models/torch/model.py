@@ -4,7 +4,8 @@ Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_l
 ``optimizers`` the ``optimizer`` key, ``decay`` the ``decay`` key, ``flowpipe.parallel`` the ``device``,
 ``microbatch``, ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile`` and ``pin_memory`` keys
 (one plan, one engine: every step is delegated to ``self.engine``), ``clipping`` the ``clip_grad_value``,
-``clip_grad_norm`` and ``gradient_clipping`` keys (applied in the engine's step), ``io`` saving and loading.
+``clip_grad_norm`` and ``gradient_clipping`` keys (applied in the engine's step), ``callbacks`` the ``callbacks``
+key (called here after every step), ``io`` saving and loading.
 Ready networks (``ResNet18``...) are subclasses that only say how to make their ``nn.Module``.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch import nn
 from ...parallel import build_engine, distributed, make_plan
 from ...torchutils import to_tensor
 from . import io
+from .callbacks import make_callbacks
 from .checks import BatchNormCheck, InputCheck, LossCheck
 from .clipping import read_clipping
 from .config import ModelSpec, nest, parse_config, unknown_keys
@@ -57,6 +59,7 @@ class TorchModel:
             or ``None``; applied before ``clip_grad_norm``.
         clip_grad_norm: the largest total 2-norm of the full-batch gradient, or ``None`` for no clipping.
         iteration: training batches seen so far.
+        callbacks: the model's own copies of the config's ``callbacks``, called after every training step.
     """
 
     #: ``(input_shape, num_outputs, **options) -> nn.Module`` for ready networks; ``None`` needs ``config['model']``.
@@ -78,6 +81,7 @@ class TorchModel:
         self._input_check = InputCheck(self.spec.shapes, self.spec.classes)   # as declared, not as inferred
         self._batch_norm_check: BatchNormCheck | None = None
         self._plan = self._make_plan()
+        self.callbacks = make_callbacks(self.spec.get('callbacks'), self)
         self.iteration = 0
         self._last_batch_size: int | None = None
         # Steps from concurrent threads (a prefetching run without use_lock) must not interleave gradients.
@@ -231,7 +235,17 @@ class TorchModel:
             self._last_batch_size = batch_size
             if self.decay is not None:
                 self.decay.after_batch(self.iteration, self._plan_batch_size(), lambda: float(result.loss))
+            if self.callbacks:
+                self._call_callbacks(float(result.loss), net_inputs, net_targets)
         return self._fetch(fetches, names, lambda: float(result.loss), result.outputs)
+
+    def _call_callbacks(self, loss: float, inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> None:
+        # Under the step lock, in step order: a learning rate set here is the next step's, and EarlyStopping's
+        # StopPipeline comes before any later batch's step.
+        info = {'batch_size': self._last_batch_size, 'inputs_shapes': [tuple(t.shape) for t in inputs],
+                'targets_shapes': [tuple(t.shape) for t in targets]}
+        for callback in self.callbacks:
+            callback.on_iter_end(loss, **info)
 
     def predict(self, *args: Any, fetches: Any = None, inputs: Any = None, targets: Any = None,
                 outputs: Any = None, **named_inputs: Any) -> Any:
