@@ -111,3 +111,12 @@ def test_tensorboard_scalars_read_back(tmp_path):
     events.Reload()
     assert [(s.step, s.value) for s in events.Scalars('train/loss')] == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
     assert 'epoch' not in events.Tags()['scalars']
+
+
+def test_model_checkpoint_removes_files_of_epochs_after_the_resumed_checkpoint(tmp_path):
+    best = ModelCheckpoint(tmp_path, monitor='val/loss')
+    best.load_state({'kept': [(0.5, 1, str(tmp_path / 'epoch-0001.model'))]})
+    for name in ('epoch-0001.model', 'epoch-0002.model', 'notes.txt'):
+        (tmp_path / name).write_text('x')
+    best.on_run_start(FakeRun())
+    assert sorted(os.listdir(tmp_path)) == ['epoch-0001.model', 'notes.txt']
