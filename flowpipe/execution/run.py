@@ -198,12 +198,10 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
         raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
-    events = None
-    if args.callbacks:
-        clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs)
-        events = TrainingRun(pipeline, args.callbacks, clock, world)
+    clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs)
+    events = TrainingRun(pipeline, args.callbacks, clock, world) if args.callbacks else None
     return _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0,
-                    events)
+                    events, clock)
 
 
 def _root_seed(args: RunArgs) -> int:
@@ -224,7 +222,7 @@ def _targets(reset: Any) -> tuple:
 
 def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | None, seeds: tuple[int, bool],
              ahead: bool, checkpoints: RunCheckpoints | None, main: bool = True,
-             events: TrainingRun | None = None) -> Iterator[Any]:
+             events: TrainingRun | None = None, clock: EpochClock | None = None) -> Iterator[Any]:
     # Only `pipeline` is kept here, never its state: next_batch passes a weak proxy, so that the iterator its state
     # holds does not keep the pipeline (and the prefetch workers) alive once the user drops it.
     in_processes = args.in_processes
@@ -238,7 +236,7 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
         raise ValueError("Expected a pipeline without rebatch for a run with callbacks. Received: a rebatch "
                          "action, whose batches do not follow the epochs. Run without callbacks=, or rebatch in "
                          "the dataset instead.")
-    runners = _runners(pipeline, args, plan, locks, total, seeds)
+    runners = _runners(pipeline, args, plan, locks, total, seeds, clock)
     sections = runners[0].section_context()
     pipeline.state.declare_variables(pipeline.all_records(), sections)
     if not _run_section(pipeline.before.actions, sections):
@@ -272,7 +270,7 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
 
 def _delivered(stream: Any, pipeline: Any, progress: Any, prefetcher: Prefetcher | None,
                checkpoints: RunCheckpoints | None, seeds: tuple[int, bool],
-               events: TrainingRun | None = None) -> Iterator[Any]:
+               events: TrainingRun | None = None, clock: EpochClock | None = None) -> Iterator[Any]:
     """The batches of ``stream``, counted, shown on the bar, announced to the callbacks and checkpointed as the
     caller asks for the next; a callback's stop ends the stream after the batch."""
     try:
@@ -314,7 +312,7 @@ def _stages(prefetcher: Prefetcher, runners: list, plan: Any, dataset: Any) -> A
 
 
 def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | None,
-             seeds: tuple[int, bool]) -> list:
+             seeds: tuple[int, bool], clock: EpochClock | None = None) -> list:
     """A runner per stage; with deferred steps, theirs comes second (stage 0 too, so the same seeds)."""
     profiler = Profiler(detailed=args.profile in ('detailed', 2)) if args.profile else None
     if profiler is not None:
@@ -325,7 +323,7 @@ def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | N
     parts += [(stage, steps, None) for stage, steps in enumerate(plan.stages[1:], 1)]
     firsts = itertools.accumulate((len(steps) for _, steps, _ in parts), initial=0)
     return [BatchRunner(pipeline, steps, seeds[0], stage, total if stage == 0 else None, stage_locks, profiler,
-                        first, seeds[1])
+                        first, seeds[1], clock if stage == 0 else None)
             for (stage, steps, stage_locks), first in zip(parts, firsts)]
 
 

@@ -94,15 +94,17 @@ class BatchRunner:
         profiler: a ``Profiler`` for ``profile=True``, else ``None``.
         first: the number of the stage's first step in the whole run, for the profiler's action names
             (``'3: resize'``), so that steps of different stages never share a name.
+        clock: the run's ``EpochClock`` for a first-stage runner (``I('epoch')``), else ``None``.
     """
 
     def __init__(self, pipeline: Any, steps: tuple, root: int, stage: int = 0, total: int | None = None,
-                 locks: Any = None, profiler: Any = None, first: int = 0, seed_given: bool = True):
+                 locks: Any = None, profiler: Any = None, first: int = 0, seed_given: bool = True,
+                 clock: Any = None):
         self.pipeline, self.steps, self.root, self.stage = pipeline, steps, root, stage
         self.seed_given = seed_given
         self.dataset, self.config, state = pipeline.dataset, pipeline.config, pipeline.state
         self.variables, self.models = state.variables, state.models
-        self.total, self.locks, self.profiler, self.first = total, locks, profiler, first
+        self.total, self.locks, self.profiler, self.first, self.clock = total, locks, profiler, first, clock
         if profiler is not None:
             self.steps = tuple(ProfiledStep(step, profiler, f"{first + position}: {step.name}")
                                for position, step in enumerate(steps))
@@ -128,7 +130,7 @@ class BatchRunner:
         seed = batch_seed(self.root, self.stage, seq, self.seed_given)
         batch.seed = seed
         ctx = Context(batch, self.dataset, self.config, self.variables, self.models, seq, self.total, seed,
-                      self.pipeline)
+                      self.pipeline, epoch=None if self.clock is None else self.clock.epoch_of(seq))
         if self.locks is None:
             run_steps(self.steps, ctx, self.first)
         else:

@@ -47,6 +47,7 @@ class Context:
         random: the batch's own ``numpy.random.Generator`` (``R``): the batch's ``random`` if it has one, else
             made from ``seed`` on first use.
         pipeline: the running ``Pipeline`` (for built-in actions that need it).
+        epoch: the 0-based epoch of the batch's first item (``I('epoch')``), ``None`` outside a run's first stage.
     """
     batch: Any = None
     dataset: Any = None
@@ -58,6 +59,7 @@ class Context:
     seed: Any = None
     pipeline: Any = None
     _random: Any = None
+    epoch: int | None = None
 
     @property
     def random(self) -> Any:

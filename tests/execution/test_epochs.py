@@ -38,3 +38,14 @@ def test_straddling_batch_ends_the_epoch_of_its_last_item():
     clock = EpochClock(10, 4)
     assert [list(clock.ended(seq)) for seq in range(5)] == [[], [], [0], [], [1]]
     assert [clock.epoch_of(seq) for seq in range(5)] == [0, 0, 0, 1, 1]      # batch 2 holds items 8..11
+
+
+@pytest.mark.parametrize('prefetch', [0, 2])
+def test_expressions_read_the_batch_epoch(prefetch):
+    from flowpipe import Dataset, I, Pipeline, V
+    pipeline = (Pipeline().init_variable('epochs', []).update(V('epochs', mode='a'), I('epoch'))
+                << Dataset(10))
+    pipeline.run(4, n_epochs=3, prefetch=prefetch)
+    assert pipeline.v('epochs') == [0, 0, 0, 1, 1, 2, 2, 2]      # items 0-3, 4-7, 8-11: the first item's epoch
+    with pytest.raises(ValueError, match="before the rebatch"):
+        (Pipeline().rebatch(2).update(V('e'), I('epoch')) << Dataset(10)).run(4)
