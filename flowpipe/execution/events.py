@@ -74,15 +74,18 @@ class TrainingRun:
         for epoch in self.clock.ended(seq):
             self._epoch_end(epoch)
         if self.world is not None:
-            from ..parallel import distributed
-            self.stopped = bool(distributed.broadcast(self.stopped))    # rank 0's decision holds on every rank
+            self.stopped = bool(_distributed().broadcast(self.stopped))    # rank 0's decision holds on every rank
         return self.stopped
 
     def _epoch_end(self, epoch: int) -> None:
         mean = self._loss_sum / self._loss_count if self._loss_count else math.nan
         self.logs = {'epoch': epoch, 'step': self.step, 'train/loss': mean, **_learning_rates(self.pipeline)}
         self._loss_sum, self._loss_count = 0.0, 0
+        agreed = self.world is None
         for callback in self.callbacks:
+            if not agreed and callback.order > 0:
+                # every rank decides from rank 0's values: the same stop, learning rates and best epochs everywhere
+                self.logs, agreed = _distributed().broadcast(self.logs), True
             callback.on_epoch_end(self, epoch)
         self.history.append(dict(self.logs))
         self.epoch = epoch + 1
@@ -106,6 +109,11 @@ class TrainingRun:
                              f"Received: {len(self.callbacks)}. Resume with the same callbacks= list.")
         for callback, saved in zip(self.callbacks, state['callbacks']):
             callback.load_state(saved)
+
+
+def _distributed() -> Any:
+    from ..parallel import distributed
+    return distributed
 
 
 def _learning_rates(pipeline: Any) -> dict[str, float]:

@@ -1,0 +1,34 @@
+"""A training run with callbacks that the distributed tests run in every rank and in one process alone."""
+import os
+
+import numpy as np
+
+from flowpipe import B, Pipeline, V
+from flowpipe.callbacks import CSVLogger, EarlyStopping, ReduceLROnPlateau, Validate
+from flowpipe.parallel import distributed
+
+from ..parallel import dist_jobs
+
+
+def train_with_callbacks(folder, n_epochs=30):
+    """Train with validation, early stopping and plateau LRs; the stop epoch, parameters, LRs and rows."""
+    data = dist_jobs.dataset()
+    train = (Pipeline().init_model('net', config=dist_jobs.config())
+             .train_model('net', x=B.x, y=B.y)) << data
+    val = (Pipeline().import_model('net', train).init_variable('losses', [])
+           .predict_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('losses', mode='a'))) << data
+    early = EarlyStopping('val/loss', patience=1, min_delta=0.02)
+    rows = []
+
+    class Rows(CSVLogger):
+        def on_epoch_end(self, run, epoch):
+            super().on_epoch_end(run, epoch)
+            rows.append(dict(run.logs))
+    where = os.path.join(folder, f'rank-{distributed.rank()}')
+    train.run(6, n_epochs=n_epochs, shuffle=True, seed=11,
+              callbacks=[Validate(val, batch_size=8, metrics={'loss': lambda p: float(np.mean(p.v('losses')))}),
+                         early, ReduceLROnPlateau('net', factor=0.5, patience=0), Rows(where)])
+    model = train.m('net')
+    return {'stop': early.stopped_epoch, 'params': [p.detach().numpy().copy() for p in model.model.parameters()],
+            'lrs': [group['lr'] for group in model.optimizer.param_groups], 'rows': rows,
+            'wrote': os.path.exists(os.path.join(where, 'metrics.csv')), 'rank': distributed.rank()}
