@@ -19,7 +19,8 @@ class ModelCheckpoint(Callback):
 
     Files are ``folder/epoch-<epoch>.model`` (``TorchModel.save``: atomic; ``from_file`` loads them); a file that
     falls out of the best ``k`` is removed. A value ranks only when strictly better than the ``k``-th best, so ties
-    keep the earlier epoch. Rank 0 alone writes. ``best_path`` and ``best_score`` are those of the best epoch.
+    keep the earlier epoch. In a distributed job every rank calls the model's ``save`` (collective) and rank 0 alone
+    writes and removes files. ``best_path`` and ``best_score`` are those of the best epoch.
 
     Args:
         folder: where the files go (made when missing).
@@ -62,8 +63,8 @@ class ModelCheckpoint(Callback):
         if math.isnan(score) or (len(self.kept) == self.save_top_k and not self._better(score, self.kept[-1][0])):
             return
         path = os.path.join(self.folder, f'epoch-{epoch:04d}.model')
-        if run.is_main:
-            self._model(run).save(path)
+        # every rank calls save: in a distributed job it is collective, and rank 0 alone writes
+        self._model(run).save(path)
         self.kept.append((score, epoch, path))
         # best first; among equal scores the earlier epoch first
         self.kept.sort(key=lambda item: (-item[0] if self.mode == 'max' else item[0], item[1]))

@@ -4,7 +4,7 @@ import os
 import numpy as np
 
 from flowpipe import B, Pipeline, V
-from flowpipe.callbacks import CSVLogger, EarlyStopping, ReduceLROnPlateau, Validate
+from flowpipe.callbacks import CSVLogger, EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, Validate
 from flowpipe.parallel import distributed
 
 from ..parallel import dist_jobs
@@ -25,10 +25,12 @@ def train_with_callbacks(folder, n_epochs=30):
             super().on_epoch_end(run, epoch)
             rows.append(dict(run.logs))
     where = os.path.join(folder, f'rank-{distributed.rank()}')
+    best = ModelCheckpoint(os.path.join(folder, 'best'), monitor='val/loss', save_top_k=2)
     train.run(6, n_epochs=n_epochs, shuffle=True, seed=11,
               callbacks=[Validate(val, batch_size=8, metrics={'loss': lambda p: float(np.mean(p.v('losses')))}),
-                         early, ReduceLROnPlateau('net', factor=0.5, patience=0), Rows(where)])
+                         early, best, ReduceLROnPlateau('net', factor=0.5, patience=0), Rows(where)])
     model = train.m('net')
     return {'stop': early.stopped_epoch, 'params': [p.detach().numpy().copy() for p in model.model.parameters()],
             'lrs': [group['lr'] for group in model.optimizer.param_groups], 'rows': rows,
-            'wrote': os.path.exists(os.path.join(where, 'metrics.csv')), 'rank': distributed.rank()}
+            'wrote': os.path.exists(os.path.join(where, 'metrics.csv')), 'rank': distributed.rank(),
+            'best': (best.best_path, best.best_score), 'files': sorted(os.listdir(os.path.join(folder, 'best')))}

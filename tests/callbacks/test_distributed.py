@@ -1,5 +1,7 @@
 """Callbacks in a distributed job of 2 gloo processes: the same stop epoch, learning rates and parameters as one
 process, and files from rank 0 only."""
+import os
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,8 @@ def test_two_processes_stop_where_one_process_stops(tmp_path):
     assert alone['stop'] is not None and alone['stop'] < 29
     for result in ranks:
         assert result['stop'] == alone['stop'] and result['lrs'] == alone['lrs']
+        assert result['files'] == alone['files'] and len(result['files']) == 2
+        assert os.path.basename(result['best'][0]) == os.path.basename(alone['best'][0])
         assert len(result['rows']) == len(alone['rows'])
         for got, expected in zip(result['rows'], alone['rows']):
             assert got['val/loss'] == pytest.approx(expected['val/loss'], rel=1e-10)

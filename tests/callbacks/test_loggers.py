@@ -91,10 +91,17 @@ def test_model_checkpoint_keeps_the_best_k_files(tmp_path):
     model.close()
 
 
-def test_model_checkpoint_writes_nothing_off_rank_0(tmp_path):
-    best = ModelCheckpoint(tmp_path / 'best', monitor='val/loss')
-    feed(best, [1.0, 0.5], run=FakeRun(pipeline=None, is_main=False))
-    assert best.best_score == 0.5 and not os.path.exists(tmp_path / 'best')
+def test_model_checkpoint_off_rank_0_calls_the_collective_save_and_removes_nothing(tmp_path):
+    import types
+    saved = []
+    models = {'net': types.SimpleNamespace(save=saved.append)}      # TorchModel.save: rank 0 writes, all call it
+    pipeline = types.SimpleNamespace(state=types.SimpleNamespace(models=models))
+    (tmp_path / 'epoch-0000.model').write_text('rank 0 wrote this')
+    best = ModelCheckpoint(tmp_path, monitor='val/loss')
+    feed(best, [1.0, 0.5], run=FakeRun(pipeline=pipeline, is_main=False))
+    assert best.best_score == 0.5 and [os.path.basename(path) for path in saved] == ['epoch-0000.model',
+                                                                                    'epoch-0001.model']
+    assert os.listdir(tmp_path) == ['epoch-0000.model']            # dropping epoch 0 is rank 0's to do
 
 
 def test_tensorboard_scalars_read_back(tmp_path):
