@@ -34,6 +34,12 @@ class EpochClock:
             return seq // (self.size // self.batch_size)
         return seq * self.batch_size // self.size
 
+    def end_step(self, epoch: int) -> int:
+        """The number of batches completed when epoch ``epoch`` ends."""
+        if self.drop_last:
+            return (epoch + 1) * (self.size // self.batch_size)
+        return ((epoch + 1) * self.size - 1) // self.batch_size + 1
+
     def ended(self, seq: int) -> range:
         """The epochs whose last item is in batch ``seq`` (empty for most batches; several for a batch larger
         than an epoch)."""

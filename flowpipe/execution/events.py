@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from ..callbacks.base import Callback
 from .epochs import EpochClock
 
 __all__ = ['TrainingRun', 'check_callbacks']
@@ -18,7 +19,6 @@ __all__ = ['TrainingRun', 'check_callbacks']
 
 def check_callbacks(callbacks: Any) -> tuple:
     """``callbacks=`` as a tuple of ``Callback`` objects."""
-    from ..callbacks.base import Callback
     if callbacks is None:
         return ()
     if isinstance(callbacks, Callback):
@@ -46,12 +46,16 @@ class TrainingRun:
     def __init__(self, pipeline: Any, callbacks: Sequence[Any], clock: EpochClock, world: Any = None):
         self.pipeline, self.clock, self.world = pipeline, clock, world
         self.callbacks = sorted(callbacks, key=lambda callback: callback.order)
+        # only the callbacks that listen to batch ends are called per batch: the others cost nothing there
+        self._on_batch = [callback for callback in self.callbacks
+                          if type(callback).on_batch_end is not Callback.on_batch_end]
         self.is_main = world is None or world.rank == 0
         self.step, self.epoch = 0, 0
         self.logs: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.stopped = False
         self._loss_sum, self._loss_count = 0.0, 0
+        self._next_end = clock.end_step(0)
 
     def stop(self) -> None:
         """End the run after the current batch: no later batch reaches a stateful action."""
@@ -69,10 +73,12 @@ class TrainingRun:
         if losses:
             self._loss_sum, self._loss_count = self._loss_sum + sum(losses), self._loss_count + len(losses)
             losses.clear()
-        for callback in self.callbacks:
+        for callback in self._on_batch:
             callback.on_batch_end(self, batch)
-        for epoch in self.clock.ended(seq):
-            self._epoch_end(epoch)
+        if self.step >= self._next_end:
+            for epoch in self.clock.ended(seq):
+                self._epoch_end(epoch)
+            self._next_end = self.clock.end_step(self.epoch)
         if self.world is not None:
             self.stopped = bool(_distributed().broadcast(self.stopped))    # rank 0's decision holds on every rank
         return self.stopped
@@ -104,6 +110,7 @@ class TrainingRun:
         self.step, self.epoch, self.stopped = state['step'], state['epoch'], state['stopped']
         self.history, self.logs = [dict(logs) for logs in state['history']], dict(state['logs'])
         self._loss_sum, self._loss_count = state['loss']
+        self._next_end = self.clock.end_step(self.epoch)
         if len(state['callbacks']) != len(self.callbacks):
             raise ValueError(f"Expected the {len(state['callbacks'])} callbacks the checkpoint was written with. "
                              f"Received: {len(self.callbacks)}. Resume with the same callbacks= list.")

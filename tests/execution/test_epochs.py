@@ -32,6 +32,8 @@ def test_epoch_ends_follow_the_stream(size, batch_size, drop_last):
     got = [(clock.epoch_of(seq), list(clock.ended(seq))) for seq in range(len(expected))]
     assert got == expected
     assert sorted(epoch for _, ends in got for epoch in ends) == [0, 1, 2, 3]     # every epoch ends exactly once
+    for epoch in range(4):                                                  # after end_step(epoch) batches
+        assert epoch in clock.ended(clock.end_step(epoch) - 1)
 
 
 def test_straddling_batch_ends_the_epoch_of_its_last_item():
