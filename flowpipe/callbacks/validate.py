@@ -14,7 +14,8 @@ class Validate(Callback):
 
     Each validation run starts from fresh variables (``reset('variables')``); the models are the training run's
     own when the pipeline imports them (``import_model('net', train)``). With ``every=N`` the values of the last
-    validation are logged at each epoch end.
+    validation are logged at each epoch end. In a distributed job every rank validates on the whole set
+    (unsharded), so the metrics are one process's whatever they compute.
 
     Args:
         pipeline: the validation pipeline, bound to its dataset.
@@ -40,8 +41,10 @@ class Validate(Callback):
 
     def validate(self) -> dict[str, float]:
         """One validation run; the metrics as ``{'val/<name>': value}``."""
+        from ..execution.run import whole_on_every_rank
         self.pipeline.reset('variables')
-        self.pipeline.run(self.batch_size, n_epochs=1, shuffle=False, **self.run_kwargs)
+        with whole_on_every_rank():
+            self.pipeline.run(self.batch_size, n_epochs=1, shuffle=False, **self.run_kwargs)
         self.values = {f'val/{name}': float(fn(self.pipeline)) for name, fn in self.metrics.items()}
         return self.values
 

@@ -7,6 +7,8 @@ section when it ends (all batches done, or ``StopPipeline``).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
 import numbers
 import os
@@ -34,7 +36,20 @@ from .resume import RunCheckpoints, check_resumable
 from .runner import BatchRunner, run_steps
 from .steps import compile_plan
 
-__all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline']
+__all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline', 'whole_on_every_rank']
+
+_WHOLE = contextvars.ContextVar('flowpipe_whole_on_every_rank', default=False)
+
+
+@contextlib.contextmanager
+def whole_on_every_rank() -> Iterator[None]:
+    """Runs started inside process every batch whole on every rank of a distributed job, unsharded (``Validate``:
+    every rank computes the metrics of the whole validation set, as one process does)."""
+    token = _WHOLE.set(True)
+    try:
+        yield
+    finally:
+        _WHOLE.reset(token)
 
 
 @dataclass(frozen=True)
@@ -176,7 +191,7 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     n_epochs, n_iters = args.n_epochs, args.n_iters
     if n_epochs is None and n_iters is None and not infinite:
         n_epochs = 1
-    world = run_world()
+    world = None if _WHOLE.get() else run_world()
     # every rank checks that the others draw the same batches, and takes rank 0's seed: one shuffle and one seed tree
     seeds = agree_on_run(world, pipeline, args, n_epochs, n_iters, (_root_seed(args), _seed_given(args)))
     checkpoints = None

@@ -21,6 +21,10 @@ def test_two_processes_stop_where_one_process_stops(tmp_path):
         assert result['files'] == alone['files'] and len(result['files']) == 2
         assert os.path.basename(result['best'][0]) == os.path.basename(alone['best'][0])
         assert len(result['rows']) == len(alone['rows'])
+        # every rank validated on the whole set: per-item metrics are one process's, not a shard's
+        assert result['validated']['val/items'] == dist_jobs.dist_jobs.N_ITEMS
+        assert result['validated']['val/accuracy'] == alone['validated']['val/accuracy']
+        assert result['validated']['val/loss'] == pytest.approx(alone['validated']['val/loss'], rel=1e-10)
         for got, expected in zip(result['rows'], alone['rows']):
             assert got['val/loss'] == pytest.approx(expected['val/loss'], rel=1e-10)
         for got, expected in zip(result['params'], alone['params']):
