@@ -272,14 +272,12 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
         yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None, checkpoints,
                               seeds, events)
     finally:
-        try:
-            if events is not None:
-                events.end()
-        finally:
-            stream.close()
+        stream.close()
         prefetcher.close()
         if progress is not None:
             progress.close()
+        if events is not None:                      # the workers are stopped: on_run_end sees the final state
+            events.end()
     _run_section(pipeline.after.actions, sections)
 
 

@@ -127,3 +127,10 @@ def test_model_checkpoint_removes_files_of_epochs_after_the_resumed_checkpoint(t
         (tmp_path / name).write_text('x')
     best.on_run_start(FakeRun())
     assert sorted(os.listdir(tmp_path)) == ['epoch-0001.model', 'notes.txt']
+
+
+def test_tensorboard_logger_without_tensorboard_names_the_extra(monkeypatch, tmp_path):
+    import sys
+    monkeypatch.setitem(sys.modules, 'torch.utils.tensorboard', None)     # as where tensorboard is not installed
+    with pytest.raises(ImportError, match=r'flowpipe\[tensorboard\]'):
+        TensorBoardLogger(tmp_path).on_run_start(FakeRun())
