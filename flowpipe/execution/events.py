@@ -54,6 +54,8 @@ class TrainingRun:
         self.logs: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.stopped = False
+        #: inside a batch's callbacks: a checkpoint taken now would hold some of them only
+        self.busy = False
         self._loss_sum, self._loss_count = 0.0, 0
         self._next_end = clock.end_step(0)
 
@@ -68,6 +70,7 @@ class TrainingRun:
 
     def batch_end(self, batch: Any) -> bool:
         """Announce a completed batch (and the epochs it ends); whether the run is to stop now."""
+        self.busy = True
         seq, self.step = self.step, self.step + 1
         losses = self.pipeline.state.train_losses
         if losses:
@@ -81,6 +84,7 @@ class TrainingRun:
             self._next_end = self.clock.end_step(self.epoch)
         if self.world is not None:
             self.stopped = bool(_distributed().broadcast(self.stopped))    # rank 0's decision holds on every rank
+        self.busy = False
         return self.stopped
 
     def _epoch_end(self, epoch: int) -> None:

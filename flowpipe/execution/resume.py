@@ -142,6 +142,8 @@ class RunCheckpoints:
         checkpoint if it has none and the state is between batches."""
         if self.spec is None or self.written == self.done or chain_busy(stream):
             return
+        if self.events is not None and self.events.busy:
+            return                                         # inside a batch's callbacks: half of them have run
         if interrupted and (not self.spec.on_interrupt or self.world is not None):
             return                                         # the other ranks are not here to take part
         self.write(stream, root)

@@ -70,3 +70,70 @@ def test_resumed_run_with_callbacks_ends_as_the_uninterrupted_one(tmp_path, pref
     assert all(torch.equal(a, b) for one, other in zip(resumed['weights'], whole['weights'])
                for a, b in zip(one, other))
     cases.assert_same(resumed['outcome'], whole['outcome'])
+
+
+class CtrlCAt(EarlyStopping):
+    """Presses Ctrl-C at the end of epoch ``at``, after EarlyStopping's own decision (the next callbacks have not
+    run)."""
+
+    def __init__(self, at, **kwargs):
+        super().__init__(**kwargs)
+        self.at = at
+
+    def on_epoch_end(self, run, epoch):
+        super().on_epoch_end(run, epoch)
+        if epoch == self.at:
+            self.at = None
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_inside_the_callbacks_resumes_from_the_checkpoint_before(tmp_path):
+    def make(train, folder, at=None):
+        early, best, callbacks = _callbacks(train, folder)
+        callbacks[1] = early = CtrlCAt(at, monitor='val/loss', patience=2, min_delta=0.01)
+        return early, best, callbacks
+    train = cases.pipeline()
+    early, best, callbacks = make(train, tmp_path / 'whole')
+    train.run(**RUN, callbacks=callbacks)
+    whole = _ending(train, early, best, tmp_path / 'whole')
+
+    spec = Checkpoint(tmp_path / 'checkpoints', every=4)
+    first = cases.pipeline()
+    with pytest.raises(KeyboardInterrupt):
+        first.run(**RUN, checkpoint=spec, callbacks=make(first, tmp_path / 'parts', at=2)[2])
+    first.m('net').close()
+    # Ctrl-C in the callbacks of batch 15 (epoch 2's end): the model has trained on it and some callbacks have
+    # run, so no checkpoint can be written for it, nor for batch 14 any longer: the latest stays batch 12's
+    assert os.listdir(tmp_path / 'checkpoints') == ['checkpoint-000000012.flowpipe']
+    again = cases.pipeline()
+    early, best, callbacks = make(again, tmp_path / 'parts')
+    again.run(**RUN, checkpoint=spec, resume=True, callbacks=callbacks)
+    resumed = _ending(again, early, best, tmp_path / 'parts')
+    for key in ('stop', 'files', 'rows', 'lrs', 'score'):
+        assert resumed[key] == whole[key], key
+    cases.assert_same(resumed['outcome'], whole['outcome'])
+
+
+def test_resuming_a_run_that_stopped_trains_no_more(tmp_path):
+    train = cases.pipeline()
+    early, _, callbacks = _callbacks(train, tmp_path / 'run')
+    train.run(**RUN, checkpoint=tmp_path / 'checkpoints', callbacks=callbacks)
+    steps = train.m('net').iteration
+    train.m('net').close()
+    again = cases.pipeline()
+    early, _, callbacks = _callbacks(again, tmp_path / 'run')
+    again.run(**RUN, checkpoint=tmp_path / 'checkpoints', resume=True, callbacks=callbacks)
+    assert again.m('net').iteration == steps == (early.stopped_epoch + 1) * 5
+    again.m('net').close()
+
+
+def test_resume_with_other_callbacks_is_refused(tmp_path):
+    from flowpipe import CheckpointError
+    train = cases.pipeline()
+    train.run(cases.BATCH, n_iters=2, checkpoint=tmp_path / 'checkpoints')
+    train.m('net').close()
+    again = cases.pipeline()
+    with pytest.raises(CheckpointError, match='without callbacks='):
+        again.run(cases.BATCH, n_iters=2, checkpoint=tmp_path / 'checkpoints', resume=True,
+                  callbacks=[EarlyStopping('train/loss')])
+    again.m('net').close()
