@@ -42,4 +42,5 @@ def train_with_callbacks(folder, n_epochs=30):
     return {'stop': early.stopped_epoch, 'params': [p.detach().numpy().copy() for p in model.model.parameters()],
             'lrs': [group['lr'] for group in model.optimizer.param_groups], 'rows': rows,
             'wrote': os.path.exists(os.path.join(where, 'metrics.csv')), 'rank': distributed.rank(),
-            'validated': dict(validate.values), 'best': (best.best_path, best.best_score), 'files': sorted(os.listdir(os.path.join(folder, 'best')))}
+            'validated': dict(validate.values), 'best': (best.best_path, best.best_score),
+            'files': sorted(os.listdir(os.path.join(folder, 'best')))}
