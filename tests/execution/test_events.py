@@ -101,3 +101,18 @@ def test_bad_callbacks_are_refused_before_any_batch():
     dataset = Dataset(8, preloaded={'x': np.ones((8, 2))})
     with pytest.raises(ValueError, match='without rebatch'):
         (Pipeline().rebatch(4) << dataset).run(2, callbacks=[Recorder()])
+
+
+def test_without_drop_last_an_epoch_ends_after_the_batch_holding_its_last_item():
+    class Ends(Callback):
+        def __init__(self):
+            self.ends = []
+
+        def on_epoch_end(self, run, epoch):
+            self.ends.append((epoch, run.step))
+    ends = Ends()
+    (Pipeline() << Dataset(10)).run(4, n_epochs=3, callbacks=[ends])      # items 0..29 in 8 batches, the last short
+    assert ends.ends == [(0, 3), (1, 5), (2, 8)]
+    ends = Ends()
+    (Pipeline() << Dataset(10)).run(4, n_epochs=3, drop_last=True, callbacks=[ends])
+    assert ends.ends == [(0, 2), (1, 4), (2, 6)]
