@@ -116,3 +116,10 @@ def test_without_drop_last_an_epoch_ends_after_the_batch_holding_its_last_item()
     ends = Ends()
     (Pipeline() << Dataset(10)).run(4, n_epochs=3, drop_last=True, callbacks=[ends])
     assert ends.ends == [(0, 2), (1, 4), (2, 6)]
+
+
+@pytest.mark.parametrize('prefetch', [0, 4])
+def test_callbacks_leave_the_training_bit_identical(prefetch):
+    plain = cases.outcome(cases.pipeline().run(**cases.RUN, seed=3, prefetch=prefetch))
+    heard = cases.outcome(cases.pipeline().run(**cases.RUN, seed=3, prefetch=prefetch, callbacks=[Recorder()]))
+    cases.assert_same(heard, plain)
