@@ -11,21 +11,30 @@ import contextlib
 import os
 import pickle
 import tempfile
-from typing import Any
+from typing import IO, Any, Callable
 
-__all__ = ['dump_atomically']
+__all__ = ['dump_atomically', 'write_text_atomically']
 
 
 def dump_atomically(value: Any, path: str | os.PathLike) -> None:
     """Pickle ``value`` with dill into ``path`` atomically (the folder is made when missing)."""
     import dill
+    _write_atomically(path, lambda file: dill.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def write_text_atomically(text: str, path: str | os.PathLike) -> None:
+    """Write ``text`` (UTF-8) into ``path`` atomically (the folder is made when missing)."""
+    _write_atomically(path, lambda file: file.write(text.encode('utf-8')))
+
+
+def _write_atomically(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.', suffix='.tmp')
     try:
         with os.fdopen(handle, 'wb') as file:
-            dill.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL)
+            write(file)
             file.flush()
             os.fsync(file.fileno())
         os.chmod(temporary, 0o644)

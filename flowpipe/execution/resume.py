@@ -67,6 +67,8 @@ class RunCheckpoints:
                                   "resume=True to go on from it, or delete the folder's checkpoints to start afresh.")
         self.done = self.saved['batches'] if self.saved is not None else 0
         self.written = self.done if self.saved is not None else None
+        #: the run's ``TrainingRun`` when it has callbacks: their state goes into every checkpoint
+        self.events: Any = None
         self._clock = time.monotonic()
 
     def _read(self, resume: Any) -> dict | None:
@@ -109,6 +111,11 @@ class RunCheckpoints:
             state.variables.update(own['variables'])
         _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}))
         stream.load_state(self.saved['nodes'])
+        if self.events is not None:
+            if self.saved.get('events') is None:
+                raise CheckpointError("Expected a checkpoint of a run with the same callbacks. Received: one written "
+                                      "without callbacks=. Resume without callbacks=, or start afresh.")
+            self.events.load_state(self.saved['events'])
         state.batches = self.saved['pipeline_batches']
         _set_random_states(own['random'])
 
@@ -135,6 +142,8 @@ class RunCheckpoints:
         checkpoint if it has none and the state is between batches."""
         if self.spec is None or self.written == self.done or chain_busy(stream):
             return
+        if self.events is not None and self.events.busy:
+            return                                         # inside a batch's callbacks: half of them have run
         if interrupted and (not self.spec.on_interrupt or self.world is not None):
             return                                         # the other ranks are not here to take part
         self.write(stream, root)
@@ -151,7 +160,8 @@ class RunCheckpoints:
             return
         payload = {'fingerprint': self.fingerprint, 'root': root[0], 'given': root[1], 'batches': self.done,
                    'pipeline_batches': state.batches, 'nodes': stream.state(), **own, 'ranks': ranks,
-                   'models': _model_states(state.models), 'loaded': loaded_files(state.models)}
+                   'models': _model_states(state.models), 'loaded': loaded_files(state.models),
+                   'events': None if self.events is None else self.events.state()}
         try:
             files.write(self.spec.path, self.done, payload, self.spec.keep)
         except (pickle.PicklingError, TypeError, AttributeError) as error:

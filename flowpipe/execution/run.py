@@ -7,6 +7,8 @@ section when it ends (all batches done, or ``StopPipeline``).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
 import numbers
 import os
@@ -20,6 +22,8 @@ import numpy as np
 from ..errors import StopPipeline, add_note
 from .agreement import agree_on_run
 from .checkpoint import as_checkpoint
+from .epochs import EpochClock
+from .events import TrainingRun, check_callbacks
 from .locks import OrderedLocks
 from .next_iteration import NextIteration
 from .nodes import DeferredStage, IndexSource, MapStage
@@ -32,7 +36,20 @@ from .resume import RunCheckpoints, check_resumable
 from .runner import BatchRunner, run_steps
 from .steps import compile_plan
 
-__all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline']
+__all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline', 'whole_on_every_rank']
+
+_WHOLE = contextvars.ContextVar('flowpipe_whole_on_every_rank', default=False)
+
+
+@contextlib.contextmanager
+def whole_on_every_rank() -> Iterator[None]:
+    """Runs started inside process every batch whole on every rank of a distributed job, unsharded (``Validate``:
+    every rank computes the metrics of the whole validation set, as one process does)."""
+    token = _WHOLE.set(True)
+    try:
+        yield
+    finally:
+        _WHOLE.reset(token)
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,7 @@ class RunArgs:
     profile: bool = False
     checkpoint: Any = None
     resume: Any = False
+    callbacks: tuple = ()
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
@@ -76,6 +94,8 @@ class RunArgs:
         if 'n_epochs' in changes or 'n_iters' in changes:
             changes.setdefault('n_epochs', None)
             changes.setdefault('n_iters', None)
+        if 'callbacks' in changes:
+            changes['callbacks'] = check_callbacks(changes['callbacks'])
         base = stored if stored is not None else cls()
         if extra:
             changes['extra'] = MappingProxyType({**base.extra, **extra})
@@ -96,6 +116,10 @@ class RunArgs:
         if not isinstance(self.resume, (bool, str, os.PathLike)):
             raise TypeError(f"Expected resume as True, False or the path of a checkpoint (file or folder). "
                             f"Received: resume={self.resume!r}")
+        if self.callbacks and self.in_processes:
+            raise ValueError("Expected target='threads' for a run with callbacks. Received: target='processes', "
+                             "whose workers' model steps the run's callbacks could not follow. Use "
+                             "target='threads', or run without callbacks=.")
 
     def __repr__(self) -> str:
         defaults = RunArgs()
@@ -167,7 +191,7 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     n_epochs, n_iters = args.n_epochs, args.n_iters
     if n_epochs is None and n_iters is None and not infinite:
         n_epochs = 1
-    world = run_world()
+    world = None if _WHOLE.get() else run_world()
     # every rank checks that the others draw the same batches, and takes rank 0's seed: one shuffle and one seed tree
     seeds = agree_on_run(world, pipeline, args, n_epochs, n_iters, (_root_seed(args), _seed_given(args)))
     checkpoints = None
@@ -189,7 +213,10 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
         raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
-    return _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0)
+    clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs)
+    events = TrainingRun(pipeline, args.callbacks, clock, world) if args.callbacks else None
+    return _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0,
+                    events, clock)
 
 
 def _root_seed(args: RunArgs) -> int:
@@ -209,16 +236,22 @@ def _targets(reset: Any) -> tuple:
 
 
 def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | None, seeds: tuple[int, bool],
-             ahead: bool, checkpoints: RunCheckpoints | None, main: bool = True) -> Iterator[Any]:
+             ahead: bool, checkpoints: RunCheckpoints | None, main: bool = True,
+             events: TrainingRun | None = None, clock: EpochClock | None = None) -> Iterator[Any]:
     # Only `pipeline` is kept here, never its state: next_batch passes a weak proxy, so that the iterator its state
     # holds does not keep the pipeline (and the prefetch workers) alive once the user drops it.
     in_processes = args.in_processes
-    # A checkpoint is taken between two batches: stateful actions run in the caller's thread, as for gen_batch.
-    defer = not in_processes and ((args.prefetch > 0 and not ahead) or checkpoints is not None)
+    # A checkpoint is taken, and callbacks are called, between two batches: stateful actions run in the caller's
+    # thread, as for gen_batch, so that no batch after a callback's stop reaches a model step.
+    defer = not in_processes and ((args.prefetch > 0 and not ahead) or checkpoints is not None or events is not None)
     locks = OrderedLocks() if args.prefetch else None
     plan = compile_plan(pipeline.actions, getattr(pipeline.dataset, 'batch_class', None), locks, args.batch_size,
                         defer=defer)
-    runners = _runners(pipeline, args, plan, locks, total, seeds)
+    if events is not None and plan.rebatches:
+        raise ValueError("Expected a pipeline without rebatch for a run with callbacks. Received: a rebatch "
+                         "action, whose batches do not follow the epochs. Run without callbacks=, or rebatch in "
+                         "the dataset instead.")
+    runners = _runners(pipeline, args, plan, locks, total, seeds, clock)
     sections = runners[0].section_context()
     pipeline.state.declare_variables(pipeline.all_records(), sections)
     if not _run_section(pipeline.before.actions, sections):
@@ -229,36 +262,48 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
     try:
         if checkpoints is not None:
             checkpoints.check(stream)
+            checkpoints.events = events
             checkpoints.restore(stream)
+        if events is not None:
+            events.start()
         progress = _progress(args.bar if main else False, total, pipeline.state.variables,   # rank 0's only
                              checkpoints)
         # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
         yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None, checkpoints,
-                              seeds)
+                              seeds, events)
     finally:
         stream.close()
         prefetcher.close()
         if progress is not None:
             progress.close()
+        if events is not None:                      # the workers are stopped: on_run_end sees the final state
+            events.end()
     _run_section(pipeline.after.actions, sections)
 
 
 def _delivered(stream: Any, pipeline: Any, progress: Any, prefetcher: Prefetcher | None,
-               checkpoints: RunCheckpoints | None, seeds: tuple[int, bool]) -> Iterator[Any]:
-    """The batches of ``stream``, counted, shown on the bar and checkpointed as the caller asks for the next."""
+               checkpoints: RunCheckpoints | None, seeds: tuple[int, bool],
+               events: TrainingRun | None = None, clock: EpochClock | None = None) -> Iterator[Any]:
+    """The batches of ``stream``, counted, shown on the bar, announced to the callbacks and checkpointed as the
+    caller asks for the next; a callback's stop ends the stream after the batch."""
     try:
-        for batch in stream:
+        for batch in stream if events is None or not events.stopped else ():
             pipeline.state.batches += 1
             if progress is not None:
                 progress.update(1, ready=None if prefetcher is None else prefetcher.ready)
             try:
                 yield batch
             except GeneratorExit:                   # the caller is done with this batch, and leaves
+                if events is not None:
+                    events.batch_end(batch)
                 if checkpoints is not None:
                     checkpoints.done += 1
                 raise
+            stop = events is not None and events.batch_end(batch)
             if checkpoints is not None:
                 checkpoints.after_batch(stream, seeds)
+            if stop:
+                break
         if checkpoints is not None:
             checkpoints.finish(stream, seeds, interrupted=False)
     except (KeyboardInterrupt, GeneratorExit):
@@ -280,7 +325,7 @@ def _stages(prefetcher: Prefetcher, runners: list, plan: Any, dataset: Any) -> A
 
 
 def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | None,
-             seeds: tuple[int, bool]) -> list:
+             seeds: tuple[int, bool], clock: EpochClock | None = None) -> list:
     """A runner per stage; with deferred steps, theirs comes second (stage 0 too, so the same seeds)."""
     profiler = Profiler(detailed=args.profile in ('detailed', 2)) if args.profile else None
     if profiler is not None:
@@ -293,7 +338,7 @@ def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | N
     size = len(pipeline.dataset.index)
     epoch_items = size - size % args.batch_size if args.drop_last else size     # the stream's epoch, see sampling
     return [BatchRunner(pipeline, steps, seeds[0], stage, total if stage == 0 else None, stage_locks, profiler,
-                        first, seeds[1], epoch_items if stage == 0 else None)
+                        first, seeds[1], epoch_items if stage == 0 else None, clock if stage == 0 else None)
             for (stage, steps, stage_locks), first in zip(parts, firsts)]
 
 

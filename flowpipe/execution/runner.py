@@ -95,16 +95,17 @@ class BatchRunner:
         first: the number of the stage's first step in the whole run, for the profiler's action names
             (``'3: resize'``), so that steps of different stages never share a name.
         epoch_items: items per epoch of the run, given to the batches' contexts (``Context.epoch_items``).
+        clock: the run's ``EpochClock`` for a first-stage runner (``I('epoch')``), else ``None``.
     """
 
     def __init__(self, pipeline: Any, steps: tuple, root: int, stage: int = 0, total: int | None = None,
                  locks: Any = None, profiler: Any = None, first: int = 0, seed_given: bool = True,
-                 epoch_items: int | None = None):
+                 epoch_items: int | None = None, clock: Any = None):
         self.pipeline, self.steps, self.root, self.stage = pipeline, steps, root, stage
         self.seed_given = seed_given
         self.dataset, self.config, state = pipeline.dataset, pipeline.config, pipeline.state
         self.variables, self.models = state.variables, state.models
-        self.total, self.locks, self.profiler, self.first = total, locks, profiler, first
+        self.total, self.locks, self.profiler, self.first, self.clock = total, locks, profiler, first, clock
         self.epoch_items = epoch_items
         if profiler is not None:
             self.steps = tuple(ProfiledStep(step, profiler, f"{first + position}: {step.name}")
@@ -131,7 +132,8 @@ class BatchRunner:
         seed = batch_seed(self.root, self.stage, seq, self.seed_given)
         batch.seed = seed
         ctx = Context(batch, self.dataset, self.config, self.variables, self.models, seq, self.total, seed,
-                      self.pipeline, self.epoch_items)
+                      self.pipeline, self.epoch_items,
+                      epoch=None if self.clock is None else self.clock.epoch_of(seq))
         if self.locks is None:
             run_steps(self.steps, ctx, self.first)
         else:

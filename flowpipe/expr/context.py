@@ -49,6 +49,7 @@ class Context:
         pipeline: the running ``Pipeline`` (for built-in actions that need it).
         epoch_items: items one epoch of the run feeds (the dataset's, less what ``drop_last`` drops), for a
             per-epoch learning-rate schedule; ``None`` outside the first stage of a run.
+        epoch: the 0-based epoch of the batch's first item (``I('epoch')``), ``None`` outside a run's first stage.
     """
     batch: Any = None
     dataset: Any = None
@@ -61,6 +62,7 @@ class Context:
     pipeline: Any = None
     epoch_items: int | None = None
     _random: Any = None
+    epoch: int | None = None
 
     @property
     def random(self) -> Any:

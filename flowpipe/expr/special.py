@@ -134,13 +134,15 @@ def _accepts_rng(func: Callable) -> bool:
     return _takes(func, 'rng')
 
 
-_ITERATION_KINDS = {'current': 'c', 'maximum': 'm', 'total': 'm', 'ratio': 'r'}
+_ITERATION_KINDS = {'current': 'c', 'maximum': 'm', 'total': 'm', 'ratio': 'r', 'epoch': 'e'}
 
 
 class IterationExpr(Expression):
-    """``I('c')`` 0-based iteration, ``I('m')`` total batches (or ``None``), ``I('r')`` ratio ``(c + 1) / m``.
+    """``I('c')`` 0-based iteration, ``I('m')`` total batches (or ``None``), ``I('r')`` ratio ``(c + 1) / m``,
+    ``I('epoch')`` the 0-based epoch of the batch's first item.
 
-    Any start of ``'current'``, ``'maximum'``/``'total'`` or ``'ratio'`` names a kind (``I('max')``, ``I.total``).
+    Any start of ``'current'``, ``'maximum'``/``'total'``, ``'ratio'`` or ``'epoch'`` names a kind (``I('max')``,
+    ``I.total``).
     """
     __slots__ = ('_kind',)
 
@@ -148,7 +150,8 @@ class IterationExpr(Expression):
         found = {short for word, short in _ITERATION_KINDS.items() if isinstance(kind, str) and kind
                  and word.startswith(kind)}
         if len(found) != 1:
-            raise ValueError(f"Expected I('c'|'current'), I('m'|'max'|'total') or I('r'|'ratio'). Received: {kind!r}.")
+            raise ValueError(f"Expected I('c'|'current'), I('m'|'max'|'total'), I('r'|'ratio') or I('e'|'epoch'). "
+                             f"Received: {kind!r}.")
         self._kind = found.pop()
 
     def get(self, ctx: Any) -> Any:
@@ -156,6 +159,11 @@ class IterationExpr(Expression):
             return ctx.iteration
         if self._kind == 'm':
             return ctx.total
+        if self._kind == 'e':
+            if ctx.epoch is None:
+                raise ValueError("Expected a batch of a run's first stage for I('epoch'). Received: a batch after "
+                                 "rebatch, or no batch. Read I('epoch') before the rebatch action.")
+            return ctx.epoch
         if not ctx.total:
             raise ValueError(f"Expected a run with a known number of batches for {self!r}. Received: total="
                              f"{ctx.total!r}. Give run() n_epochs= or n_iters=, or use I('c') instead.")

@@ -269,7 +269,7 @@ class Pipeline(PipelineAliases):
             n_iters: int | None = None, drop_last: bool | None = None, bar: Any = None,
             prefetch: int | None = None, lazy: bool = False, seed: int | None = None,
             profile: bool | None = None, reset: Any = None, target: str | None = None, notifier: Any = None,
-            checkpoint: Any = None, resume: Any = None, **kwargs: Any) -> Pipeline:
+            checkpoint: Any = None, resume: Any = None, callbacks: Any = None, **kwargs: Any) -> Pipeline:
         """Process every batch; returns the pipeline (a new one holding the arguments when ``lazy=True``).
 
         Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one
@@ -278,7 +278,9 @@ class Pipeline(PipelineAliases):
         (their changes to variables and models do not come back; see docs/pipelines.md). ``notifier`` is
         batchflow's name for ``bar``. ``checkpoint`` (a folder, or ``Checkpoint(path, every=, seconds=, keep=)``)
         writes checkpoints as batches complete; ``resume=True`` (or a checkpoint's path) continues after the latest
-        one (see docs/pipelines.md#checkpoints). Extra keyword arguments go to the index's ``gen_batch``.
+        one (see docs/pipelines.md#checkpoints). ``callbacks`` (``flowpipe.callbacks`` objects: validation, early
+        stopping, best checkpoints, loggers) hear of run start, batch ends, epoch ends and run end (see
+        docs/training.md). Extra keyword arguments go to the index's ``gen_batch``.
         """
         from ..execution.run import RunArgs, run_pipeline
         bar = bar_or_notifier(bar, notifier)
@@ -291,12 +293,12 @@ class Pipeline(PipelineAliases):
                   n_epochs: int | None = None, n_iters: int | None = None, drop_last: bool | None = None,
                   bar: Any = None, prefetch: int | None = None, seed: int | None = None,
                   profile: bool | None = None, reset: Any = None, target: str | None = None,
-                  notifier: Any = None, checkpoint: Any = None, resume: Any = None,
+                  notifier: Any = None, checkpoint: Any = None, resume: Any = None, callbacks: Any = None,
                   **kwargs: Any) -> Iterator[Any]:
         """Yield processed batches; the arguments are those of ``run``.
 
         With ``checkpoint``, the checkpoint of a batch is written when the loop asks for the next one (or leaves),
-        so it holds what the loop's body did to the pipeline's variables and models.
+        so it holds what the loop's body did to the pipeline's variables and models; so are the callbacks called.
         """
         from ..execution.run import RunArgs, iterate
         bar = bar_or_notifier(bar, notifier)

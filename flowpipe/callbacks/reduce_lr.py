@@ -1,0 +1,77 @@
+"""``ReduceLROnPlateau``: lower a model's learning rate when a monitored value stops improving (torch's rule)."""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from .base import Callback, check_mode, monitored
+
+__all__ = ['ReduceLROnPlateau']
+
+
+class ReduceLROnPlateau(Callback):
+    """Multiply the learning rates of model ``model_name``'s optimizer by ``factor`` on a plateau of ``monitor``.
+
+    torch's ``ReduceLROnPlateau`` rule, once per epoch end: a value better than the best (relative ``threshold``:
+    below ``best * (1 - threshold)`` for ``'min'``, above ``best * (1 + threshold)`` for ``'max'``) becomes the
+    best and resets the count of bad epochs; otherwise the count grows. During ``cooldown`` epochs after a
+    reduction bad epochs are not counted. When the count exceeds ``patience`` each group's rate becomes
+    ``max(lr * factor, min_lr)`` (unless that changes it by less than ``eps``), and the count restarts.
+    The rates are set in the optimizer's ``param_groups``.
+    """
+
+    def __init__(self, model_name: str, monitor: str = 'val/loss', mode: str = 'min', factor: float = 0.1,
+                 patience: int = 10, threshold: float = 1e-4, cooldown: int = 0, min_lr: float = 0.0,
+                 eps: float = 1e-8):
+        if not isinstance(factor, numbers.Real) or not 0 < factor < 1:
+            raise ValueError(f"Expected factor in (0, 1). Received: factor={factor!r}")
+        for name, value in (('patience', patience), ('cooldown', cooldown)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ValueError(f"Expected {name} as an int >= 0. Received: {name}={value!r}")
+        if not isinstance(min_lr, numbers.Real) or min_lr < 0:
+            raise ValueError(f"Expected min_lr as a number >= 0. Received: min_lr={min_lr!r}")
+        self.model_name, self.monitor, self.mode = model_name, monitor, check_mode(mode)
+        self.factor, self.patience, self.threshold = float(factor), int(patience), float(threshold)
+        self.cooldown, self.min_lr, self.eps = int(cooldown), float(min_lr), float(eps)
+        self.best = math.inf if self.mode == 'min' else -math.inf
+        self.bad_epochs = self.cooldown_left = 0
+
+    def on_epoch_end(self, run: Any, epoch: int) -> None:
+        value = monitored(run, self.monitor, 'ReduceLROnPlateau')
+        if self._better(value):
+            self.best, self.bad_epochs = value, 0
+        else:
+            self.bad_epochs += 1
+        if self.cooldown_left > 0:
+            self.cooldown_left -= 1
+            self.bad_epochs = 0
+        if self.bad_epochs > self.patience:
+            self._reduce(run)
+            self.cooldown_left, self.bad_epochs = self.cooldown, 0
+
+    def _better(self, value: float) -> bool:
+        if self.mode == 'min':
+            return value < self.best * (1 - self.threshold)
+        return value > self.best * (1 + self.threshold)
+
+    def _reduce(self, run: Any) -> None:
+        optimizer = getattr(run.pipeline.m(self.model_name), 'optimizer', None)
+        if optimizer is None:
+            raise ValueError(f"Expected model {self.model_name!r} to have an optimizer. Received: none (the model "
+                             "is not built or does not train). Name the trained model in ReduceLROnPlateau.")
+        for group in optimizer.param_groups:
+            old = float(group['lr'])
+            new = max(old * self.factor, self.min_lr)
+            if old - new > self.eps:
+                group['lr'] = new
+
+    def state(self) -> dict:
+        return {'best': self.best, 'bad_epochs': self.bad_epochs, 'cooldown_left': self.cooldown_left}
+
+    def load_state(self, state: dict) -> None:
+        self.best, self.bad_epochs, self.cooldown_left = state['best'], state['bad_epochs'], state['cooldown_left']
+
+    def __repr__(self) -> str:
+        return (f"ReduceLROnPlateau({self.model_name!r}, monitor={self.monitor!r}, mode={self.mode!r}, "
+                f"factor={self.factor}, patience={self.patience}, cooldown={self.cooldown}, min_lr={self.min_lr})")

@@ -1,0 +1,54 @@
+"""Where epochs end in a run's stream of batches.
+
+A run's batches cut the concatenated epoch orders (see ``flowpipe.data.sampling``). With ``drop_last`` every
+epoch is a whole number of batches. Without it a batch may hold the tail of one epoch and the head of the next:
+**an epoch ends after the batch that holds its last item**, and a batch belongs to the epoch of its first item.
+So the epoch-end events of a run without ``drop_last`` come after the first batches of the next epoch have been
+counted in the stream, never before the last item of the epoch was trained on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ['EpochClock']
+
+
+@dataclass(frozen=True)
+class EpochClock:
+    """The epochs of batch number ``seq`` (0-based) of a run.
+
+    Args:
+        size: the number of items of an epoch (the dataset's, every rank's of a distributed job alike).
+        batch_size: the run's (global) batch size.
+        drop_last: whether each epoch's incomplete tail is dropped.
+        n_epochs: the run's number of epochs, or ``None``.
+    """
+    size: int
+    batch_size: int
+    drop_last: bool = False
+    n_epochs: int | None = None
+
+    def epoch_of(self, seq: int) -> int:
+        """The epoch of the batch's first item."""
+        if self.drop_last:
+            return seq // (self.size // self.batch_size)
+        return seq * self.batch_size // self.size
+
+    def end_step(self, epoch: int) -> int:
+        """The number of batches completed when epoch ``epoch`` ends."""
+        if self.drop_last:
+            return (epoch + 1) * (self.size // self.batch_size)
+        return ((epoch + 1) * self.size - 1) // self.batch_size + 1
+
+    def ended(self, seq: int) -> range:
+        """The epochs whose last item is in batch ``seq`` (empty for most batches; several for a batch larger
+        than an epoch)."""
+        if self.drop_last:
+            per_epoch = self.size // self.batch_size
+            epoch = seq // per_epoch
+            return range(epoch, epoch + 1) if (seq + 1) % per_epoch == 0 else range(0)
+        first, end = seq * self.batch_size, (seq + 1) * self.batch_size
+        last = end // self.size
+        if self.n_epochs is not None:
+            last = min(last, self.n_epochs)
+        return range(-(-(first + 1) // self.size) - 1, last)

@@ -1,0 +1,138 @@
+"""The run's events: ``TrainingRun`` calls the callbacks, keeps the epoch's log and their state for checkpoints.
+
+It is the one place the run loop tells callbacks what happened: ``start`` before the first batch, ``batch_end``
+after each batch of the first stage (its stateful actions done), which also announces the epochs that batch ends
+(``EpochClock``), and ``end``. ``train/loss`` is the mean of the epoch's training losses: while callbacks listen,
+``train_model`` adds each step's loss to ``pipeline.state.train_losses`` (a float read per step, which a model's
+default ``nonfinite_loss`` check already waits for).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from ..callbacks.base import Callback
+from .epochs import EpochClock
+
+__all__ = ['TrainingRun', 'check_callbacks']
+
+
+def check_callbacks(callbacks: Any) -> tuple:
+    """``callbacks=`` as a tuple of ``Callback`` objects."""
+    if callbacks is None:
+        return ()
+    if isinstance(callbacks, Callback):
+        callbacks = (callbacks,)
+    if not isinstance(callbacks, (list, tuple)):
+        raise TypeError(f"Expected callbacks as a list of flowpipe.callbacks objects. Received: "
+                        f"callbacks={callbacks!r}")
+    wrong = [callback for callback in callbacks if not isinstance(callback, Callback)]
+    if wrong:
+        raise TypeError(f"Expected callbacks derived from flowpipe.callbacks.Callback. Received: {wrong[0]!r}. "
+                        "Subclass Callback and override its on_... hooks.")
+    return tuple(callbacks)
+
+
+class TrainingRun:
+    """What callbacks see of a run, and the dispatcher of its events.
+
+    Args:
+        pipeline: the running pipeline.
+        callbacks: the ``Callback`` objects, called by their ``order`` then in this order.
+        clock: where the run's epochs end.
+        world: the ``World`` of a distributed job, or ``None``.
+    """
+
+    def __init__(self, pipeline: Any, callbacks: Sequence[Any], clock: EpochClock, world: Any = None):
+        self.pipeline, self.clock, self.world = pipeline, clock, world
+        self.callbacks = sorted(callbacks, key=lambda callback: callback.order)
+        # only the callbacks that listen to batch ends are called per batch: the others cost nothing there
+        self._on_batch = [callback for callback in self.callbacks
+                          if type(callback).on_batch_end is not Callback.on_batch_end]
+        self.is_main = world is None or world.rank == 0
+        self.step, self.epoch = 0, 0
+        self.logs: dict[str, Any] = {}
+        self.history: list[dict[str, Any]] = []
+        self.stopped = False
+        #: inside a batch's callbacks: a checkpoint taken now would hold some of them only
+        self.busy = False
+        self._loss_sum, self._loss_count = 0.0, 0
+        self._next_end = clock.end_step(0)
+
+    def stop(self) -> None:
+        """End the run after the current batch: no later batch reaches a stateful action."""
+        self.stopped = True
+
+    def start(self) -> None:
+        self.pipeline.state.train_losses = []
+        for callback in self.callbacks:
+            callback.on_run_start(self)
+
+    def batch_end(self, batch: Any) -> bool:
+        """Announce a completed batch (and the epochs it ends); whether the run is to stop now."""
+        self.busy = True
+        seq, self.step = self.step, self.step + 1
+        losses = self.pipeline.state.train_losses
+        if losses:
+            self._loss_sum, self._loss_count = self._loss_sum + sum(losses), self._loss_count + len(losses)
+            losses.clear()
+        for callback in self._on_batch:
+            callback.on_batch_end(self, batch)
+        if self.step >= self._next_end:
+            for epoch in self.clock.ended(seq):
+                self._epoch_end(epoch)
+            self._next_end = self.clock.end_step(self.epoch)
+        if self.world is not None:
+            self.stopped = bool(_distributed().broadcast(self.stopped))    # rank 0's decision holds on every rank
+        self.busy = False
+        return self.stopped
+
+    def _epoch_end(self, epoch: int) -> None:
+        mean = self._loss_sum / self._loss_count if self._loss_count else math.nan
+        self.logs = {'epoch': epoch, 'step': self.step, 'train/loss': mean, **_learning_rates(self.pipeline)}
+        self._loss_sum, self._loss_count = 0.0, 0
+        agreed = self.world is None
+        for callback in self.callbacks:
+            if not agreed and callback.order > 0:
+                # every rank decides from rank 0's values: the same stop, learning rates and best epochs everywhere
+                self.logs, agreed = _distributed().broadcast(self.logs), True
+            callback.on_epoch_end(self, epoch)
+        self.history.append(dict(self.logs))
+        self.epoch = epoch + 1
+
+    def end(self) -> None:
+        self.pipeline.state.train_losses = None
+        for callback in self.callbacks:
+            callback.on_run_end(self)
+
+    def state(self) -> dict:
+        return {'step': self.step, 'epoch': self.epoch, 'history': [dict(logs) for logs in self.history],
+                'logs': dict(self.logs), 'stopped': self.stopped, 'loss': (self._loss_sum, self._loss_count),
+                'callbacks': [callback.state() for callback in self.callbacks]}
+
+    def load_state(self, state: dict) -> None:
+        self.step, self.epoch, self.stopped = state['step'], state['epoch'], state['stopped']
+        self.history, self.logs = [dict(logs) for logs in state['history']], dict(state['logs'])
+        self._loss_sum, self._loss_count = state['loss']
+        self._next_end = self.clock.end_step(self.epoch)
+        if len(state['callbacks']) != len(self.callbacks):
+            raise ValueError(f"Expected the {len(state['callbacks'])} callbacks the checkpoint was written with. "
+                             f"Received: {len(self.callbacks)}. Resume with the same callbacks= list.")
+        for callback, saved in zip(self.callbacks, state['callbacks']):
+            callback.load_state(saved)
+
+
+def _distributed() -> Any:
+    from ..parallel import distributed
+    return distributed
+
+
+def _learning_rates(pipeline: Any) -> dict[str, float]:
+    """``lr`` of the one model with an optimizer (``lr/<name>`` of each when there are several)."""
+    with pipeline.state.models.lock:
+        items = list(pipeline.state.models.items())
+    rates = {name: float(optimizer.param_groups[0]['lr']) for name, model in items
+             if (optimizer := getattr(model, 'optimizer', None)) is not None}
+    if len(rates) == 1:
+        return {'lr': next(iter(rates.values()))}
+    return {f'lr/{name}': rate for name, rate in rates.items()}

@@ -1,0 +1,46 @@
+"""A training run with callbacks that the distributed tests run in every rank and in one process alone."""
+import os
+
+import numpy as np
+
+from flowpipe import B, Pipeline, V
+from flowpipe.callbacks import CSVLogger, EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, Validate
+from flowpipe.parallel import distributed
+
+from ..parallel import dist_jobs
+
+
+def _accuracy(pipeline):
+    return float(np.mean(np.array(pipeline.v('predicted')) == np.array(pipeline.v('true'))))
+
+
+def train_with_callbacks(folder, n_epochs=30):
+    """Train with validation, early stopping and plateau LRs; the stop epoch, parameters, LRs and rows."""
+    data = dist_jobs.dataset()
+    train = (Pipeline().init_model('net', config=dist_jobs.config())
+             .train_model('net', x=B.x, y=B.y)) << data
+    val = (Pipeline().import_model('net', train).init_variable('losses', [])
+           .init_variable('predicted', []).init_variable('true', [])
+           .predict_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('losses', mode='a'))
+           .predict_model('net', x=B.x, fetches='labels', save_to=V('predicted', mode='e'))
+           .update(V('true', mode='e'), B.y)) << data
+    early = EarlyStopping('val/loss', patience=1, min_delta=0.02)
+    rows = []
+
+    class Rows(CSVLogger):
+        def on_epoch_end(self, run, epoch):
+            super().on_epoch_end(run, epoch)
+            rows.append(dict(run.logs))
+    validate = Validate(val, batch_size=8, metrics={'loss': lambda p: float(np.mean(p.v('losses'))),
+                                                    'accuracy': _accuracy, 'items': lambda p: len(p.v('true'))})
+    where = os.path.join(folder, f'rank-{distributed.rank()}')
+    best = ModelCheckpoint(os.path.join(folder, 'best'), monitor='val/loss', save_top_k=2)
+    train.run(6, n_epochs=n_epochs, shuffle=True, seed=11,
+              callbacks=[validate,
+                         early, best, ReduceLROnPlateau('net', factor=0.5, patience=0), Rows(where)])
+    model = train.m('net')
+    return {'stop': early.stopped_epoch, 'params': [p.detach().numpy().copy() for p in model.model.parameters()],
+            'lrs': [group['lr'] for group in model.optimizer.param_groups], 'rows': rows,
+            'wrote': os.path.exists(os.path.join(where, 'metrics.csv')), 'rank': distributed.rank(),
+            'validated': dict(validate.values), 'best': (best.best_path, best.best_score),
+            'files': sorted(os.listdir(os.path.join(folder, 'best')))}

@@ -1,0 +1,35 @@
+"""ReduceLROnPlateau: the learning rates follow torch's own ReduceLROnPlateau on the same values."""
+import pytest
+import torch
+
+from flowpipe.callbacks import ReduceLROnPlateau
+
+from .fake_run import FakeRun, one_model_pipeline
+
+
+@pytest.mark.parametrize('mode, factor, patience, cooldown, min_lr', [
+    ('min', 0.5, 1, 0, 0.0), ('min', 0.1, 0, 2, 0.05), ('max', 0.5, 2, 1, 0.0)])
+def test_rates_follow_torch_rule(mode, factor, patience, cooldown, min_lr):
+    values = [1.0, 0.9, 0.9, 0.95, 0.91, 0.5, 0.5, 0.5, 0.6, 0.49, 0.49, 0.49, 0.49, 0.7]
+    pipeline = one_model_pipeline()
+    reference = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1)), ], lr=1.0)
+    reference.add_param_group({'params': [torch.nn.Parameter(torch.zeros(1))], 'lr': 2.0})
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(reference, mode=mode, factor=factor, patience=patience,
+                                                           cooldown=cooldown, min_lr=min_lr)
+    callback = ReduceLROnPlateau('net', monitor='val/loss', mode=mode, factor=factor, patience=patience,
+                                 cooldown=cooldown, min_lr=min_lr)
+    run = FakeRun(pipeline)
+    for epoch, value in enumerate(values):
+        run.logs = {'val/loss': value}
+        callback.on_epoch_end(run, epoch)
+        scheduler.step(value)
+        got = [group['lr'] for group in pipeline.m('net').optimizer.param_groups]
+        assert got == [group['lr'] for group in reference.param_groups]
+    assert got != [1.0, 2.0]                          # the sequence reduced the rates
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match='factor'):
+        ReduceLROnPlateau('net', factor=1.5)
+    with pytest.raises(ValueError, match='cooldown'):
+        ReduceLROnPlateau('net', cooldown=-1)
