@@ -223,6 +223,25 @@ def test_07_distributed():
     assert 'rank 1 failed: ValueError: rank 1 cannot read its data' in facts['failure']
 
 
+@pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
+@pytest.mark.timeout(180)
+def test_08_training_run():
+    facts = run_notebook('08_training_run.ipynb', rows='rows', stopped='early.stopped_epoch', keras_stop='keras_stop',
+                         best_score='best.best_score', best_epoch='best_epoch', restored='restored_accuracy',
+                         kept="sorted(os.listdir(os.path.join(folder, 'best')))", changes='changes',
+                         tb_matches_csv='tb_matches_csv', tb_tags="sorted(events.Tags()['scalars'])")
+    rows = facts['rows']
+    assert facts['stopped'] is not None and len(rows) == facts['stopped'] + 1 < 60
+    assert facts['keras_stop'] == facts['stopped']            # Keras's rule, recomputed from metrics.csv
+    accuracies = [float(row['val/accuracy']) for row in rows]
+    assert facts['best_score'] == max(accuracies) and facts['best_epoch'] == accuracies.index(max(accuracies))
+    assert facts['restored'] == facts['best_score']           # the reloaded file is the best epoch's model
+    assert len(facts['kept']) == 2 and f"epoch-{facts['best_epoch']:04d}.model" in facts['kept']
+    assert facts['changes'] and all(after == before * 0.5 for _, before, after in facts['changes'])
+    assert facts['tb_matches_csv'] is True
+    assert facts['tb_tags'] == ['lr', 'step', 'train/loss', 'val/accuracy', 'val/loss']
+
+
 def doc_blocks(path):
     """The ```python blocks of a markdown file, in order."""
     return re.findall(r'^```python\n(.*?)^```', path.read_text(encoding='utf-8'), flags=re.S | re.M)

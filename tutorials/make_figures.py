@@ -12,6 +12,8 @@ with one torch thread (so the trained curves repeat exactly) and matplotlib's Ag
 - ``img/loss_curve.png``: the training loss of the run in ``tutorials/02_training.ipynb`` (same model, data and seeds).
 - ``img/batchnorm_shards.png``: how far one training step on several devices or micro-batches lands from the
   single-device step, for a network with and without BatchNorm.
+- ``img/training_run.png``: the curves of the run in ``tutorials/08_training_run.ipynb`` (same model, data, seeds
+  and callbacks), plotted from its ``metrics.csv``.
 - ``img/augmentations.png``: one Digits image, coloured and enlarged, under each image action of ``docs/images.md``.
 
 ``tests/test_figures.py`` regenerates them into a temporary folder and compares them with ``img/``: equal bytes,
@@ -33,6 +35,7 @@ sys.path.insert(0, str(ROOT / 'tutorials'))
 
 from figure_diagrams import plot_batch_split, plot_replicas  # noqa: E402  (after the path set-up above)
 from flowpipe import B, C, D, ImagesBatch, V, Pipeline  # noqa: E402
+from flowpipe.callbacks import CSVLogger, EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, Validate  # noqa: E402
 from flowpipe.models.torch import SimpleCNN  # noqa: E402
 from flowpipe.opensets import Digits  # noqa: E402
 
@@ -242,7 +245,60 @@ def plot_layout_losses(found: dict[str, list[float]], path: Path) -> None:
     plt.close(figure)
 
 
-FIGURES = ('batch_split', 'replicas', 'loss_curves', 'loss_curve', 'batchnorm_shards', 'augmentations')
+def training_run(digits: Digits) -> tuple[list[dict[str, str]], int]:
+    """The rows of ``metrics.csv`` and the best epoch of the run in ``tutorials/08_training_run.ipynb``."""
+    import csv
+    import tempfile
+    torch.manual_seed(0)
+    config = {'inputs/images/shape': B.image_shape, 'inputs/labels/classes': D.num_classes,
+              'initial_block/inputs': 'images', 'optimizer': {'name': 'SGD', 'lr': 0.05, 'momentum': 0.9}}
+    train = (Pipeline()
+             .init_model('net', SimpleCNN, config=config)
+             .to_array().multiply(1 / 255)
+             .train_model('net', images=B.images, labels=B.labels)) << digits.train
+    val = (Pipeline()
+           .import_model('net', train)
+           .init_variable('predicted', []).init_variable('true', []).init_variable('losses', [])
+           .to_array().multiply(1 / 255)
+           .predict_model('net', images=B.images, fetches='labels', save_to=V('predicted', mode='e'))
+           .predict_model('net', images=B.images, labels=B.labels, fetches='loss', save_to=V('losses', mode='a'))
+           .update(V('true', mode='e'), B.labels)) << digits.test
+    metrics = {'accuracy': lambda p: float(np.mean(np.array(p.v('predicted')) == np.array(p.v('true')))),
+               'loss': lambda p: float(np.mean(p.v('losses')))}
+    with tempfile.TemporaryDirectory() as folder:
+        best = ModelCheckpoint(Path(folder) / 'best', monitor='val/accuracy', mode='max', save_top_k=2)
+        train.run(64, n_epochs=60, shuffle=7, drop_last=True,
+                  callbacks=[Validate(val, every='epoch', batch_size=120, metrics=metrics),
+                             EarlyStopping(monitor='val/loss', mode='min', patience=3, min_delta=1e-3), best,
+                             ReduceLROnPlateau('net', monitor='val/loss', factor=0.5, patience=1),
+                             CSVLogger(Path(folder) / 'logs')])
+        with open(Path(folder) / 'logs' / 'metrics.csv') as file:
+            rows = list(csv.DictReader(file))
+        best_epoch = int(Path(best.best_path).name.removeprefix('epoch-').removesuffix('.model'))
+    train.m('net').close()
+    return rows, best_epoch
+
+
+def plot_training_run(rows: list[dict[str, str]], best_epoch: int, path: Path) -> None:
+    import matplotlib.pyplot as plt
+    # the plot of the notebook's last code cell, line for line
+    epochs = [int(row['epoch']) for row in rows]
+    figure, axes = plt.subplots(1, 4, figsize=(12, 2.6), dpi=72)
+    for axis, name in zip(axes, ['train/loss', 'val/loss', 'val/accuracy', 'lr']):
+        axis.plot(epochs, [float(row[name]) for row in rows], marker='.')
+        axis.set_title(name)
+        axis.set_xlabel('epoch')
+    for axis in axes[:2]:
+        axis.set_yscale('log')
+    axes[2].axvline(best_epoch, color='gray', linestyle=':', label='best epoch')
+    axes[2].legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+FIGURES = ('batch_split', 'replicas', 'loss_curves', 'loss_curve', 'batchnorm_shards', 'augmentations',
+           'training_run')
 
 
 def make(names: list[str], folder: Path = IMG) -> list[Path]:
@@ -279,6 +335,8 @@ def _make(names: list[str], folder: Path, digits: Digits) -> None:
         plot_differences(found, folder / 'batchnorm_shards.png')
     if 'augmentations' in names:
         plot_augmentations(digits, folder / 'augmentations.png')
+    if 'training_run' in names:
+        plot_training_run(*training_run(digits), folder / 'training_run.png')
 
 
 def main(argv: list[str]) -> None:

@@ -1,6 +1,7 @@
 """``Callback``: what a run tells the objects listening to it, and the state they keep in checkpoints."""
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 __all__ = ['Callback']
@@ -35,6 +36,10 @@ class Callback:
     def on_run_end(self, run: Any) -> None:
         """After the last batch, a stop, or an interruption."""
 
+    def logged_names(self) -> frozenset[str]:
+        """The names this callback adds to an epoch's logs; an epoch may end before the first of its values."""
+        return frozenset()
+
     def state(self) -> dict:
         """What decides the callback's next decisions, for run checkpoints (picklable)."""
         return {}
@@ -43,12 +48,28 @@ class Callback:
         """Continue from ``state()`` of a checkpoint."""
 
 
-def monitored(run: Any, monitor: str, owner: str) -> float:
-    """The value ``monitor`` of the epoch that ends; ``KeyError`` naming what is logged when it is missing."""
-    if monitor not in run.logs:
+def monitored(run: Any, callback: Any) -> float | None:
+    """The value ``callback.monitor`` of the epoch that ends.
+
+    ``None`` (skip this epoch, with a warning the first time) when another callback of the run logs that name
+    but has not yet at this epoch end (``Validate(every=N)`` with N beyond the epoch's batches); ``KeyError``
+    naming what is logged when no callback logs it (a typo, a missing ``Validate``).
+    """
+    monitor, owner = callback.monitor, type(callback).__name__
+    if monitor in run.logs:
+        return float(run.logs[monitor])
+    later = [other for other in getattr(run, 'callbacks', ()) if monitor in other.logged_names()]
+    if not later:
         raise KeyError(f"Expected {owner} to find monitor={monitor!r} among the epoch's logged values. Received: "
                        f"{sorted(run.logs)}. Put a Validate(...) that logs it in callbacks=, or monitor one of these.")
-    return float(run.logs[monitor])
+    # warned once per callback: a long run must not repeat it at every epoch before the first value
+    if not getattr(callback, '_warned_missing', False):
+        callback._warned_missing = True
+        warnings.warn(f"{owner} skips epoch {run.logs.get('epoch')}: monitor={monitor!r} is logged by "
+                      f"{later[0]!r}, which has no value yet at this epoch end. Received: {sorted(run.logs)}. "
+                      "Epochs without the value are skipped (no decision); validate every epoch, or every fewer "
+                      "batches than an epoch holds, for a decision at each epoch end.", UserWarning, stacklevel=2)
+    return None
 
 
 def check_mode(mode: Any) -> str:

@@ -36,7 +36,9 @@ class EarlyStopping(Callback):
         self.stopped_epoch: int | None = None
 
     def on_epoch_end(self, run: Any, epoch: int) -> None:
-        value = monitored(run, self.monitor, 'EarlyStopping')
+        value = monitored(run, self)
+        if value is None:
+            return
         better = value < self.best - self.min_delta if self.mode == 'min' else value > self.best + self.min_delta
         if better:
             self.best, self.wait = value, 0

@@ -59,8 +59,10 @@ class ModelCheckpoint(Callback):
                     os.unlink(os.path.join(self.folder, name))
 
     def on_epoch_end(self, run: Any, epoch: int) -> None:
-        score = monitored(run, self.monitor, 'ModelCheckpoint')
-        if math.isnan(score) or (len(self.kept) == self.save_top_k and not self._better(score, self.kept[-1][0])):
+        score = monitored(run, self)
+        if score is None or math.isnan(score):
+            return
+        if len(self.kept) == self.save_top_k and not self._better(score, self.kept[-1][0]):
             return
         path = os.path.join(self.folder, f'epoch-{epoch:04d}.model')
         # every rank calls save: in a distributed job it is collective, and rank 0 alone writes

@@ -38,7 +38,9 @@ class ReduceLROnPlateau(Callback):
         self.bad_epochs = self.cooldown_left = 0
 
     def on_epoch_end(self, run: Any, epoch: int) -> None:
-        value = monitored(run, self.monitor, 'ReduceLROnPlateau')
+        value = monitored(run, self)
+        if value is None:
+            return
         if self._better(value):
             self.best, self.bad_epochs = value, 0
         else:

@@ -48,6 +48,9 @@ class Validate(Callback):
         self.values = {f'val/{name}': float(fn(self.pipeline)) for name, fn in self.metrics.items()}
         return self.values
 
+    def logged_names(self) -> frozenset[str]:
+        return frozenset(f'val/{name}' for name in self.metrics)
+
     def on_batch_end(self, run: Any, batch: Any) -> None:
         if self.every != 'epoch' and run.step % self.every == 0:
             self.validate()
