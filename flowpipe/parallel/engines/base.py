@@ -67,15 +67,7 @@ class StepResult:
 
 def check_max_norm(value: Any) -> float | None:
     """``clip_grad_norm`` as a float: ``None`` (no clipping) or a positive number, else a clear error."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f'Expected clip_grad_norm as a positive number (the largest total gradient norm) or None. '
-                        f'Received: {value!r} of type {type(value).__name__}.')
-    if not value > 0:
-        raise ValueError(f'Expected clip_grad_norm as a positive number (the largest total gradient norm) or None. '
-                         f'Received: clip_grad_norm={value!r}. Use None to turn clipping off.')
-    return float(value)
+    return None if value is None else _positive_bound(value, 'clip_grad_norm', 'the largest total gradient norm', '')
 
 
 def check_clip_value(value: Any, key: str = 'clip_grad_value') -> float | Callable | None:
@@ -83,12 +75,15 @@ def check_clip_value(value: Any, key: str = 'clip_grad_value') -> float | Callab
     each parameter's gradient, or ``None`` (no clipping); else a clear error naming ``key``."""
     if value is None or callable(value):
         return value
+    return _positive_bound(value, key, 'the largest absolute gradient value', ', a callable grad -> grad,')
+
+
+def _positive_bound(value: Any, key: str, meaning: str, alternatives: str) -> float:
+    expected = f'Expected {key} as a positive number ({meaning}){alternatives} or None.'
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f'Expected {key} as a positive number (the largest absolute gradient value), a callable '
-                        f'grad -> grad, or None. Received: {value!r} of type {type(value).__name__}.')
+        raise TypeError(f'{expected} Received: {value!r} of type {type(value).__name__}.')
     if not value > 0:
-        raise ValueError(f'Expected {key} as a positive number (the largest absolute gradient value), a callable '
-                         f'grad -> grad, or None. Received: {key}={value!r}. Use None to turn clipping off.')
+        raise ValueError(f'{expected} Received: {key}={value!r}. Use None to turn clipping off.')
     return float(value)
 
 
