@@ -3,8 +3,8 @@
 It is the one place the run loop tells callbacks what happened: ``start`` before the first batch, ``batch_end``
 after each batch of the first stage (its stateful actions done), which also announces the epochs that batch ends
 (``EpochClock``), and ``end``. ``train/loss`` is the mean of the epoch's training losses: while callbacks listen,
-``train_model`` adds each step's loss to ``pipeline.state.train_losses`` (a float read per step, which a model's
-default ``nonfinite_loss`` check already waits for).
+``train_model`` adds each step's loss (``TorchModel.last_loss``, a tensor) to ``pipeline.state.train_losses``, read
+as a float at the batch's end (a read per step, which a model's default ``nonfinite_loss`` check already waits for).
 """
 from __future__ import annotations
 
@@ -74,7 +74,8 @@ class TrainingRun:
         seq, self.step = self.step, self.step + 1
         losses = self.pipeline.state.train_losses
         if losses:
-            self._loss_sum, self._loss_count = self._loss_sum + sum(losses), self._loss_count + len(losses)
+            total = sum(float(loss) for loss in losses)
+            self._loss_sum, self._loss_count = self._loss_sum + total, self._loss_count + len(losses)
             losses.clear()
         for callback in self._on_batch:
             callback.on_batch_end(self, batch)

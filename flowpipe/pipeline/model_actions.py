@@ -291,34 +291,12 @@ def _step(ctx: Context, method: str, name: str, args: tuple, kwargs: dict, save_
     if method == 'train' and getattr(model, 'decay', None) is not None:
         model.decay.epoch_items = ctx.epoch_items       # where a per-epoch schedule's epochs end
     losses = getattr(getattr(ctx.pipeline, 'state', None), 'train_losses', None) if method == 'train' else None
-    if not isinstance(model, _default_class()):
-        losses = None
-    if losses is not None:
-        kwargs, take = _with_loss(kwargs)
     with stepping(ctx.batch):       # the distributed engine checks that every rank steps on the same global batch
         result = getattr(model, method)(*args, **kwargs)
-    if losses is not None:
-        loss, result = take(result)
-        losses.append(loss)
+    if losses is not None and isinstance(model, _default_class()):
+        losses.append(model.last_loss)          # a run's callbacks log it; read at the batch's end
     if save_to is not None:
         assign(save_to, result, ctx)
-
-
-def _with_loss(kwargs: dict) -> tuple[dict, Any]:
-    """``kwargs`` fetching the loss too (a run's callbacks log it), and ``take(result) -> (loss, user's result)``."""
-    fetches = kwargs.get('fetches')
-    if fetches is None:
-        return {**kwargs, 'fetches': 'loss'}, lambda result: (result, None)
-    if fetches == 'loss':
-        return kwargs, lambda result: (result, result)
-    if isinstance(fetches, str):
-        return {**kwargs, 'fetches': [fetches, 'loss']}, lambda result: (result[1], result[0])
-    fetches = list(fetches)
-    if 'loss' in fetches:
-        where = fetches.index('loss')
-        return kwargs, lambda result: (result[where], result)
-    kind = type(kwargs['fetches'])
-    return {**kwargs, 'fetches': [*fetches, 'loss']}, lambda result: (result[-1], kind(result[:-1]))
 
 
 @builtin(keep=('save_to',), on_declare=_declare_step, model_access='write')

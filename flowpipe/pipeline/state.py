@@ -31,7 +31,7 @@ class PipelineState:
             with the same arguments does not rebuild and re-check them for every batch.
         models_left: names of the models a pickled pipeline had (a copy made by pickling has none of them).
         train_losses: while a run with callbacks goes on, the list ``train_model`` appends each step's loss to
-            (the run empties it after every batch); else ``None``.
+            (a tensor; the run reads and empties it after every batch); else ``None``.
     """
     __slots__ = ('variables', 'models', 'iterator', 'iterator_args', 'profiler', 'batches', 'lock', 'next_args',
                  'models_left', 'train_losses')
@@ -46,7 +46,7 @@ class PipelineState:
         self.lock = threading.RLock()
         self.next_args: tuple | None = None
         self.models_left: tuple[str, ...] = ()
-        self.train_losses: list[float] | None = None
+        self.train_losses: list | None = None
 
     def reset(self, *targets: str) -> None:
         """Forget the iterator (``'iter'``), variables (``'vars'`` too), models, or ``'all'`` of them."""

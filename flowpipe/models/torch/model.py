@@ -11,6 +11,7 @@ Ready networks (``ResNet18``...) are subclasses that only say how to make their 
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import threading
 import warnings
@@ -59,6 +60,8 @@ class TorchModel:
             or ``None``; applied before ``clip_grad_norm``.
         clip_grad_norm: the largest total 2-norm of the full-batch gradient, or ``None`` for no clipping.
         iteration: training batches seen so far.
+        last_loss: the last training step's full-batch loss, a 0-dim tensor left on the device (``None``
+            before one).
         callbacks: the model's own copies of the config's ``callbacks``, called after every training step.
     """
 
@@ -83,6 +86,7 @@ class TorchModel:
         self._plan = self._make_plan()
         self.callbacks = make_callbacks(self.spec.get('callbacks'), self)
         self.iteration = 0
+        self.last_loss: torch.Tensor | None = None
         self._last_batch_size: int | None = None
         # Steps from concurrent threads (a prefetching run without use_lock) must not interleave gradients.
         self._step_lock = threading.Lock()
@@ -232,12 +236,13 @@ class TorchModel:
                 raise
             self._loss_check(result, self.iteration + 1)
             self.iteration += 1
-            self._last_batch_size = batch_size
+            self._last_batch_size, self.last_loss = batch_size, result.loss
+            loss = functools.cache(lambda: float(result.loss))     # read from the device once, if at all
             if self.decay is not None:
-                self.decay.after_batch(self.iteration, self._plan_batch_size(), lambda: float(result.loss))
+                self.decay.after_batch(self.iteration, self._plan_batch_size(), loss)
             if self.callbacks:
-                self._call_callbacks(float(result.loss), net_inputs, net_targets)
-        return self._fetch(fetches, names, lambda: float(result.loss), result.outputs)
+                self._call_callbacks(loss(), net_inputs, net_targets)
+        return self._fetch(fetches, names, loss, result.outputs)
 
     def _call_callbacks(self, loss: float, inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> None:
         # Under the step lock, in step order: a learning rate set here is the next step's, and EarlyStopping's
