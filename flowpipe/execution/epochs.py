@@ -28,6 +28,11 @@ class EpochClock:
     drop_last: bool = False
     n_epochs: int | None = None
 
+    @property
+    def epoch_items(self) -> int:
+        """Items one epoch feeds: the dataset's, less the tail ``drop_last`` drops (see ``flowpipe.data.sampling``)."""
+        return self.size - self.size % self.batch_size if self.drop_last else self.size
+
     def epoch_of(self, seq: int) -> int:
         """The epoch of the batch's first item."""
         if self.drop_last:

@@ -283,7 +283,7 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
 
 def _delivered(stream: Any, pipeline: Any, progress: Any, prefetcher: Prefetcher | None,
                checkpoints: RunCheckpoints | None, seeds: tuple[int, bool],
-               events: TrainingRun | None = None, clock: EpochClock | None = None) -> Iterator[Any]:
+               events: TrainingRun | None = None) -> Iterator[Any]:
     """The batches of ``stream``, counted, shown on the bar, announced to the callbacks and checkpointed as the
     caller asks for the next; a callback's stop ends the stream after the batch."""
     try:
@@ -335,10 +335,8 @@ def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | N
         parts.append((0, plan.deferred, None))
     parts += [(stage, steps, None) for stage, steps in enumerate(plan.stages[1:], 1)]
     firsts = itertools.accumulate((len(steps) for _, steps, _ in parts), initial=0)
-    size = len(pipeline.dataset.index)
-    epoch_items = size - size % args.batch_size if args.drop_last else size     # the stream's epoch, see sampling
     return [BatchRunner(pipeline, steps, seeds[0], stage, total if stage == 0 else None, stage_locks, profiler,
-                        first, seeds[1], epoch_items if stage == 0 else None, clock if stage == 0 else None)
+                        first, seeds[1], clock if stage == 0 else None)
             for (stage, steps, stage_locks), first in zip(parts, firsts)]
 
 

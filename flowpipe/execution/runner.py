@@ -94,19 +94,19 @@ class BatchRunner:
         profiler: a ``Profiler`` for ``profile=True``, else ``None``.
         first: the number of the stage's first step in the whole run, for the profiler's action names
             (``'3: resize'``), so that steps of different stages never share a name.
-        epoch_items: items per epoch of the run, given to the batches' contexts (``Context.epoch_items``).
-        clock: the run's ``EpochClock`` for a first-stage runner (``I('epoch')``), else ``None``.
+        clock: the run's ``EpochClock`` for a first-stage runner (``I('epoch')``, ``Context.epoch_items``), else
+            ``None``.
     """
 
     def __init__(self, pipeline: Any, steps: tuple, root: int, stage: int = 0, total: int | None = None,
                  locks: Any = None, profiler: Any = None, first: int = 0, seed_given: bool = True,
-                 epoch_items: int | None = None, clock: Any = None):
+                 clock: Any = None):
         self.pipeline, self.steps, self.root, self.stage = pipeline, steps, root, stage
         self.seed_given = seed_given
         self.dataset, self.config, state = pipeline.dataset, pipeline.config, pipeline.state
         self.variables, self.models = state.variables, state.models
         self.total, self.locks, self.profiler, self.first, self.clock = total, locks, profiler, first, clock
-        self.epoch_items = epoch_items
+        self.epoch_items = None if clock is None else clock.epoch_items
         if profiler is not None:
             self.steps = tuple(ProfiledStep(step, profiler, f"{first + position}: {step.name}")
                                for position, step in enumerate(steps))
