@@ -128,9 +128,13 @@ class Engine:
             the model as it was before the batch (no optimizer step, gradients cleared, buffers such as
             BatchNorm statistics restored) and return ``stepped=False``; costs one host synchronization per
             step. ``False`` here; ``TorchModel`` sets it from its config's ``nonfinite_loss``.
+        backward_factor: what each weighted piece loss is multiplied by for its backward only (the returned
+            losses keep their weights): 1 here; a distributed engine whose all-reduce averages gradients over
+            the ranks makes it the number of ranks, so the averaged gradients are the weighted sums.
     """
 
     skip_nonfinite: bool = False
+    backward_factor: float = 1.0
 
     def __init__(self, plan: DevicePlan, replicas: Sequence[nn.Module], devices: Sequence[torch.device],
                  precision: Precision | None = None):
@@ -294,7 +298,8 @@ class Engine:
             weighted = self.precision.convert_loss(loss)
             if piece.weight != 1.0:     # a whole batch in one piece: multiplying by one is exact, and wasted work
                 weighted = weighted * piece.weight
-            self.precision.scale(weighted).backward()
+            factor = self.backward_factor
+            self.precision.scale(weighted if factor == 1.0 else weighted * factor).backward()
         return weighted.detach(), to_device(outputs, out_device) if keep_outputs else None
 
     def step_result(self, ordered: list[tuple[torch.Tensor, Any]], keep_outputs: bool) -> StepResult:

@@ -6,9 +6,11 @@ The run loop hands every rank its contiguous shard of the global batch (``flowpi
    job's group is NCCL, so the host never waits for the GPUs' queue there), so every rank knows the global batch
    size ``n`` and whether some rank is idle (a global batch smaller than the world);
 2. each piece (a micro-batch chunk of the shard) runs forward and backward through the DDP module, its mean loss
-   weighted by ``piece_size / n``; DDP's gradient all-reduce is skipped (``no_sync``) until the last piece and
-   sums (a communication hook without DDP's division by the world size), so every rank holds the gradient of
-   the whole global batch;
+   weighted by ``piece_size / n``; DDP's gradient all-reduce is skipped (``no_sync``) until the last piece; it
+   averages over the ``W`` ranks, so each backward runs on the weighted loss times ``W`` (``backward_factor``)
+   and every rank holds the gradient of the whole global batch. DDP's own all-reduce runs in C++: a Python
+   communication hook would leave Python objects for gloo's threads to release, which aborts a process whose
+   interpreter is exiting;
 3. when a rank is idle, every rank skips DDP's all-reduce and sums the gradients with one explicit all-reduce
    (the idle rank contributes zeros), so no rank waits for a backward that never comes;
 4. every rank clips and steps alike; floating buffers (BatchNorm statistics) are averaged over the ranks that saw
@@ -21,6 +23,7 @@ ranks were (``distributed.collective``).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 import math
@@ -59,12 +62,6 @@ def _counts_need_own_group(backend: str) -> bool:
     return backend != 'gloo'
 
 
-def _sum_hook(state, bucket):  # noqa: ANN001 - DDP checks the annotations of a hook: none is accepted
-    """DDP communication hook: all-reduce a gradient bucket as a sum (pieces are weighted by the global batch)."""
-    future = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
-    return future.then(lambda done: done.value()[0])
-
-
 def _coalesced(tensors: Sequence[torch.Tensor], collective: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """Replace ``tensors`` by ``collective`` of their values, one flat buffer per bucket of one dtype
     (``reduce.buckets``): a few collectives per step instead of one per tensor."""
@@ -74,12 +71,24 @@ def _coalesced(tensors: Sequence[torch.Tensor], collective: Callable[[torch.Tens
         torch._foreach_copy_(group, list(_unflatten_dense_tensors(flat, group)))
 
 
+# The tensors of the last collectives: gloo's worker thread releases a finished collective's tensors a moment after
+# the caller goes on, and a tensor whose Python object died first makes that thread take the GIL, which aborts a
+# process whose interpreter is exiting by then. Kept here, the Python objects outlive the thread's release.
+_RECENT: collections.deque = collections.deque(maxlen=32)
+
+
+def _kept(*tensors: torch.Tensor) -> None:
+    _RECENT.append(tensors)
+
+
 def _all_reduce(flat: torch.Tensor) -> torch.Tensor:
+    _kept(flat)
     dist.all_reduce(flat)
     return flat
 
 
 def _from_rank_0(flat: torch.Tensor) -> torch.Tensor:
+    _kept(flat)
     dist.broadcast(flat, src=0)
     return flat
 
@@ -109,7 +118,6 @@ class DistributedEngine(Engine):
         super().__init__(plan, [module], [device], precision)
         self.ddp = nn.parallel.DistributedDataParallel(
             module, device_ids=[device] if device.type == 'cuda' else None, **_NO_BUFFER_SYNC)
-        self.ddp.register_comm_hook(None, _sum_hook)
         self.replicas = [self.ddp]
         self.forwards = [compiled(self.ddp, plan.compile)]     # pieces run through DDP's forward
         self._inner = module
@@ -165,6 +173,9 @@ class DistributedEngine(Engine):
         if not sum(self.counts):
             raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
         self._idle_rank = min(self.counts) == 0
+        # DDP's own all-reduce (C++, no Python callback on gloo's threads) averages over the ranks; a step with an
+        # idle rank sums its gradients itself (reduce_gradients)
+        self.backward_factor = 1.0 if self._idle_rank else float(len(self.counts))
         if not self.counts[self._rank]:
             # DDP rebuilds its gradient buckets (a broadcast) in the first forward after its first synchronized
             # backward; a rank that runs no forward joins it here, as torch's own join hook does
@@ -197,6 +208,7 @@ class DistributedEngine(Engine):
         self._phase = 'the exchange of item counts'
         mine = torch.tensor([local, self._batch], dtype=torch.int64)
         every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+        _kept(mine, *every)
         dist.all_gather(every, mine, group=self._counts_group)
         rows = torch.stack(every).tolist()
         self._phase = 'the gradient all-reduce'
@@ -269,6 +281,7 @@ class DistributedEngine(Engine):
         total = torch.zeros((), device=self._group_device, dtype=torch.float64)
         for loss, _ in ordered:
             total += loss.to(device=self._group_device, dtype=torch.float64)
+        _kept(total)
         dist.all_reduce(total)
         outputs = concat([to_device(out, device) for _, out in ordered]) if keep_outputs and ordered else None
         return StepResult(total, outputs)
@@ -278,6 +291,7 @@ class DistributedEngine(Engine):
         an idle one with nothing to add)."""
         totals = torch.tensor([mean * count if count else 0.0, count], dtype=torch.float64, device=self._group_device)
         with distributed.collective('the all-reduce of a predicted loss'):
+            _kept(totals)
             dist.all_reduce(totals)
         total, items = totals.tolist()
         return total / items if items else math.nan
