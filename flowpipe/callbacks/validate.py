@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import numbers
+import pickle
 from typing import Any, Callable, Mapping
 
 from .base import Callback
 
-__all__ = ['Validate']
+__all__ = ['Validate', 'merge_variables']
 
 
 class Validate(Callback):
@@ -14,20 +15,26 @@ class Validate(Callback):
 
     Each validation run starts from fresh variables (``reset('variables')``); the models are the training run's
     own when the pipeline imports them (``import_model('net', train)``). With ``every=N`` the values of the last
-    validation are logged at each epoch end. In a distributed job every rank validates on the whole set
-    (unsharded), so the metrics are one process's whatever they compute.
+    validation are logged at each epoch end.
+
+    In a distributed job (``shard=True``) the ranks validate contiguous blocks of whole batches, then every rank
+    takes the variables one process would hold (``merge_variables``: list variables are joined in batch order), so
+    the metrics are one process's. ``shard=False`` validates the whole set on every rank instead: for variables
+    that are not lists (a running sum, the last batch's value).
 
     Args:
         pipeline: the validation pipeline, bound to its dataset.
         every: ``'epoch'``, or a number of batches.
         batch_size: the validation batch size.
         metrics: ``{name: fn(pipeline) -> float}``, called after each validation run.
+        shard: in a distributed job, split the validation batches over the ranks (see above).
         **run_kwargs: more arguments of the validation ``run`` (``prefetch=``, ``drop_last=``...).
     """
     order = 0
 
     def __init__(self, pipeline: Any, every: int | str = 'epoch', batch_size: int | None = None,
-                 metrics: Mapping[str, Callable[[Any], float]] | None = None, **run_kwargs: Any):
+                 metrics: Mapping[str, Callable[[Any], float]] | None = None, shard: bool = True,
+                 **run_kwargs: Any):
         if every != 'epoch' and (isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1):
             raise ValueError(f"Expected every='epoch' or a number of batches >= 1. Received: every={every!r}")
         metrics = dict(metrics or {})
@@ -36,15 +43,23 @@ class Validate(Callback):
             raise TypeError(f"Expected metrics as {{name: fn(pipeline) -> float}}, at least one. Received: "
                             f"metrics={metrics!r}")
         self.pipeline, self.every, self.batch_size, self.metrics = pipeline, every, batch_size, metrics
+        self.shard = bool(shard)
         self.run_kwargs = run_kwargs
         self.values: dict[str, float] = {}
 
     def validate(self) -> dict[str, float]:
         """One validation run; the metrics as ``{'val/<name>': value}``."""
-        from ..execution.run import whole_on_every_rank
+        from ..execution.run import whole_batches
+        from ..parallel import distributed
         self.pipeline.reset('variables')
-        with whole_on_every_rank():
+        initial = {name: _snapshot(value) for name, value in self.pipeline.variables.items()}
+        with whole_batches(split=self.shard):
             self.pipeline.run(self.batch_size, n_epochs=1, shuffle=False, **self.run_kwargs)
+        if self.shard and distributed.world_size() > 1:
+            mine = _written(initial, dict(self.pipeline.variables))
+            starts = {name: items for name, (items, _) in initial.items() if items is not None}
+            for name, value in merge_variables(starts, distributed.all_gather(mine)).items():
+                self.pipeline.set_variable(name, value)
         self.values = {f'val/{name}': float(fn(self.pipeline)) for name, fn in self.metrics.items()}
         return self.values
 
@@ -66,3 +81,54 @@ class Validate(Callback):
 
     def __repr__(self) -> str:
         return f"Validate(every={self.every!r}, batch_size={self.batch_size!r}, metrics={sorted(self.metrics)})"
+
+
+def _snapshot(value: Any) -> tuple[list | None, Any]:
+    """A variable as it was before a validation run: a list's items (a list may be extended in place), or for any
+    other value a fingerprint that changes when the value does (its pickle; its identity when it has none)."""
+    if isinstance(value, list):
+        return list(value), None
+    try:
+        return None, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None, ('id', id(value))
+
+
+def _written(initial: Mapping[str, tuple], final: Mapping[str, Any]) -> dict[str, tuple]:
+    """What one rank's validation wrote into each variable: ``('items', new)`` for a list extended past its
+    initial items, ``('value', value)`` for any other change; unchanged variables are left out."""
+    written = {}
+    for name, value in final.items():
+        items, fingerprint = initial.get(name, ([], None))
+        if isinstance(value, list):
+            extended = items is not None and len(value) >= len(items) and all(a is b for a, b in zip(value, items))
+            if not extended:
+                written[name] = ('value', value)
+            elif len(value) > len(items):
+                written[name] = ('items', value[len(items):])
+        elif items is not None or _snapshot(value)[1] != fingerprint:
+            written[name] = ('value', value)
+    return written
+
+
+def merge_variables(initial: Mapping[str, list], written: list[Mapping[str, tuple]]) -> dict[str, Any]:
+    """The variables one process holds after validating every batch, from what each rank wrote (rank order, each
+    rank's block of batches following the previous rank's): a list variable is its ``initial`` items (none for a
+    variable that did not exist) followed by the items every rank added, in rank order.
+
+    Raises:
+        ValueError: a variable changed in another way than by items added to a list (replaced, summed into,
+            overwritten per batch): no rule gives one process's value from the ranks' values.
+    """
+    merged = {}
+    for name in sorted({name for ranks in written for name in ranks}):
+        kinds = [ranks[name] for ranks in written if name in ranks]
+        if any(kind == 'value' for kind, _ in kinds):
+            raise ValueError(
+                f"Expected validation variables that are lists extended batch by batch (V({name!r}, mode='a') or "
+                f"mode='e'), which the ranks' blocks of batches join into one process's list. Received: variable "
+                f"{name!r} changed otherwise (set, summed into or overwritten per batch), so its one-process value "
+                f"cannot be rebuilt from the ranks'. Collect per-batch values in a list and reduce them in the "
+                f"metric, or pass Validate(..., shard=False) to validate the whole set on every rank.")
+        merged[name] = [*initial.get(name, ()), *(item for _, items in kinds for item in items)]
+    return merged

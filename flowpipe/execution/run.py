@@ -28,7 +28,7 @@ from .locks import OrderedLocks
 from .next_iteration import NextIteration
 from .nodes import DeferredStage, IndexSource, MapStage
 from .prefetch import TARGETS, Prefetcher
-from ..data.shards import run_world, shard_batches
+from ..data.shards import balanced_bounds, run_world, shard_batches
 from .processes import InProcess, check_processes, reattach
 from .profile import Profiler
 from .rebatch import RebatchStage
@@ -36,16 +36,20 @@ from .resume import RunCheckpoints, check_resumable
 from .runner import BatchRunner, run_steps
 from .steps import compile_plan
 
-__all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline', 'whole_on_every_rank']
+__all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline', 'whole_batches']
 
-_WHOLE = contextvars.ContextVar('flowpipe_whole_on_every_rank', default=False)
+_WHOLE = contextvars.ContextVar('flowpipe_whole_batches', default=None)
 
 
 @contextlib.contextmanager
-def whole_on_every_rank() -> Iterator[None]:
-    """Runs started inside process every batch whole on every rank of a distributed job, unsharded (``Validate``:
-    every rank computes the metrics of the whole validation set, as one process does)."""
-    token = _WHOLE.set(True)
+def whole_batches(split: bool = True) -> Iterator[None]:
+    """Runs started inside give every rank of a distributed job whole batches, never a shard of one (``Validate``).
+
+    With ``split`` the ranks take contiguous blocks of the run's batches (rank 0 the first ones, block sizes
+    differing by at most one): every batch is processed once, by one rank, as one process processes it. Without,
+    every rank processes every batch. Outside a distributed job nothing changes.
+    """
+    token = _WHOLE.set('split' if split else 'every')
     try:
         yield
     finally:
@@ -191,7 +195,8 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     n_epochs, n_iters = args.n_epochs, args.n_iters
     if n_epochs is None and n_iters is None and not infinite:
         n_epochs = 1
-    world = None if _WHOLE.get() else run_world()
+    whole = _WHOLE.get()
+    world = None if whole == 'every' else run_world()
     # every rank checks that the others draw the same batches, and takes rank 0's seed: one shuffle and one seed tree
     seeds = agree_on_run(world, pipeline, args, n_epochs, n_iters, (_root_seed(args), _seed_given(args)))
     checkpoints = None
@@ -200,11 +205,16 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
         checkpoints = RunCheckpoints(pipeline, args, world)
     if checkpoints is not None:
         seeds = checkpoints.root(seeds)
+    total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
+    block = None if world is None or whole is None else _block(total, world)
 
     def batches() -> Iterator[Any]:
         drawn = dataset.index.gen_batch(args.batch_size, args.shuffle, n_iters, n_epochs, args.drop_last, seeds[0],
                                         **args.extra)
-        return drawn if world is None else shard_batches(drawn, world.rank, world.size)
+        if world is None:
+            return drawn
+        # a block's earlier batches are drawn and dropped: no item of theirs is loaded
+        return shard_batches(drawn, world.rank, world.size) if block is None else itertools.islice(drawn, *block)
     try:
         indices = IndexSource(batches)
     except TypeError as error:
@@ -212,11 +222,20 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
             raise
         raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
-    total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
+    if block is not None:
+        total = block[1] - block[0]                 # this rank's bar counts its own block
     clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs)
     events = TrainingRun(pipeline, args.callbacks, clock, world) if args.callbacks else None
     return _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0,
                     events, clock)
+
+
+def _block(total: int | None, world: Any) -> tuple[int, int]:
+    """This rank's block of a run's ``total`` batches, under ``whole_batches()``."""
+    if total is None:
+        raise ValueError("Expected a run of a known number of batches to split into blocks over the ranks. "
+                         "Received: an infinite run (no n_epochs, no n_iters). Pass n_epochs= or n_iters=.")
+    return balanced_bounds(total, world.size, world.rank)
 
 
 def _root_seed(args: RunArgs) -> int:

@@ -9,6 +9,8 @@ from flowpipe.parallel import distributed
 
 from ..parallel import dist_jobs
 
+VALIDATED_BATCHES = []      # one entry per validation batch this process ran
+
 
 def _accuracy(pipeline):
     return float(np.mean(np.array(pipeline.v('predicted')) == np.array(pipeline.v('true'))))
@@ -16,11 +18,13 @@ def _accuracy(pipeline):
 
 def train_with_callbacks(folder, n_epochs=30):
     """Train with validation, early stopping and plateau LRs; the stop epoch, parameters, LRs and rows."""
+    VALIDATED_BATCHES.clear()
     data = dist_jobs.dataset()
     train = (Pipeline().init_model('net', config=dist_jobs.config())
              .train_model('net', x=B.x, y=B.y)) << data
     val = (Pipeline().import_model('net', train).init_variable('losses', [])
            .init_variable('predicted', []).init_variable('true', [])
+           .call(VALIDATED_BATCHES.append, B.indices)
            .predict_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('losses', mode='a'))
            .predict_model('net', x=B.x, fetches='labels', save_to=V('predicted', mode='e'))
            .update(V('true', mode='e'), B.y)) << data
@@ -43,4 +47,20 @@ def train_with_callbacks(folder, n_epochs=30):
             'lrs': [group['lr'] for group in model.optimizer.param_groups], 'rows': rows,
             'wrote': os.path.exists(os.path.join(where, 'metrics.csv')), 'rank': distributed.rank(),
             'validated': dict(validate.values), 'best': (best.best_path, best.best_score),
-            'files': sorted(os.listdir(os.path.join(folder, 'best')))}
+            'files': sorted(os.listdir(os.path.join(folder, 'best'))),
+            'validated_batches': [list(indices) for indices in VALIDATED_BATCHES]}
+
+
+def validate_a_sum(shard):
+    """Validate once with a variable summed into (not a list): what a sharded validation says, or the metric."""
+    data = dist_jobs.dataset()
+    train = Pipeline().init_model('net', config=dist_jobs.config()).train_model('net', x=B.x, y=B.y) << data
+    train.run(8, shuffle=True, seed=3)
+    val = (Pipeline().import_model('net', train).init_variable('correct', 0)
+           .predict_model('net', x=B.x, fetches='labels', save_to=V('predicted'))
+           .update(V('correct'), V('correct') + (V('predicted') == B.y).sum())) << data
+    validate = Validate(val, batch_size=8, metrics={'correct': lambda p: p.v('correct')}, shard=shard)
+    try:
+        return validate.validate()
+    except ValueError as error:
+        return str(error)

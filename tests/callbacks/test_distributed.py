@@ -21,7 +21,7 @@ def test_two_processes_stop_where_one_process_stops(tmp_path):
         assert result['files'] == alone['files'] and len(result['files']) == 2
         assert os.path.basename(result['best'][0]) == os.path.basename(alone['best'][0])
         assert len(result['rows']) == len(alone['rows'])
-        # every rank validated on the whole set: per-item metrics are one process's, not a shard's
+        # the metrics are the whole set's, one process's, not a shard's
         assert result['validated']['val/items'] == dist_jobs.dist_jobs.N_ITEMS
         assert result['validated']['val/accuracy'] == alone['validated']['val/accuracy']
         assert result['validated']['val/loss'] == pytest.approx(alone['validated']['val/loss'], rel=1e-10)
@@ -30,3 +30,20 @@ def test_two_processes_stop_where_one_process_stops(tmp_path):
         for got, expected in zip(result['params'], alone['params']):
             np.testing.assert_allclose(got, expected, rtol=1e-9)
     assert [result['wrote'] for result in ranks] == [True, False]
+
+    # validation was sharded: each of the 3 batches of a validation ran on one rank, rank 0 taking the first two
+    validations = len(alone['rows'])
+    assert alone['validated_batches'] == [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15],
+                                          [16, 17, 18, 19, 20, 21, 22]] * validations
+    assert ranks[0]['validated_batches'] == alone['validated_batches'][:2] * validations
+    assert ranks[1]['validated_batches'] == alone['validated_batches'][2:3] * validations
+
+
+def test_a_sharded_validation_refuses_a_variable_that_is_not_a_list_and_shard_false_computes_it():
+    alone = dist_jobs.validate_a_sum(shard=True)
+    sharded = launch(dist_jobs.validate_a_sum, 2, args=(True,), timeout=240)
+    whole = launch(dist_jobs.validate_a_sum, 2, args=(False,), timeout=240)
+    assert isinstance(alone, dict) and 0 < alone['val/correct'] <= dist_jobs.dist_jobs.N_ITEMS
+    for message in sharded:         # every rank raises, none waits for the others
+        assert "variable 'correct' changed otherwise" in message and 'shard=False' in message
+    assert whole == [alone, alone]

@@ -288,7 +288,10 @@ class DistributedEngine(Engine):
 
     def batch_mean(self, mean: float, count: int) -> float:
         """The global batch's mean from every rank's shard mean and item count (one all-reduce; every rank joins,
-        an idle one with nothing to add)."""
+        an idle one with nothing to add); a whole batch's own mean when the step is not on a shard (a validation
+        run gives each rank whole batches)."""
+        if current_shard() is None:
+            return super().batch_mean(mean, count)
         totals = torch.tensor([mean * count if count else 0.0, count], dtype=torch.float64, device=self._group_device)
         with distributed.collective('the all-reduce of a predicted loss'):
             _kept(totals)
