@@ -1,5 +1,6 @@
 """Under ``torchrun --max-restarts`` with checkpoints, a rank killed mid-run restarts the job, which goes on from
-the newest checkpoint and ends with the parameters, losses and batches of the job that was never interrupted.
+the newest checkpoint and ends with the parameters, losses, batches, learning rates, best checkpoint and logged
+rows of the job that was never interrupted.
 
 ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: torchrun otherwise keeps one key-value store across restarts, where the
 restarted ranks may read the address a killed rank published and fail to connect (see docs/distributed.md)."""
@@ -38,7 +39,15 @@ def test_a_killed_rank_restarts_the_job_which_ends_as_the_uninterrupted_one(tmp_
     reference, _ = _job(tmp_path / 'reference', tmp_path / 'reference-out')
     resumed, log = _job(tmp_path / 'killed', tmp_path / 'killed-out', KILL_RANK=1, KILL_AT=6)
     assert [result['attempt'] for result in resumed] == ['1', '1'], log[-3000:]     # the job did restart
+    for folder in (tmp_path / 'reference-out', tmp_path / 'killed-out'):      # rank 0 alone writes files
+        assert sorted(os.listdir(folder / 'best')) == ['epoch-0001.model', 'epoch-0002.model']
+    with open(tmp_path / 'reference-out' / 'logs' / 'metrics.csv') as one, \
+            open(tmp_path / 'killed-out' / 'logs' / 'metrics.csv') as other:
+        rows = one.read()
+        assert rows == other.read() and len(rows.splitlines()) == 4     # a header and 3 epochs
+    assert reference[0]['lrs'] == [0.05]                   # the plateau rule halved the rate once
     for rank in range(2):
+        assert resumed[rank]['lrs'] == reference[rank]['lrs'] and resumed[rank]['best'] == reference[rank]['best']
         assert resumed[rank]['loss'] == reference[rank]['loss']
         assert resumed[rank]['ids'] == reference[rank]['ids']
         for got, want in zip(resumed[rank]['params'], reference[rank]['params']):

@@ -1,5 +1,6 @@
 """Run by ``torchrun --max-restarts=1`` in the tests: trains with a checkpoint after every batch, resuming from the
-newest one, and writes each rank's final state.
+newest one, with callbacks (a sharded validation each epoch, plateau learning rates, the best checkpoint, a CSV
+log), and writes each rank's final state.
 
 Usage: ``torchrun ... tests/parallel/torchrun_resume_script.py CHECKPOINTS OUT_DIR`` (the repository root on
 ``PYTHONPATH``). With ``KILL_RANK`` and ``KILL_AT`` set, that rank kills itself with ``SIGKILL`` at that batch in the
@@ -10,8 +11,10 @@ import signal
 import sys
 
 import dill
+import numpy as np
 
 from flowpipe import B, I, Pipeline, V
+from flowpipe.callbacks import CSVLogger, ModelCheckpoint, ReduceLROnPlateau, Validate
 from flowpipe.parallel import distributed
 from tests.parallel import dist_jobs
 
@@ -23,7 +26,7 @@ def die(number):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def train(folder):
+def train(folder, out):
     pipeline = (Pipeline()
                 .init_variable('loss', [])
                 .init_variable('ids', [])
@@ -31,13 +34,20 @@ def train(folder):
                 .call(die, I('c'))
                 .update(V('ids', mode='a'), B.indices)
                 .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << dist_jobs.dataset()
-    pipeline.run(5, n_epochs=3, shuffle=True, seed=11, prefetch=1, checkpoint=folder, resume=True)
+    val = (Pipeline().import_model('net', pipeline).init_variable('losses', [])
+           .predict_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('losses', mode='a'))) << dist_jobs.dataset()
+    best = ModelCheckpoint(os.path.join(out, 'best'), monitor='val/loss', save_top_k=2)
+    callbacks = [Validate(val, batch_size=4, metrics={'loss': lambda p: float(np.mean(p.v('losses')))}),
+                 ReduceLROnPlateau('net', factor=0.5, patience=0, threshold=0.05), best,
+                 CSVLogger(os.path.join(out, 'logs'))]
+    pipeline.run(5, n_epochs=3, shuffle=True, seed=11, prefetch=1, checkpoint=folder, resume=True, callbacks=callbacks)
     model = pipeline.m('net')
     return {'params': [p.detach().numpy().copy() for p in model.model.parameters()], 'loss': pipeline.v('loss'),
-            'ids': [ids.tolist() for ids in pipeline.v('ids')], 'attempt': os.environ.get('TORCHELASTIC_RESTART_COUNT')}
+            'ids': [ids.tolist() for ids in pipeline.v('ids')], 'attempt': os.environ.get('TORCHELASTIC_RESTART_COUNT'),
+            'lrs': [group['lr'] for group in model.optimizer.param_groups], 'best': os.path.basename(best.best_path)}
 
 
 if __name__ == '__main__':
-    result = train(sys.argv[1])
+    result = train(sys.argv[1], sys.argv[2])
     with open(os.path.join(sys.argv[2], f'rank{os.environ["RANK"]}.pkl'), 'wb') as file:
         dill.dump(result, file)
