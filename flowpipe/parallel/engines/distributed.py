@@ -71,14 +71,16 @@ def _coalesced(tensors: Sequence[torch.Tensor], collective: Callable[[torch.Tens
         torch._foreach_copy_(group, list(_unflatten_dense_tensors(flat, group)))
 
 
-# The tensors of the last collectives: gloo's worker thread releases a finished collective's tensors a moment after
-# the caller goes on, and a tensor whose Python object died first makes that thread take the GIL, which aborts a
-# process whose interpreter is exiting by then. Kept here, the Python objects outlive the thread's release.
-_RECENT: collections.deque = collections.deque(maxlen=32)
+# The CPU tensors of the last few collectives: gloo's worker thread releases a finished collective's tensors a
+# moment after the caller goes on, and a tensor whose Python object died first makes that thread take the GIL,
+# which aborts a process whose interpreter is exiting by then. Kept here, the Python objects outlive the thread's
+# release (a step's last collectives are a few small tensors; a flat bucket is at most reduce.BUCKET_BYTES).
+_RECENT: collections.deque = collections.deque(maxlen=4)
 
 
 def _kept(*tensors: torch.Tensor) -> None:
-    _RECENT.append(tensors)
+    if tensors[0].device.type == 'cpu':
+        _RECENT.append(tensors)
 
 
 def _all_reduce(flat: torch.Tensor) -> torch.Tensor:
