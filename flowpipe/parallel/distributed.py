@@ -180,10 +180,18 @@ def setup() -> World | None:
     return init() if requested() else None
 
 
+# How long shutdown() leaves the CPU to gloo's worker threads after destroying a group: a thread still releasing a
+# finished collective takes the GIL, and one that does so once the interpreter is finalizing aborts the process.
+_GLOO_EXIT_GRACE = 0.1
+
+
 def shutdown() -> None:
     """Destroy the process group flowpipe created (a group the user initialized is left alone)."""
     if _STATE['created'] and _initialized():
+        gloo = _dist().get_backend() == 'gloo'
         _dist().destroy_process_group()
+        if gloo:        # torch keeps a DDP job's gloo threads to the end: let them finish while Python still runs
+            time.sleep(_GLOO_EXIT_GRACE)
     _STATE['created'] = False
 
 
