@@ -10,6 +10,10 @@ random and made a float CHW tensor / 255:
   ``prefetch=2`` and ``prefetch=4`` (threads: the files of a batch decode in parallel in one decode pool) and
   with ``prefetch=2, target='processes'``.
 
+A last line times the opt-in ``load(draft=(224, 224))`` (JPEG DCT scaling) against the full decode, both followed
+by ``resize((224, 224))``, on another folder of JPEGs of 640 x 480, at least twice the target on both sides (on the
+first folder, under twice the target, ``draft`` changes nothing).
+
 Each arm reads 3 epochs per timing (one ``run(n_epochs=3)``; the DataLoader's workers are started before the
 timings and persist, flowpipe's processes are started by each run). Every ratio is measured in this process in
 alternating blocks (A B B A: DataLoader, flowpipe, flowpipe, DataLoader), ``rounds`` times, with one torch thread
@@ -38,12 +42,13 @@ torch.set_num_threads(1)
 BATCH_SIZE, SIZE, EPOCHS = 64, 224, 3
 
 
-def make_folder(folder: str, n_files: int, seed: int = 0) -> None:
-    """``n_files`` JPEGs of 320 x 320..480 (either orientation): smooth random shapes plus grain, quality 90."""
+def make_folder(folder: str, n_files: int, seed: int = 0, size: tuple[int, int] | None = None) -> None:
+    """``n_files`` JPEGs of 320 x 320..480 (either orientation; or all of ``size``): smooth random shapes plus
+    grain, quality 90."""
     rng = np.random.default_rng(seed)
     for i in range(n_files):
         long = int(rng.integers(320, 481))
-        width, height = (long, 320) if rng.random() < 0.5 else (320, long)
+        width, height = size or ((long, 320) if rng.random() < 0.5 else (320, long))
         coarse = rng.integers(0, 256, (height // 20 + 2, width // 20 + 2, 3), dtype=np.uint8)
         image = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.int16)
         image = np.clip(image + rng.integers(-12, 13, image.shape), 0, 255).astype(np.uint8)
@@ -75,12 +80,23 @@ def torch_epochs(loader: torch.utils.data.DataLoader) -> Callable[[], None]:
     return work
 
 
-def flowpipe_epochs(dataset: Dataset, **options) -> Callable[[], None]:
-    pipeline = Pipeline().load().resize((SIZE, SIZE)).flip(p=0.5).to_array().multiply(1 / 255)
+def flowpipe_epochs(dataset: Dataset, epochs: int = EPOCHS, draft: tuple[int, int] | None = None,
+                    **options) -> Callable[[], None]:
+    pipeline = Pipeline().load(draft=draft).resize((SIZE, SIZE)).flip(p=0.5).to_array().multiply(1 / 255)
 
     def work() -> None:
-        (pipeline << dataset).run(BATCH_SIZE, n_epochs=EPOCHS, shuffle=False, seed=0, **options)
+        (pipeline << dataset).run(BATCH_SIZE, n_epochs=epochs, shuffle=False, seed=0, **options)
     return work
+
+
+def draft_ratio(n_files: int, rounds: int) -> float:
+    """Median ABBA ratio of the full decode's time to ``draft=(224, 224)``'s, on JPEGs of 640 x 480."""
+    with tempfile.TemporaryDirectory() as folder:
+        make_folder(folder, n_files, seed=1, size=(640, 480))
+        dataset = Dataset(FilesIndex(path=os.path.join(folder, '*.jpg')), batch_class=ImagesBatch)
+        full, drafted = (flowpipe_epochs(dataset, 1, draft, prefetch=2) for draft in (None, (SIZE, SIZE)))
+        full(), drafted()
+        return abba(full, drafted, rounds)[0]
 
 
 def timed(work: Callable[[], None]) -> float:
@@ -122,6 +138,8 @@ def main(workers: int, rounds: int, n_files: int) -> None:
             print(f"  flowpipe {name:32s} {images / statistics.median(times):6.0f} images/s   "
                   f"{ratio:5.2f}x the DataLoader")
         del loader
+    print(f"load(draft=(224, 224)) vs the full decode, {n_files} JPEGs of 640 x 480, prefetch=2: "
+          f"{draft_ratio(n_files, rounds):.2f}x faster")
     print("targets with --workers 2: best threads arm >= 1.1x the DataLoader, target='processes' >= 0.9x")
 
 
