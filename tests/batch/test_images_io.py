@@ -105,17 +105,21 @@ def test_draft_with_data_that_are_not_image_files_is_refused():
         batch.load(src={'images': np.zeros((2, 4, 4, 3))}, draft=(2, 2))
 
 
-def test_a_pipeline_loads_the_same_arrays_with_and_without_prefetch(tmp_path):
+def pipeline_images(folder, **options):
     from flowpipe.data import Dataset, FilesIndex
-    from flowpipe.expr import B, V
     from flowpipe.pipeline import Pipeline
+    dataset = Dataset(FilesIndex(path=str(folder / '*.jpg')), batch_class=ImagesBatch)
+    pipeline = Pipeline().load().resize((24, 24)).flip(p=0.5).to_array() << dataset
+    return np.concatenate([batch.images for batch in pipeline.gen_batch(4, n_epochs=1, seed=7, **options)])
+
+
+def test_a_pipeline_loads_the_same_arrays_with_and_without_prefetch(tmp_path):
     write_files(tmp_path, [(48, 40)] * 12)
-    dataset = Dataset(FilesIndex(path=str(tmp_path / '*.jpg')), batch_class=ImagesBatch)
-    template = (Pipeline().init_variable('images', []).load().resize((24, 24)).flip(p=0.5).to_array()
-                .update(V('images', mode='a'), B.images))
-    runs = []
-    for prefetch in (0, 2):
-        pipeline = template << dataset
-        pipeline.run(4, n_epochs=1, shuffle=False, prefetch=prefetch, seed=7)
-        runs.append(np.concatenate(pipeline.v('images')))
-    assert runs[0].shape == (12, 3, 24, 24) and np.array_equal(runs[0], runs[1])
+    alone = pipeline_images(tmp_path)
+    assert alone.shape == (12, 3, 24, 24) and np.array_equal(alone, pipeline_images(tmp_path, prefetch=2))
+
+
+@pytest.mark.slow    # starts worker processes: run in CI or with FLOWPIPE_SLOW=1
+def test_a_pipeline_loads_the_same_arrays_in_worker_processes(tmp_path):
+    write_files(tmp_path, [(48, 40)] * 8)
+    assert np.array_equal(pipeline_images(tmp_path), pipeline_images(tmp_path, prefetch=2, target='processes'))
