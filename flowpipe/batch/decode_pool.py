@@ -16,6 +16,9 @@ from typing import Any, Callable, Sequence
 __all__ = ['IDLE_SECONDS', 'DecodePool', 'decode_pool', 'pool_size']
 
 IDLE_SECONDS = 0.5
+# Marks the pool's own threads: a map called from a task runs inline rather than wait on tasks queued behind its
+# own, which could leave every thread waiting.
+_INSIDE = threading.local()
 
 
 def pool_size() -> int:
@@ -44,7 +47,7 @@ class DecodePool:
 
     def map(self, function: Callable[[Any], Any], items: Sequence[Any]) -> list:
         """``[function(item) for item in items]`` in the pool's threads; raises the first error in item order."""
-        if self.size == 1 or len(items) < 2:
+        if self.size == 1 or len(items) < 2 or getattr(_INSIDE, 'pool', False):
             return [function(item) for item in items]
         futures = [Future() for _ in items]
         for future, item in zip(futures, items):
@@ -63,6 +66,7 @@ class DecodePool:
         return [future.result() for future in futures]
 
     def _work(self) -> None:
+        _INSIDE.pool = True
         while True:
             try:
                 future, function, item = self._tasks.get(timeout=IDLE_SECONDS)

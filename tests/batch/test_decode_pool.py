@@ -59,3 +59,9 @@ def test_the_process_pool_has_one_thread_per_core_and_bad_sizes_are_refused():
     assert decode_pool() is decode_pool() and decode_pool().size == pool_size() >= 1
     with pytest.raises(ValueError, match='Expected a positive int'):
         DecodePool(0)
+
+
+def test_a_map_inside_a_task_runs_inline_instead_of_waiting_on_the_pool():
+    pool = DecodePool(2)
+    inner = lambda x: pool.map(lambda y: x * 10 + y, [0, 1, 2])  # noqa: E731
+    assert pool.map(inner, [1, 2, 3, 4]) == [[10, 11, 12], [20, 21, 22], [30, 31, 32], [40, 41, 42]]
