@@ -183,8 +183,8 @@ class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
 
         Args:
             draft: opt-in, ``(width, height)``: the size a later ``resize`` gives. JPEG files then decode at 1/2,
-                1/4 or 1/8 scale (libjpeg's DCT scaling), the smallest that keeps both sides at least this large,
-                which is several times faster but gives other pixels than a full decode (see ``docs/images.md``).
+                1/4 or 1/8 scale (libjpeg's DCT scaling), the smallest that keeps both sides at least this large:
+                fewer pixels to decode and resize, but other pixels than a full decode (see ``docs/images.md``).
         """
         draft = check_draft(draft)
         if fmt != 'image' and not (fmt is None and src is None and hasattr(self.index, 'get_fullpath')):
