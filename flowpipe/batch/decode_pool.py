@@ -13,7 +13,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
-__all__ = ['IDLE_SECONDS', 'DecodePool', 'decode_pool', 'pool_size']
+__all__ = ['DecodePool', 'IDLE_SECONDS', 'decode_pool', 'pool_size']
 
 IDLE_SECONDS = 0.5
 # Marks the pool's own threads: a map called from a task runs inline rather than wait on tasks queued behind its
