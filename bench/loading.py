@@ -105,13 +105,17 @@ def timed(work: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def abba(slow: Callable[[], None], fast: Callable[[], None], rounds: int) -> tuple[float, list[float]]:
-    """Median over ``rounds`` blocks (A B B A) of time(slow) / time(fast), and every time of ``fast``."""
+def abba(slow: Callable[[], None], fast: Callable[[], None], rounds: int,
+         slow_times: list[float] | None = None) -> tuple[float, list[float]]:
+    """Median over ``rounds`` blocks (A B B A) of time(slow) / time(fast), and every time of ``fast`` (those of
+    ``slow`` are added to ``slow_times``)."""
     ratios, fast_times = [], []
     for _ in range(rounds):
         a1, b1, b2, a2 = timed(slow), timed(fast), timed(fast), timed(slow)
         ratios.append((a1 + a2) / (b1 + b2))
         fast_times += [b1, b2]
+        if slow_times is not None:
+            slow_times += [a1, a2]
     return statistics.median(ratios), fast_times
 
 
@@ -127,16 +131,18 @@ def main(workers: int, rounds: int, n_files: int) -> None:
         arms = {'prefetch=2 (threads)': {'prefetch': 2}, 'prefetch=4 (threads)': {'prefetch': 4},
                 "prefetch=2, target='processes'": {'prefetch': 2, 'target': 'processes'}}
         images = EPOCHS * n_files
-        reference = torch_epochs(loader)
+        reference, reference_times = torch_epochs(loader), []
         reference()                                         # warm-up: starts the workers, fills the file cache
         print(f"{n_files} JPEGs, batches of {BATCH_SIZE}, {EPOCHS} epochs per timing, median of {rounds} ABBA "
-              f"blocks against DataLoader(num_workers={workers}): {images / timed(reference):.0f} images/s")
+              f"blocks against DataLoader(num_workers={workers}); images per second are medians over the timings")
         for name, options in arms.items():
             work = flowpipe_epochs(dataset, **options)
             work()
-            ratio, times = abba(reference, work, rounds)
+            ratio, times = abba(reference, work, rounds, reference_times)
             print(f"  flowpipe {name:32s} {images / statistics.median(times):6.0f} images/s   "
                   f"{ratio:5.2f}x the DataLoader")
+        print(f"  DataLoader(num_workers={workers}){'':19s} {images / statistics.median(reference_times):6.0f} "
+              f"images/s")
         del loader
     print(f"load(draft=(224, 224)) vs the full decode, {n_files} JPEGs of 640 x 480, prefetch=2: "
           f"{draft_ratio(n_files, rounds):.2f}x faster")
