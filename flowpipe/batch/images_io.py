@@ -1,7 +1,7 @@
 """Reading image files with Pillow, an optional dependency imported only when a file is read.
 
 ``read_images`` decodes the files of a batch in the process's decode pool (Pillow releases the GIL while it
-decodes) and copies each decoded image once, straight into its slot of one preallocated ``(N, H, W, 3)`` array
+decodes) and copies each decoded image's array straight into its slot of one preallocated ``(N, H, W, 3)`` array
 when the sizes agree. The pixels are those of a plain ``np.asarray(Image.open(file).convert('RGB'))`` whatever
 the pool's size; ``draft=`` (opt-in) lets JPEG files decode at a reduced scale instead.
 """
@@ -69,8 +69,9 @@ def read_image(file: str | os.PathLike, draft: tuple[int, int] | None = None) ->
 def read_images(files: Sequence[str | os.PathLike], draft: tuple[int, int] | None = None) -> np.ndarray:
     """Decode ``files`` in parallel: one ``(N, H, W, 3)`` uint8 array when all sizes agree, else an object array.
 
-    Each image is copied once into its slot of the result (no per-item array and ``np.stack`` copy); the files
-    are decoded in the process's decode pool, so the result does not depend on its size. ``draft`` as in
+    Each image's array (``np.asarray``, a view of Pillow's ``tobytes()``) is copied straight into its slot of the
+    result, in the pool's threads, instead of being kept and stacked after; the files are decoded in the process's
+    decode pool, and the result does not depend on its size. ``draft`` as in
     ``read_image``. Raises as ``read_image`` does, for the first bad file in the order of ``files``.
     """
     from .decode_pool import decode_pool
