@@ -75,18 +75,23 @@ def per_item(value: Any, n: int, name: str, width: int | None = None, expected: 
 
 def channel_values(value: Any, n: int, channels: int, name: str) -> np.ndarray:
     """``(n, channels)`` values from a number, one value per channel, or ``P(...)`` with one of those per item."""
-    rows = [value[i] for i in range(n)] if is_per_item(value) else [value] * n
+    if not is_per_item(value):   # one value for all items: checked once
+        return np.array(np.broadcast_to(_channel_row(value, channels, name), (n, channels)))
     out = np.empty((n, channels))
-    for i, row in enumerate(rows):
-        try:
-            values = np.atleast_1d(np.asarray(row, dtype=np.float64))
-        except (TypeError, ValueError):
-            values = np.array([np.nan])
-        if values.ndim != 1 or len(values) not in (1, channels) or not np.all(np.isfinite(values)):
-            raise ValueError(f"Expected {name} as a number or {channels} values, one per channel. Received: "
-                             f"{name}={row!r}.")
-        out[i] = values
+    for i in range(n):
+        out[i] = _channel_row(value[i], channels, name)
     return out
+
+
+def _channel_row(row: Any, channels: int, name: str) -> np.ndarray:
+    try:
+        values = np.atleast_1d(np.asarray(row, dtype=np.float64))
+    except (TypeError, ValueError):
+        values = np.array([np.nan])
+    if values.ndim != 1 or len(values) not in (1, channels) or not np.all(np.isfinite(values)):
+        raise ValueError(f"Expected {name} as a number or {channels} values, one per channel. Received: "
+                         f"{name}={row!r}.")
+    return values
 
 
 def pair(value: Any, n: int, name: str) -> np.ndarray:

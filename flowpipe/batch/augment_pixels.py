@@ -39,12 +39,16 @@ def _arithmetic(op: Any, values: dict, n: int, clip: Any = None, preserve_type: 
 
     from .augment_kernels import as_dtype, top_value
     limits = _clip_range(clip)
+    checked: dict[int, list] = {}   # the (n, C) values per channel count, checked once per action, not per piece
 
     def kernel(images: Any, positions: np.ndarray) -> Any:
         dtype = images.dtype if preserve_type or images.is_floating_point() else torch.float32
         work = images.to(torch.float64 if dtype == torch.float64 else torch.float32)
-        tables = [torch.as_tensor(channel_values(value, n, images.shape[1], name)[positions], dtype=work.dtype,
-                                  device=images.device)[:, :, None, None] for name, value in values.items()]
+        channels = images.shape[1]
+        if channels not in checked:
+            checked[channels] = [channel_values(value, n, channels, name) for name, value in values.items()]
+        tables = [torch.as_tensor(table[positions], dtype=work.dtype, device=images.device)[:, :, None, None]
+                  for table in checked[channels]]
         out = op(work, *tables)
         if limits is not None:
             low, high = (0.0, top_value(dtype)) if limits is True else limits

@@ -25,7 +25,7 @@ from .augment_params import check_size
 from .augment_pixels import PixelActions
 from .augment_regions import RegionActions
 from .base import Batch, action
-from .images_io import pillow, read_image
+from .images_io import check_draft, pillow, read_images
 
 __all__ = ['ImagesBatch']
 
@@ -172,14 +172,25 @@ class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
         return self._store(src if dst is None else dst, array, channels == 'first')
 
     @action
-    def load(self, src: Any = None, fmt: str | None = None, dst: str | Sequence[str] | None = None) -> ImagesBatch:
+    def load(self, src: Any = None, fmt: str | None = None, dst: str | Sequence[str] | None = None,
+             draft: Sequence[int] | None = None) -> ImagesBatch:
         """Read the batch's image files into ``dst`` (``'images'``) with Pillow; other data as ``Batch.load``.
 
         Files are read with ``fmt='image'``, or with no ``src`` from a batch of a ``FilesIndex``. Images become
         ``(H, W, 3)`` uint8 arrays (grey and CMYK files are converted to RGB); one array when all shapes agree,
-        an object array otherwise.
+        an object array otherwise. The files of a batch decode in parallel, in a pool of one thread per core
+        shared by all loads, with the same pixels as one by one.
+
+        Args:
+            draft: opt-in, ``(width, height)``: the size a later ``resize`` gives. JPEG files then decode at 1/2,
+                1/4 or 1/8 scale (libjpeg's DCT scaling), the smallest that keeps both sides at least this large:
+                fewer pixels to decode and resize, but other pixels than a full decode (see ``docs/images.md``).
         """
+        draft = check_draft(draft)
         if fmt != 'image' and not (fmt is None and src is None and hasattr(self.index, 'get_fullpath')):
+            if draft is not None:
+                raise ValueError(f"Expected draft= only when loading image files. Received: draft={draft!r} with "
+                                 f"fmt={fmt!r}. Drop draft=, or load the files of a FilesIndex.")
             return super().load(src=src, fmt=fmt, dst=dst)
         if src is not None or not isinstance(dst, (str, type(None))):
             raise ValueError(f"Expected load(fmt='image') without src, and one dst component: the files are those "
@@ -187,8 +198,8 @@ class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
         if not hasattr(self.index, 'get_fullpath'):
             raise TypeError(f"Expected a batch made from a FilesIndex of image files. Received: an index of type "
                             f"{type(self.index).__name__}. Use FilesIndex(path='folder/*.png').")
-        items = [read_image(os.fspath(self.index.get_fullpath(item))) for item in self.indices]
-        return self._store(dst or 'images', _pack(items), channels_first=False)
+        files = [os.fspath(self.index.get_fullpath(item)) for item in self.indices]
+        return self._store(dst or 'images', read_images(files, draft), channels_first=False)
 
     @action
     def dump(self, dst: str | os.PathLike, fmt: str | None = 'png', src: str = 'images') -> ImagesBatch:
@@ -205,11 +216,3 @@ class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
                 image_module.fromarray(image[..., 0] if image.shape[2] == 1 else image).save(os.path.join(dst, name))
         return self
 
-
-def _pack(items: list[np.ndarray]) -> Any:
-    if items and all(item.shape == items[0].shape and item.dtype == items[0].dtype for item in items):
-        return np.stack(items)
-    packed = np.empty(len(items), dtype=object)
-    for i, item in enumerate(items):
-        packed[i] = item
-    return packed

@@ -92,3 +92,15 @@ def test_clip_true_follows_the_output_range_and_preserve_type_rounds():
     assert kept.dtype == np.uint8 and np.array_equal(kept, np.clip(np.round(images * 1.5), 0, 255))
     with pytest.raises(ValueError, match='clip'):
         make_batch(images).add(1, clip='yes')
+
+
+def test_per_channel_values_are_checked_for_every_item_however_the_batch_is_cut_in_pieces():
+    images = np.zeros((40, 64, 64, 3), dtype=np.float32)          # several pieces of about 2 MB
+    per_item = [1.0] * 40
+    per_item[33] = (1.0, 2.0)
+    with pytest.raises(ValueError, match=r'multiplier as a number or 3 values.*\(1\.0, 2\.0\)'):
+        make_batch(images).multiply(PerItem(per_item))
+    with pytest.raises(ValueError, match=r"term as a number or 3 values.*'x'"):
+        make_batch(images).add('x')
+    scaled = make_batch(images + 1).multiply(PerItem([k / 2 for k in range(40)])).images
+    assert np.array_equal(scaled[:, 0, 0, 0], np.arange(40) / 2)

@@ -27,6 +27,22 @@ def test_ragged_components_group_by_shape_and_scatter_back():
     assert back.dtype == object and all(np.array_equal(a, b) for a, b in zip(back, items))
 
 
+def test_ragged_channels_last_groups_keep_channels_last_memory_and_resize_as_stacked_copies():
+    items = ragged((40, 30, 3), (50, 20, 3), (40, 30, 3), (40, 30))
+    read = images_data.read(items, channels_first=False)
+    for positions, tensor in read.groups:
+        assert tensor.is_contiguous(memory_format=torch.channels_last) or tensor.shape[1] == 1
+        assert all(np.array_equal(tensor[k].permute(1, 2, 0).numpy().squeeze(), items[p])
+                   for k, p in enumerate(positions))
+    single = next(tensor for positions, tensor in read.groups if len(positions) == 1 and tensor.shape[1] == 3)
+    assert single.data_ptr() == items[1].ctypes.data                        # one item: a view, no copy
+    from flowpipe.batch.images_kernels import resize
+    for positions, tensor in read.groups:                                  # the layout changes no value
+        plain = torch.stack([torch.from_numpy(np.atleast_3d(items[p])).permute(2, 0, 1).contiguous()
+                             for p in positions])
+        assert torch.equal(resize(tensor, (17, 23)), resize(plain, (17, 23)))
+
+
 def test_read_names_bad_shapes_and_dtypes():
     with pytest.raises(ValueError, match=r"\(N, C, H, W\) in component 'images'"):
         images_data.read(np.zeros((2, 3, 4)), channels_first=True)
