@@ -249,7 +249,7 @@ class Prefetcher(Node):
                     raise error
         except KeyboardInterrupt:
             if self._processes is not None:          # workers may be deep in a long item: stop them, not wait
-                self._processes.close()
+                self._processes.close(wait=False)
             raise
         finally:
             self.close()

@@ -72,7 +72,7 @@ class WorkerPool:
         with _hidden_main():
             for process in self._processes:
                 process.start()
-        self._finalizer = weakref.finalize(self, _stop, self._processes, self._tasks, self._results)
+        self._finalizer = weakref.finalize(self, _stop, self._processes, self._tasks, self._results, self._current)
 
     @property
     def closed(self) -> bool:
@@ -125,9 +125,19 @@ class WorkerPool:
         self._run, self._current.value, self.in_use = None, -1, False
         self._drain()
 
-    def close(self) -> None:
-        """Stop and join every worker (terminate one that does not stop in time). Idempotent."""
+    def close(self, wait: bool = True) -> None:
+        """Stop and join every worker: after its current item, or (``wait=False``: Ctrl-C) at once. Idempotent.
+
+        A worker that does not stop in time is terminated, then killed.
+        """
+        if not wait and not self.closed:
+            for process in self._processes:
+                if process.is_alive():
+                    process.terminate()
         self._finalizer()
+        # The queues' semaphores are files in /dev/shm until the queues are collected: a closed pool kept by a
+        # pipeline must not keep them.
+        self._tasks, self._results = [], None
 
     def _drain(self) -> None:
         """Take in the results that are already there, of runs that are over."""
@@ -169,7 +179,8 @@ def _hidden_main() -> Iterator[None]:
                 setattr(main, name, value)
 
 
-def _stop(processes: list, tasks: list, results: Any) -> None:
+def _stop(processes: list, tasks: list, results: Any, current: Any) -> None:
+    current.value = -1                    # the items still queued are skipped
     for task_queue in tasks:
         with contextlib.suppress(OSError, ValueError):
             task_queue.put(None)
@@ -182,8 +193,8 @@ def _stop(processes: list, tasks: list, results: Any) -> None:
             process.kill()
             process.join()
     for channel in (*tasks, results):
-        channel.cancel_join_thread()      # a dead worker never reads what is left in its pipe
-        channel.close()
+        channel.close()                   # every reader is gone: the feeder thread ends, and frees the semaphores
+        channel.join_thread()
 
 
 def _discard(ok: bool, payload: bytes) -> None:
@@ -227,6 +238,7 @@ def _worker_loop(tasks: Any, results: Any, current: Any, parent: int) -> None:
         except (EOFError, OSError):
             return
         if message is None:
+            results.cancel_join_thread()  # the caller reads no more: exit without flushing replies
             return
         if message[0] == 'run':
             process = _load(message[2])
