@@ -152,6 +152,22 @@ def test_an_error_in_a_worker_raises_in_the_caller_with_its_type_action_and_batc
     pipeline.run(4, n_iters=3, prefetch=2, target='processes')     # the pool goes on serving the pipeline
 
 
+def _exit(code):
+    if code:
+        os._exit(code)
+
+
+def test_a_worker_that_dies_fails_the_run_instead_of_hanging_and_the_next_run_has_new_workers():
+    pipeline = _dataset().p.init_variable('code', 3).call(_exit, V('code')).update(B('double'), B('labels') * 2)
+    with pytest.raises(RuntimeError, match='exited with code 3'):
+        pipeline.run(4, prefetch=2, target='processes')
+    dead = pipeline.state.workers
+    assert dead.closed
+    pipeline.set_variable('code', 0)
+    batches = list(pipeline.gen_batch(16, prefetch=1, target='processes'))
+    assert batches[1].double.tolist()[:2] == [32, 34] and not pipeline.state.workers.closed
+
+
 def _finished(pipeline):
     pipeline.run(4, prefetch=2, target='processes')
 
