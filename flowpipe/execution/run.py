@@ -366,7 +366,8 @@ def _prefetcher(args: RunArgs, indices: Iterator, runner: BatchRunner, locks: An
     in_processes = args.in_processes
     process = InProcess(runner) if in_processes else runner.start if started else runner.process
     try:
-        pool = _worker_pool(runner.pipeline.state, args.workers or args.prefetch) if in_processes else None
+        pool = (_worker_pool(runner.pipeline.state, args.workers or args.prefetch, runner.dataset) if in_processes
+                else None)
         return Prefetcher(indices, process, args.prefetch, target=args.target, workers=args.workers, pool=pool,
                           on_close=None if locks is None else locks.close)
     except Exception as error:
@@ -376,10 +377,11 @@ def _prefetcher(args: RunArgs, indices: Iterator, runner: BatchRunner, locks: An
         raise
 
 
-def _worker_pool(state: Any, workers: int) -> Any:
+def _worker_pool(state: Any, workers: int, dataset: Any) -> Any:
     """The pipeline's worker processes, started on its first ``target='processes'`` run and kept for the next
     (epochs, runs, ``gen_batch`` loops); ``None`` while another run of the pipeline uses them (that run then starts
-    its own, stopped when it ends). A run asking for another number of workers replaces them."""
+    its own, stopped when it ends). A run asking for another number of workers replaces them. The dataset, part of
+    the pipeline's definition, goes to each worker once, not with every run."""
     with state.lock:
         pool = state.workers
         if pool is not None and not pool.closed and pool.in_use:
@@ -388,6 +390,7 @@ def _worker_pool(state: Any, workers: int) -> Any:
             state.close_workers()
             from .workers import WorkerPool
             state.workers = pool = WorkerPool(workers)
+        pool.keep(dataset)
         return pool
 
 

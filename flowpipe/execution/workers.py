@@ -15,6 +15,7 @@ threads can deadlock the child.
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import os
 import queue
@@ -43,6 +44,8 @@ _RUNS = itertools.count()
 class WorkerPool:
     """``workers`` processes, each with its own task queue, and one result queue.
 
+    ``keep(obj)`` makes ``obj`` travel to each worker once for the life of the pool: the runs' payloads refer to
+    it instead of carrying it (a pipeline's dataset, which is part of its definition and can be large).
     ``start_run(process)`` begins a run (a new run number; results of earlier runs still on their way are dropped),
     ``submit(seq, item)`` sends item ``seq`` to the least busy worker, ``get(timeout)`` returns the next
     ``(seq, error, result)`` of the current run, ``end_run()`` ends it (``in_use`` says whether a run is on).
@@ -69,6 +72,8 @@ class WorkerPool:
         self._busy = [0] * workers
         self._owner: dict[int, int] = {}
         self.in_use = False
+        self._kept: dict[int, Any] = {}              # id -> object, held so that no other object takes its id
+        self._kept_sent: set[tuple[int, int]] = set()
         with _hidden_main():
             for process in self._processes:
                 process.start()
@@ -79,6 +84,10 @@ class WorkerPool:
         """Whether the workers have been stopped."""
         return not self._finalizer.alive
 
+    def keep(self, obj: Any) -> None:
+        """Send ``obj`` to each worker once (with its first item of a run); payloads then refer to it by id."""
+        self._kept.setdefault(id(obj), obj)
+
     def start_run(self, process: Callable[[int, Any], Any]) -> None:
         """Begin a run whose items go through ``process``; it reaches each worker with that worker's first item."""
         if self.closed:
@@ -88,13 +97,17 @@ class WorkerPool:
         self.in_use = True
         # recurse: a function of `__main__` takes the globals it uses along, not a reference to a `__main__` that
         # the worker does not have (the user's script is never run there).
-        self._payload = dill.dumps(process, recurse=True)
+        self._payload = _dumps_referring(process, self._kept)
         self._sent = set()
 
     def submit(self, seq: int, item: Any) -> None:
         """Send item ``seq`` of the current run to the worker with the fewest items in flight."""
         worker = min(range(self.workers), key=self._busy.__getitem__)
         if worker not in self._sent:
+            for key, obj in self._kept.items():
+                if (worker, key) not in self._kept_sent:
+                    self._tasks[worker].put(('keep', key, dill.dumps(obj, recurse=True)))
+                    self._kept_sent.add((worker, key))
             self._tasks[worker].put(('run', self._run, self._payload))
             self._sent.add(worker)
         self._tasks[worker].put(('item', self._run, seq, dill.dumps(item)))
@@ -197,6 +210,33 @@ def _stop(processes: list, tasks: list, results: Any, current: Any) -> None:
         channel.join_thread()
 
 
+class _ReferringPickler(dill.Pickler):
+    """Writes the kept objects as references (their ids) that the workers resolve to their own copies."""
+
+    def __init__(self, file: Any, kept: dict[int, Any]):
+        super().__init__(file, recurse=True)
+        self.kept = kept
+
+    def persistent_id(self, obj: Any) -> int | None:
+        key = id(obj)
+        return key if key in self.kept and self.kept[key] is obj else None
+
+
+def _dumps_referring(obj: Any, kept: dict[int, Any]) -> bytes:
+    buffer = io.BytesIO()
+    _ReferringPickler(buffer, kept).dump(obj)
+    return buffer.getvalue()
+
+
+class _ReferenceUnpickler(dill.Unpickler):
+    def __init__(self, file: Any, kept: dict[int, Any]):
+        super().__init__(file)
+        self.kept = kept
+
+    def persistent_load(self, key: int) -> Any:
+        return self.kept[key]
+
+
 def _discard(ok: bool, payload: bytes) -> None:
     # Loading a result fetches its shared blocks from the worker, which frees them there; dropping it frees them.
     with contextlib.suppress(Exception):
@@ -228,6 +268,7 @@ def _worker_loop(tasks: Any, results: Any, current: Any, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the caller decides
     torch.set_num_threads(1)            # the processes share the cores out; threads on top would fight them
     process: Any = None
+    kept: dict[int, Any] = {}
     while True:
         try:
             message = tasks.get(timeout=1.0)
@@ -240,8 +281,11 @@ def _worker_loop(tasks: Any, results: Any, current: Any, parent: int) -> None:
         if message is None:
             results.cancel_join_thread()  # the caller reads no more: exit without flushing replies
             return
+        if message[0] == 'keep':
+            kept[message[1]] = _load(message[2])
+            continue
         if message[0] == 'run':
-            process = _load(message[2])
+            process = _load(message[2], kept)
             continue
         _, run, seq, item = message
         if run != current.value:        # a run left early: nobody waits for this item
@@ -255,10 +299,15 @@ def _worker_loop(tasks: Any, results: Any, current: Any, parent: int) -> None:
         results.put((run, seq, ok, payload))
 
 
-def _load(payload: bytes) -> Any:
-    """A run's process function, or the error that loading it raised (reported with each of its items)."""
+def _load(payload: bytes, kept: dict[int, Any] | None = None) -> Any:
+    """A run's process function (or a kept object), or the error that loading it raised (reported with each of
+    the run's items)."""
     try:
-        return dill.loads(payload)
+        if kept is None:
+            return dill.loads(payload)
+        if any(isinstance(obj, BaseException) for obj in kept.values()):
+            raise next(obj for obj in kept.values() if isinstance(obj, BaseException))
+        return _ReferenceUnpickler(io.BytesIO(payload), kept).load()
     except Exception as error:
         add_note(error, "flowpipe: the run's actions, dataset or variables do not unpickle in a worker process")
         return error

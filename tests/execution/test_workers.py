@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from flowpipe import B, F, P, R, V, Batch, Dataset, action
+from flowpipe import B, D, F, P, R, V, Batch, Dataset, action
 
 # A hang fails the test instead of the suite.
 pytestmark = pytest.mark.timeout(120)
@@ -32,6 +32,11 @@ class LoadCounter:
     def __setstate__(self, state):
         type(self).loads += 1
         self.__dict__.update(state)
+
+
+class DatasetCounter(LoadCounter):
+    """A ``LoadCounter`` of its own, for the dataset."""
+    loads = 0
 
 
 def _loads(counter):
@@ -65,11 +70,11 @@ def _jitter(image, amount, rng=None):
     return image.astype(np.float32) / 255 + amount + rng.normal(size=image.shape).astype(np.float32)
 
 
-def _dataset(size=32):
+def _dataset(size=32, **attributes):
     rng = np.random.default_rng(0)
     return Dataset(size, batch_class=ImageBatch,
                    preloaded={'images': rng.integers(0, 256, (size, 32, 32, 3), dtype=np.uint8),
-                              'labels': np.arange(size)})
+                              'labels': np.arange(size)}, **attributes)
 
 
 def _workers():
@@ -98,9 +103,10 @@ def _pool_pids(pipeline):
 
 
 def test_the_pool_outlives_epochs_and_runs_and_each_run_sends_its_runner_once_per_worker():
-    pipeline = (_dataset().p.init_variable('offset', 0)
+    pipeline = (_dataset(counter=DatasetCounter()).p.init_variable('offset', 0)
                 .update(B('shifted'), B('labels') + V('offset'))
                 .update(B('loads'), F(_loads)(V('counter')))
+                .update(B('dataset_loads'), F(_loads)(D('counter')))
                 .update(B('pid'), F(os.getpid)()))
     pipeline.set_variable('counter', LoadCounter())
     first = list(pipeline.gen_batch(4, n_epochs=2, prefetch=2, workers=2, target='processes'))
@@ -111,6 +117,8 @@ def test_the_pool_outlives_epochs_and_runs_and_each_run_sends_its_runner_once_pe
     assert {batch.pid for batch in first + second} <= _pool_pids(pipeline)
     # each worker unpickled the runner once per run, whatever number of batches it processed
     assert [batch.loads for batch in first] == [1] * 16 and [batch.loads for batch in second] == [2] * 8
+    # the dataset, part of the pipeline's definition, only once for the pool's life
+    assert {batch.dataset_loads for batch in first + second} == {1}
     assert [batch.shifted.tolist() for batch in second[:2]] == [[100, 101, 102, 103], [104, 105, 106, 107]]
     pipeline.reset('iter')
     assert pipeline.state.workers is None and not _workers() & _pool_pids_of(pool)
