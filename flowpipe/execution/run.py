@@ -365,12 +365,15 @@ def _prefetcher(args: RunArgs, indices: Iterator, runner: BatchRunner, locks: An
     """The prefetcher of the first stage: whole batches, or (``started``) contexts for the deferred steps."""
     in_processes = args.in_processes
     process = InProcess(runner) if in_processes else runner.start if started else runner.process
+    pool = None
     try:
         pool = (_worker_pool(runner.pipeline.state, args.workers or args.prefetch, runner.dataset) if in_processes
                 else None)
         return Prefetcher(indices, process, args.prefetch, target=args.target, workers=args.workers, pool=pool,
                           on_close=None if locks is None else locks.close)
     except Exception as error:
+        if pool is not None:
+            pool.end_run()                          # free for the next run
         if in_processes:
             add_note(error, "flowpipe: target='processes' sends the dataset, config, variables and models to "
                             "every worker with dill; use target='threads' for state that cannot be pickled.")
@@ -391,6 +394,7 @@ def _worker_pool(state: Any, workers: int, dataset: Any) -> Any:
             from .workers import WorkerPool
             state.workers = pool = WorkerPool(workers)
         pool.keep(dataset)
+        pool.in_use = True                          # taken before the lock is released: one run at a time
         return pool
 
 

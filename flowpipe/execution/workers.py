@@ -74,10 +74,15 @@ class WorkerPool:
         self.in_use = False
         self._kept: dict[int, Any] = {}              # id -> object, held so that no other object takes its id
         self._kept_sent: set[tuple[int, int]] = set()
-        with _hidden_main():
-            for process in self._processes:
-                process.start()
+        # Registered first: workers started before a failure (or Ctrl-C) among the others are stopped too.
         self._finalizer = weakref.finalize(self, _stop, self._processes, self._tasks, self._results, self._current)
+        try:
+            with _hidden_main():
+                for process in self._processes:
+                    process.start()
+        except BaseException:
+            self.close(wait=False)
+            raise
 
     @property
     def closed(self) -> bool:
@@ -198,6 +203,8 @@ def _stop(processes: list, tasks: list, results: Any, current: Any) -> None:
         with contextlib.suppress(OSError, ValueError):
             task_queue.put(None)
     for process in processes:
+        if process.pid is None:           # never started
+            continue
         process.join(_STOP_SECONDS)
         if process.is_alive():
             process.terminate()

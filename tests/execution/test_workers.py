@@ -160,6 +160,19 @@ def test_an_error_in_a_worker_raises_in_the_caller_with_its_type_action_and_batc
     pipeline.run(4, n_iters=3, prefetch=2, target='processes')     # the pool goes on serving the pipeline
 
 
+def test_a_runner_that_does_not_pickle_names_the_fix_and_leaves_the_pool_free_for_the_next_run():
+    pipeline = _dataset().p.init_variable('extra', 0).update(B('more'), B('labels') + V('extra'))
+    pipeline.run(4, n_iters=1, prefetch=2, target='processes')
+    pipeline.set_variable('extra', (value for value in range(3)))      # a generator does not pickle
+    with pytest.raises(TypeError, match='generator') as info:
+        pipeline.run(4, prefetch=2, target='processes')
+    assert "use target='threads'" in '\n'.join(info.value.__notes__)
+    pool = pipeline.state.workers
+    pipeline.set_variable('extra', 5)
+    assert next(pipeline.gen_batch(4, prefetch=2, target='processes')).more.tolist() == [5, 6, 7, 8]
+    assert pipeline.state.workers is pool and not pool.in_use
+
+
 def _exit(code):
     if code:
         os._exit(code)
