@@ -12,7 +12,8 @@ caller reads every batch (a sum over a strided view), as a training loop would.
 - DataLoader: torch's ``DataLoader`` over a map-style dataset of whole batches (the same function of the same
   arrays), ``num_workers=2, persistent_workers=True, prefetch_factor=1``, its default start method.
 
-All keep 2 batches in flight in 2 worker processes, with one torch thread per process. Each ratio is the median
+All keep 2 batches in flight in 2 worker processes, with one torch thread per process (flowpipe's workers take the
+caller's number, set to 1 here). Each ratio is the median
 over ``rounds`` blocks (A B B A, in the same process) of time(other) / time(new): above 1, new is faster. Run:
 ``.venv/bin/python bench/processes.py [n_batches] [rounds]`` (under a minute with the defaults on 2 cores).
 """

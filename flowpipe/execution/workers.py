@@ -67,6 +67,7 @@ class WorkerPool:
                                            args=(tasks, self._results, self._current, os.getpid()))
                            for number, tasks in enumerate(self._tasks)]
         self._run: int | None = None
+        self._threads = 1
         self._payload = b''
         self._sent: set[int] = set()
         self._busy = [0] * workers
@@ -100,6 +101,9 @@ class WorkerPool:
         self._drain()
         self._run = self._current.value = next(_RUNS)
         self.in_use = True
+        import torch
+        # Some kernels' bits depend on the number of threads (interpolate): the workers use the caller's.
+        self._threads = torch.get_num_threads()
         # recurse: a function of `__main__` takes the globals it uses along, not a reference to a `__main__` that
         # the worker does not have (the user's script is never run there).
         self._payload = _dumps_referring(process, self._kept)
@@ -113,7 +117,7 @@ class WorkerPool:
                 if (worker, key) not in self._kept_sent:
                     self._tasks[worker].put(('keep', key, dill.dumps(obj, recurse=True)))
                     self._kept_sent.add((worker, key))
-            self._tasks[worker].put(('run', self._run, self._payload))
+            self._tasks[worker].put(('run', self._run, self._payload, self._threads))
             self._sent.add(worker)
         self._tasks[worker].put(('item', self._run, seq, dill.dumps(item)))
         self._busy[worker] += 1
@@ -267,13 +271,13 @@ def _decode(ok: bool, payload: bytes) -> tuple[BaseException | None, Any]:
 # ----- in the worker process -----
 
 def _worker_loop(tasks: Any, results: Any, current: Any, parent: int) -> None:
-    """Serve items until the ``None`` message or the caller's death: ``('run', run, payload)`` sets the process
-    function of a run, ``('item', run, seq, item)`` processes one item and replies ``(run, seq, ok, payload)``."""
+    """Serve items until the ``None`` message or the caller's death: ``('keep', key, payload)`` loads an object
+    the runs refer to, ``('run', run, payload, threads)`` sets the process function of a run and torch's number of
+    threads, ``('item', run, seq, item)`` processes one item and replies ``(run, seq, ok, payload)``."""
     import signal
 
     import torch
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the caller decides
-    torch.set_num_threads(1)            # the processes share the cores out; threads on top would fight them
     process: Any = None
     kept: dict[int, Any] = {}
     while True:
@@ -293,6 +297,7 @@ def _worker_loop(tasks: Any, results: Any, current: Any, parent: int) -> None:
             continue
         if message[0] == 'run':
             process = _load(message[2], kept)
+            torch.set_num_threads(message[3])
             continue
         _, run, seq, item = message
         if run != current.value:        # a run left early: nobody waits for this item

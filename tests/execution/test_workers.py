@@ -55,6 +55,11 @@ class ImageBatch(Batch):
         return self
 
     @action
+    def resize(self, side):
+        self.tensor = torch.nn.functional.interpolate(self.tensor, size=(side, side), mode='bilinear')
+        return self
+
+    @action
     def fail_at(self, index):
         if index in self.indices:
             raise KeyError(f'no item {index}')
@@ -133,10 +138,24 @@ def _augmented():
             .to_float().update(B('labels'), B('labels') * R('integers', 1, 5)))
 
 
-def test_processes_give_the_batches_of_threads_and_of_no_prefetch_bit_for_bit_and_layout_for_layout():
+@pytest.fixture
+def two_torch_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_processes_give_the_batches_of_threads_and_of_no_prefetch_bit_for_bit_and_layout_for_layout(
+        two_torch_threads):
     pipeline = _augmented()
     runs = [list(pipeline.gen_batch(8, shuffle=True, seed=3, prefetch=prefetch, target=target))
             for prefetch, target in [(2, 'processes'), (2, 'threads'), (0, 'threads')]]
+    # interpolate's bits depend on the number of torch threads: the workers run with the caller's
+    resized = pipeline.resize(96)
+    in_processes, inline = (list(resized.gen_batch(8, seed=3, prefetch=prefetch, target=target))
+                            for prefetch, target in [(2, 'processes'), (0, 'threads')])
+    assert all(torch.equal(a.tensor, b.tensor) for a, b in zip(in_processes, inline))
     for got, threads, inline in zip(*runs):
         for name in ('noisy', 'tensor', 'flipped', 'labels'):
             value, expected = getattr(got, name), getattr(threads, name)
