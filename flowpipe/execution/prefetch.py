@@ -10,27 +10,29 @@ Control flow from ``process``: ``SkipBatch`` drops that result; ``StopPipeline``
 earlier results. Anything else stops the run: nothing new is started, the pool is shut down, the exception is
 raised in the caller.
 
-``target='processes'`` runs ``process`` in a process pool instead (``process`` and the items are serialized
-with dill). Changes a worker makes to its own copy of variables or models do not come back to the caller: only
-the returned results do.
+``target='processes'`` runs ``process`` in worker processes instead (``workers.WorkerPool``: ``process`` is sent
+to each worker once, with dill; the items go with dill too; the results come back with their arrays in shared
+memory). A pool given with ``pool=`` (a pipeline's, kept between runs) is left running when the prefetcher
+closes, unless the caller was interrupted (``KeyboardInterrupt``); without one the prefetcher starts its own and
+stops it on close. Changes a worker makes to its own copy of variables or models do not come back to the caller:
+only the returned results do.
 """
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import queue
 import re
 import threading
-import traceback
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from typing import Any
-
-import dill
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SkipBatch, StopPipeline, add_note
 from .nodes import Node
+
+if TYPE_CHECKING:
+    from .workers import WorkerPool
 
 __all__ = ['Prefetcher']
 
@@ -87,12 +89,14 @@ class Prefetcher(Node):
         size: how many items may be in flight at once; 0 runs ``process`` in the caller's thread.
         target: ``'threads'`` or ``'processes'``.
         workers: number of workers; defaults to ``size``.
+        pool: with ``target='processes'``, a ``WorkerPool`` to run on (not stopped on close); else one of
+            ``workers`` processes is started, and stopped on close.
         on_close: called once when the prefetcher closes, before the workers are joined (for example
             ``OrderedLocks.close``, to wake workers waiting on a lock).
     """
 
     def __init__(self, items: Iterable[Any], process: Callable[[int, Any], Any], size: int, *,
-                 target: str = 'threads', workers: int | None = None,
+                 target: str = 'threads', workers: int | None = None, pool: WorkerPool | None = None,
                  on_close: Callable[[], None] | None = None):
         self._check_args(process, size, target, workers)
         self._items = iter(items)
@@ -111,8 +115,19 @@ class Prefetcher(Node):
         self._pool: _Pool | None = None
         self._on_close = on_close
         self._closed = False
-        if size:
-            self._pool = _Pool(self._make_executor(), on_close)
+        self._processes: WorkerPool | None = None
+        if size and target == 'processes':
+            processes = pool if pool is not None else _new_worker_pool(self.workers)
+            # A pool given is only released by this prefetcher, one of its own is stopped with it.
+            self._finalizer = weakref.finalize(self, processes.end_run if pool is not None else processes.close)
+            try:
+                processes.start_run(process)
+            except BaseException:
+                self._finalizer()
+                raise
+            self._processes = processes
+        elif size:
+            self._pool = _Pool(ThreadPoolExecutor(self.workers, thread_name_prefix=_THREAD_PREFIX), on_close)
             self._finalizer = weakref.finalize(self, self._pool.shutdown)
 
     @staticmethod
@@ -126,19 +141,12 @@ class Prefetcher(Node):
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"Expected workers to be a positive int or None. Received: workers={workers!r}.")
 
-    def _make_executor(self) -> Executor:
-        if self.target == 'threads':
-            return ThreadPoolExecutor(self.workers, thread_name_prefix=_THREAD_PREFIX)
-        # 'spawn': forking a process that runs torch threads can deadlock the child.
-        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context('spawn'),
-                                   initializer=_init_process_worker, initargs=(dill.dumps(self._process),))
-
     @property
     def ready(self) -> int:
         """How many finished results are waiting to be delivered."""
-        if self._pool is None or self._closed:
+        if self._closed or (self._pool is None and self._processes is None):
             return 0
-        return len(self._pending) + self._pool.results.qsize()
+        return len(self._pending) + (self._pool.results.qsize() if self._pool is not None else 0)
 
     @property
     def closed(self) -> bool:
@@ -154,6 +162,8 @@ class Prefetcher(Node):
             self._finalizer()
         elif self._on_close is not None:
             self._on_close()
+        if self._processes is not None:
+            self._finalizer()
         self._pending.clear()
         if self.source is not None:
             self.source.close()
@@ -191,7 +201,7 @@ class Prefetcher(Node):
             raise RuntimeError("Expected a fresh Prefetcher: this one has already been iterated. "
                                "Make a new Prefetcher for each run.")
         self._started = True
-        return self._run_inline() if self._pool is None else self._run_pool()
+        return self._run_inline() if self._pool is None and self._processes is None else self._run_pool()
 
     def _run_inline(self) -> Iterator[Any]:
         try:
@@ -237,6 +247,10 @@ class Prefetcher(Node):
                 elif not isinstance(error, SkipBatch):
                     _note_batch(error, seq)
                     raise error
+        except KeyboardInterrupt:
+            if self._processes is not None:          # workers may be deep in a long item: stop them, not wait
+                self._processes.close(wait=False)
+            raise
         finally:
             self.close()
 
@@ -250,76 +264,38 @@ class Prefetcher(Node):
             self._exhausted = True
             return False
         self._drawn(seq)
+        if self._processes is not None:
+            self._processes.submit(seq, item)
+            return True
         pool = self._pool
-        if self.target == 'threads':
-            future = pool.executor.submit(self._process, seq, item)
-        else:
-            future = pool.executor.submit(_run_in_process, seq, dill.dumps(item))
-            future = _unwrap_process_future(future)
+        future = pool.executor.submit(self._process, seq, item)
         future.add_done_callback(lambda done, seq=seq: pool.deliver(seq, done))
         return True
 
     def _wait_for(self, seq: int) -> tuple[BaseException | None, Any]:
         """Block until the outcome of item ``seq`` arrives; stash the others that arrive first."""
-        pool = self._pool
         while seq not in self._pending:
             if self._closed:
                 raise RuntimeError("The prefetcher was closed while the caller was waiting for a result.")
-            try:
-                got, error, result = pool.results.get(timeout=_POLL_SECONDS)
-            except queue.Empty:
+            outcome = self._next_outcome()
+            if outcome is None:
                 continue
+            got, error, result = outcome
             self._pending[got] = (error, result)
             self._stopping |= error is not None and not isinstance(error, SkipBatch)
         return self._pending.pop(seq)
 
 
-# ----- process target -----
-
-_WORKER_PROCESS: Callable[[int, Any], Any] | None = None
-
-
-def _init_process_worker(process_bytes: bytes) -> None:
-    global _WORKER_PROCESS
-    _WORKER_PROCESS = dill.loads(process_bytes)
-
-
-def _run_in_process(seq: int, item_bytes: bytes) -> tuple[bool, bytes]:
-    """Run in a worker process: returns (ok, dill bytes of the result or of (exception, traceback text))."""
-    try:
-        return True, dill.dumps(_WORKER_PROCESS(seq, dill.loads(item_bytes)))
-    except BaseException as error:       # shipped back to the caller, which decides what it means
-        text = ''.join(traceback.format_exception(error))
+    def _next_outcome(self) -> tuple[int, BaseException | None, Any] | None:
+        """The next ``(seq, error, result)`` to finish, or ``None`` after a short wait."""
+        if self._processes is not None:
+            return self._processes.get(_POLL_SECONDS)
         try:
-            payload = dill.dumps((error, text))
-            dill.loads(payload)          # an exception whose __init__ wants other args pickles but does not load
-        except Exception:                # one that does not travel still reports what happened
-            payload = dill.dumps((RuntimeError(f"{type(error).__name__}: {error}"), text))
-        return False, payload
+            return self._pool.results.get(timeout=_POLL_SECONDS)
+        except queue.Empty:
+            return None
 
 
-def _unwrap_process_future(future: Future) -> Future:
-    """A future that resolves to the decoded result, or fails with the worker's exception."""
-    unwrapped: Future = Future()
-
-    def _copy(done: Future) -> None:
-        if done.cancelled():            # nobody waits for a cancelled item
-            return
-        error = done.exception()
-        if error is None:
-            ok, payload = done.result()
-            try:
-                decoded = dill.loads(payload)
-            except BaseException as failure:     # unresolved, the future would keep the caller waiting forever
-                add_note(failure, "flowpipe: what the worker process sent back does not unpickle in the caller")
-                error = failure
-            else:
-                if ok:
-                    unwrapped.set_result(decoded)
-                    return
-                error, text = decoded
-                add_note(error, f"Traceback in the worker process:\n{text}")
-        unwrapped.set_exception(error)
-
-    future.add_done_callback(_copy)
-    return unwrapped
+def _new_worker_pool(workers: int) -> WorkerPool:
+    from .workers import WorkerPool                 # imports torch: only where processes are asked for
+    return WorkerPool(workers)

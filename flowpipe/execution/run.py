@@ -71,6 +71,7 @@ class RunArgs:
     bar: Any = False
     prefetch: int = 0
     target: str = 'threads'
+    workers: int | None = None
     seed: int | None = None
     profile: bool = False
     checkpoint: Any = None
@@ -112,6 +113,7 @@ class RunArgs:
         for name in ('batch_size', 'n_epochs', 'n_iters'):
             _check_count(name, getattr(self, name), allow_none=True)
         _check_count('prefetch', self.prefetch, allow_none=False, minimum=0)
+        _check_count('workers', self.workers, allow_none=True)
         if self.target not in TARGETS:
             raise ValueError(f"Expected target to be one of {TARGETS}. Received: target={self.target!r}")
         if self.seed is not None and not isinstance(self.seed, (numbers.Integral, np.random.SeedSequence)):
@@ -363,14 +365,37 @@ def _prefetcher(args: RunArgs, indices: Iterator, runner: BatchRunner, locks: An
     """The prefetcher of the first stage: whole batches, or (``started``) contexts for the deferred steps."""
     in_processes = args.in_processes
     process = InProcess(runner) if in_processes else runner.start if started else runner.process
+    pool = None
     try:
-        return Prefetcher(indices, process, args.prefetch, target=args.target,
+        pool = (_worker_pool(runner.pipeline.state, args.workers or args.prefetch, runner.dataset) if in_processes
+                else None)
+        return Prefetcher(indices, process, args.prefetch, target=args.target, workers=args.workers, pool=pool,
                           on_close=None if locks is None else locks.close)
     except Exception as error:
+        if pool is not None:
+            pool.end_run()                          # free for the next run
         if in_processes:
             add_note(error, "flowpipe: target='processes' sends the dataset, config, variables and models to "
                             "every worker with dill; use target='threads' for state that cannot be pickled.")
         raise
+
+
+def _worker_pool(state: Any, workers: int, dataset: Any) -> Any:
+    """The pipeline's worker processes, started on its first ``target='processes'`` run and kept for the next
+    (epochs, runs, ``gen_batch`` loops); ``None`` while another run of the pipeline uses them (that run then starts
+    its own, stopped when it ends). A run asking for another number of workers replaces them. The dataset, part of
+    the pipeline's definition, goes to each worker once, not with every run."""
+    with state.lock:
+        pool = state.workers
+        if pool is not None and not pool.closed and pool.in_use:
+            return None
+        if pool is None or pool.closed or pool.workers != workers:
+            state.close_workers()
+            from .workers import WorkerPool
+            state.workers = pool = WorkerPool(workers)
+        pool.keep(dataset)
+        pool.in_use = True                          # taken before the lock is released: one run at a time
+        return pool
 
 
 def _run_section(records: tuple, ctx: Any) -> bool:

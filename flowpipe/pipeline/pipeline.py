@@ -269,13 +269,15 @@ class Pipeline(PipelineAliases):
             n_iters: int | None = None, drop_last: bool | None = None, bar: Any = None,
             prefetch: int | None = None, lazy: bool = False, seed: int | None = None,
             profile: bool | None = None, reset: Any = None, target: str | None = None, notifier: Any = None,
-            checkpoint: Any = None, resume: Any = None, callbacks: Any = None, **kwargs: Any) -> Pipeline:
+            checkpoint: Any = None, resume: Any = None, callbacks: Any = None, workers: int | None = None,
+            **kwargs: Any) -> Pipeline:
         """Process every batch; returns the pipeline (a new one holding the arguments when ``lazy=True``).
 
         Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one
         epoch, no shuffling, ``drop_last=False``, no bar, no prefetch, fresh random seed, no profiling. With
         ``prefetch > 0``, ``target='processes'`` processes the batches in worker processes instead of threads
-        (their changes to variables and models do not come back; see docs/pipelines.md). ``notifier`` is
+        (their changes to variables and models do not come back; see docs/pipelines.md); ``workers`` is the number
+        of worker threads or processes (default: ``prefetch``). ``notifier`` is
         batchflow's name for ``bar``. ``checkpoint`` (a folder, or ``Checkpoint(path, every=, seconds=, keep=)``)
         writes checkpoints as batches complete; ``resume=True`` (or a checkpoint's path) continues after the latest
         one (see docs/pipelines.md#checkpoints). ``callbacks`` (``flowpipe.callbacks`` objects: validation, early
@@ -294,7 +296,7 @@ class Pipeline(PipelineAliases):
                   bar: Any = None, prefetch: int | None = None, seed: int | None = None,
                   profile: bool | None = None, reset: Any = None, target: str | None = None,
                   notifier: Any = None, checkpoint: Any = None, resume: Any = None, callbacks: Any = None,
-                  **kwargs: Any) -> Iterator[Any]:
+                  workers: int | None = None, **kwargs: Any) -> Iterator[Any]:
         """Yield processed batches; the arguments are those of ``run``.
 
         With ``checkpoint``, the checkpoint of a batch is written when the loop asks for the next one (or leaves),
@@ -308,7 +310,7 @@ class Pipeline(PipelineAliases):
     def next_batch(self, batch_size: int | None = None, shuffle: bool | int | None = None,
                    n_epochs: int | None = None, n_iters: int | None = None, drop_last: bool | None = None,
                    prefetch: int | None = None, seed: int | None = None, reset: Any = None,
-                   target: str | None = None, **kwargs: Any) -> Any:
+                   target: str | None = None, workers: int | None = None, **kwargs: Any) -> Any:
         """Process and return the next batch, continuing one iterator across calls.
 
         The iterator is infinite unless ``n_epochs`` or ``n_iters`` is given (then ``StopIteration`` ends it);

@@ -25,6 +25,8 @@ class PipelineState:
         models: the pipeline's models (``M``), a ``Store``.
         iterator: the generator behind ``next_batch``, or ``None``.
         iterator_args: the run arguments ``iterator`` was started with.
+        workers: the worker processes of ``target='processes'`` runs (``flowpipe.execution.workers.WorkerPool``),
+            kept from one run to the next; ``None`` until the first such run, and after ``reset('iter')``.
         profiler: the profiler of the last run made with ``profile=True``, or ``None``.
         batches: number of batches delivered since the pipeline was created or ``reset('iter')``.
         next_args: ``(given arguments, RunArgs)`` of the last ``next_batch`` call, so that a loop calling it
@@ -33,14 +35,15 @@ class PipelineState:
         train_losses: while a run with callbacks goes on, the list ``train_model`` appends each step's loss to
             (a tensor; the run reads and empties it after every batch); else ``None``.
     """
-    __slots__ = ('variables', 'models', 'iterator', 'iterator_args', 'profiler', 'batches', 'lock', 'next_args',
-                 'models_left', 'train_losses')
+    __slots__ = ('variables', 'models', 'iterator', 'iterator_args', 'workers', 'profiler', 'batches', 'lock',
+                 'next_args', 'models_left', 'train_losses')
 
     def __init__(self) -> None:
         self.variables = Store(kind='variable')
         self.models = Store(kind='model')
         self.iterator: Any = None
         self.iterator_args: Any = None
+        self.workers: Any = None
         self.profiler: Any = None
         self.batches = 0
         self.lock = threading.RLock()
@@ -49,7 +52,8 @@ class PipelineState:
         self.train_losses: list | None = None
 
     def reset(self, *targets: str) -> None:
-        """Forget the iterator (``'iter'``), variables (``'vars'`` too), models, or ``'all'`` of them."""
+        """Forget the iterator and stop the worker processes (``'iter'``), variables (``'vars'`` too), models, or
+        ``'all'`` of them."""
         targets = tuple('variables' if target == 'vars' else target for target in targets)
         for target in targets:
             if target not in RESET_TARGETS:
@@ -57,6 +61,7 @@ class PipelineState:
         chosen = set(RESET_TARGETS[:3]) if 'all' in targets else set(targets)
         if 'iter' in chosen:
             self.close_iterator()
+            self.close_workers()
             self.batches = 0
         if 'variables' in chosen:
             with self.variables.lock:
@@ -70,6 +75,12 @@ class PipelineState:
         iterator, self.iterator, self.iterator_args = self.iterator, None, None
         if iterator is not None:
             iterator.close()
+
+    def close_workers(self) -> None:
+        """Stop the worker processes kept for ``target='processes'`` runs, if any."""
+        workers, self.workers = self.workers, None
+        if workers is not None:
+            workers.close()
 
     def declare_variables(self, records: Iterable, context: Context) -> None:
         """Give every ``init_variable`` among ``records`` its default, unless the variable already exists.

@@ -30,6 +30,13 @@ def test_in_processes_is_prefetch_in_worker_processes():
     assert not RunArgs(prefetch=2, target='threads').in_processes
 
 
+@pytest.mark.parametrize('workers, error', [(0, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_workers_is_a_positive_count_or_none(workers, error):
+    assert RunArgs.merge(None, prefetch=2, workers=3).workers == 3
+    with pytest.raises(error, match=f'workers={workers!r}'):
+        RunArgs.merge(None, prefetch=2, workers=workers)
+
+
 def test_next_batch_rebuilds_the_arguments_only_when_an_option_changes():
     pipeline = make_dataset().p
     pipeline.next_batch(2, shuffle=1, seed=3)

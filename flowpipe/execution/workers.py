@@ -1,0 +1,335 @@
+"""Worker processes that outlive a run: ``WorkerPool``.
+
+A pipeline keeps one pool in its state (``PipelineState.workers``) from its first ``target='processes'`` run until
+it is dropped, ``reset('iter')`` or a run asks for another number of workers; the spawn and the imports (torch
+takes seconds) are paid once, not per epoch or per run. Each run sends every worker it uses, once, a dill copy
+of its process function (the first stage's runner: dataset, config, variables and models as they are when the
+run starts); then only item numbers and sub-indices go out, and batches come back through ``shared.py``: their
+arrays in shared memory, mapped by the caller without a copy.
+
+Workers are started with ``'spawn'`` while ``__main__`` looks like an interactive session's, so that they never
+re-run the user's script (no ``if __name__ == '__main__'`` needed); functions and classes of ``__main__`` or of a
+notebook cell reach them by value, through dill. ``'fork'`` is never used: forking a process that runs torch
+threads can deadlock the child.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import os
+import queue
+import sys
+import threading
+import traceback
+import weakref
+from collections.abc import Callable
+from typing import Any, Iterator
+
+import dill
+
+from ..errors import add_note
+from .shared import dumps_shared, loads_shared
+
+__all__ = ['WorkerPool']
+
+# A caller waiting for a result checks that the workers are alive this often.
+_POLL_SECONDS = 0.1
+# How long a worker asked to stop may take before it is terminated, then killed.
+_STOP_SECONDS = 5.0
+_START_LOCK = threading.Lock()
+_RUNS = itertools.count()
+
+
+class WorkerPool:
+    """``workers`` processes, each with its own task queue, and one result queue.
+
+    ``keep(obj)`` makes ``obj`` travel to each worker once for the life of the pool: the runs' payloads refer to
+    it instead of carrying it (a pipeline's dataset, which is part of its definition and can be large).
+    ``start_run(process)`` begins a run (a new run number; results of earlier runs still on their way are dropped),
+    ``submit(seq, item)`` sends item ``seq`` to the least busy worker, ``get(timeout)`` returns the next
+    ``(seq, error, result)`` of the current run, ``end_run()`` ends it (``in_use`` says whether a run is on).
+    ``close()`` stops the workers; a pool nobody holds is closed when collected.
+
+    Args:
+        workers: number of worker processes (>= 1).
+    """
+
+    def __init__(self, workers: int):
+        import torch.multiprocessing as torch_mp           # registers the tensor reductions shared.py relies on
+        context = torch_mp.get_context('spawn')
+        self.workers = workers
+        self._results = context.Queue()
+        self._tasks = [context.Queue() for _ in range(workers)]
+        # The run the caller is on: a worker skips the items of runs left early instead of processing them.
+        self._current = context.Value('q', -1, lock=False)
+        self._processes = [context.Process(target=_worker_loop, daemon=True, name=f'flowpipe-worker-{number}',
+                                           args=(tasks, self._results, self._current, os.getpid()))
+                           for number, tasks in enumerate(self._tasks)]
+        self._run: int | None = None
+        self._threads = 1
+        self._payload = b''
+        self._sent: set[int] = set()
+        self._busy = [0] * workers
+        self._owner: dict[int, int] = {}
+        self.in_use = False
+        self._kept: dict[int, Any] = {}              # id -> object, held so that no other object takes its id
+        self._kept_sent: set[tuple[int, int]] = set()
+        # Registered first: workers started before a failure (or Ctrl-C) among the others are stopped too.
+        self._finalizer = weakref.finalize(self, _stop, self._processes, self._tasks, self._results, self._current)
+        try:
+            with _hidden_main():
+                for process in self._processes:
+                    process.start()
+        except BaseException:
+            self.close(wait=False)
+            raise
+
+    @property
+    def closed(self) -> bool:
+        """Whether the workers have been stopped."""
+        return not self._finalizer.alive
+
+    def keep(self, obj: Any) -> None:
+        """Send ``obj`` to each worker once (with its first item of a run); payloads then refer to it by id."""
+        self._kept.setdefault(id(obj), obj)
+
+    def start_run(self, process: Callable[[int, Any], Any]) -> None:
+        """Begin a run whose items go through ``process``; it reaches each worker with that worker's first item."""
+        if self.closed:
+            raise RuntimeError("Expected a running WorkerPool. Received: a closed one. Make a new pool.")
+        self._drain()
+        self._run = self._current.value = next(_RUNS)
+        self.in_use = True
+        import torch
+        # Some kernels' bits depend on the number of threads (interpolate): the workers use the caller's.
+        self._threads = torch.get_num_threads()
+        # recurse: a function of `__main__` takes the globals it uses along, not a reference to a `__main__` that
+        # the worker does not have (the user's script is never run there).
+        self._payload = _dumps_referring(process, self._kept)
+        self._sent = set()
+
+    def submit(self, seq: int, item: Any) -> None:
+        """Send item ``seq`` of the current run to the worker with the fewest items in flight."""
+        worker = min(range(self.workers), key=self._busy.__getitem__)
+        if worker not in self._sent:
+            for key, obj in self._kept.items():
+                if (worker, key) not in self._kept_sent:
+                    self._tasks[worker].put(('keep', key, dill.dumps(obj, recurse=True)))
+                    self._kept_sent.add((worker, key))
+            self._tasks[worker].put(('run', self._run, self._payload, self._threads))
+            self._sent.add(worker)
+        self._tasks[worker].put(('item', self._run, seq, dill.dumps(item)))
+        self._busy[worker] += 1
+        self._owner[seq] = worker
+
+    def get(self, timeout: float = _POLL_SECONDS) -> tuple[int, BaseException | None, Any] | None:
+        """The next ``(seq, error, result)`` of the current run, or ``None`` after ``timeout`` seconds without one.
+
+        Raises ``RuntimeError`` when a worker process has died (killed, out of memory, a crash in C code).
+        """
+        while True:
+            try:
+                run, seq, ok, payload = self._results.get(timeout=timeout)
+            except queue.Empty:
+                self._check_alive()
+                return None
+            if run != self._run:
+                _discard(ok, payload)
+                continue
+            worker = self._owner.pop(seq, None)
+            if worker is not None:
+                self._busy[worker] -= 1
+            return (seq, *_decode(ok, payload))
+
+    def end_run(self) -> None:
+        """Forget the current run: its results still to come are dropped, and their shared blocks freed."""
+        self._run, self._current.value, self.in_use = None, -1, False
+        self._drain()
+
+    def close(self, wait: bool = True) -> None:
+        """Stop and join every worker: after its current item, or (``wait=False``: Ctrl-C) at once. Idempotent.
+
+        A worker that does not stop in time is terminated, then killed.
+        """
+        if not wait and not self.closed:
+            for process in self._processes:
+                if process.is_alive():
+                    process.terminate()
+        self._finalizer()
+        # The queues' semaphores are files in /dev/shm until the queues are collected: a closed pool kept by a
+        # pipeline must not keep them.
+        self._tasks, self._results = [], None
+
+    def _drain(self) -> None:
+        """Take in the results that are already there, of runs that are over."""
+        while not self.closed:
+            try:
+                run, seq, ok, payload = self._results.get_nowait()
+            except queue.Empty:
+                break
+            worker = self._owner.pop(seq, None) if run == self._run else None
+            if worker is not None:
+                self._busy[worker] -= 1
+            _discard(ok, payload)
+        if self._run is None:
+            self._owner.clear()
+            self._busy = [0] * self.workers
+
+    def _check_alive(self) -> None:
+        for process in self._processes:
+            if not process.is_alive():
+                self.close()
+                raise RuntimeError(f"Expected the worker processes to run until the run ends. Received: "
+                                   f"{process.name} exited with code {process.exitcode}. Look for a crash in C "
+                                   f"code or the system killing it for memory; run with target='threads' to see "
+                                   f"the error in this process.")
+
+
+@contextlib.contextmanager
+def _hidden_main() -> Iterator[None]:
+    """While workers start, ``__main__`` has no file and no spec: spawn then does not import it in them."""
+    main = sys.modules['__main__']
+    saved = {name: main.__dict__[name] for name in ('__file__', '__spec__') if name in main.__dict__}
+    with _START_LOCK:
+        main.__dict__.pop('__file__', None)
+        main.__spec__ = None
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                setattr(main, name, value)
+
+
+def _stop(processes: list, tasks: list, results: Any, current: Any) -> None:
+    current.value = -1                    # the items still queued are skipped
+    for task_queue in tasks:
+        with contextlib.suppress(OSError, ValueError):
+            task_queue.put(None)
+    for process in processes:
+        if process.pid is None:           # never started
+            continue
+        process.join(_STOP_SECONDS)
+        if process.is_alive():
+            process.terminate()
+            process.join(_STOP_SECONDS)
+        if process.is_alive():
+            process.kill()
+            process.join()
+    for channel in (*tasks, results):
+        channel.close()                   # every reader is gone: the feeder thread ends, and frees the semaphores
+        channel.join_thread()
+
+
+class _ReferringPickler(dill.Pickler):
+    """Writes the kept objects as references (their ids) that the workers resolve to their own copies."""
+
+    def __init__(self, file: Any, kept: dict[int, Any]):
+        super().__init__(file, recurse=True)
+        self.kept = kept
+
+    def persistent_id(self, obj: Any) -> int | None:
+        key = id(obj)
+        return key if key in self.kept and self.kept[key] is obj else None
+
+
+def _dumps_referring(obj: Any, kept: dict[int, Any]) -> bytes:
+    buffer = io.BytesIO()
+    _ReferringPickler(buffer, kept).dump(obj)
+    return buffer.getvalue()
+
+
+class _ReferenceUnpickler(dill.Unpickler):
+    def __init__(self, file: Any, kept: dict[int, Any]):
+        super().__init__(file)
+        self.kept = kept
+
+    def persistent_load(self, key: int) -> Any:
+        return self.kept[key]
+
+
+def _discard(ok: bool, payload: bytes) -> None:
+    # Loading a result fetches its shared blocks from the worker, which frees them there; dropping it frees them.
+    with contextlib.suppress(Exception):
+        _decode(ok, payload)
+
+
+def _decode(ok: bool, payload: bytes) -> tuple[BaseException | None, Any]:
+    """``(error, result)`` of a worker's reply."""
+    try:
+        decoded = loads_shared(payload)
+    except BaseException as failure:                # unresolved, the item would keep the caller waiting forever
+        add_note(failure, "flowpipe: what the worker process sent back does not unpickle in the caller")
+        return failure, None
+    if ok:
+        return None, decoded
+    error, text = decoded
+    add_note(error, f"Traceback in the worker process:\n{text}")
+    return error, None
+
+
+# ----- in the worker process -----
+
+def _worker_loop(tasks: Any, results: Any, current: Any, parent: int) -> None:
+    """Serve items until the ``None`` message or the caller's death: ``('keep', key, payload)`` loads an object
+    the runs refer to, ``('run', run, payload, threads)`` sets the process function of a run and torch's number of
+    threads, ``('item', run, seq, item)`` processes one item and replies ``(run, seq, ok, payload)``."""
+    import signal
+
+    import torch
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the caller decides
+    process: Any = None
+    kept: dict[int, Any] = {}
+    while True:
+        try:
+            message = tasks.get(timeout=1.0)
+        except queue.Empty:
+            if os.getppid() != parent:  # the caller is gone without stopping this worker
+                return
+            continue
+        except (EOFError, OSError):
+            return
+        if message is None:
+            results.cancel_join_thread()  # the caller reads no more: exit without flushing replies
+            return
+        if message[0] == 'keep':
+            kept[message[1]] = _load(message[2])
+            continue
+        if message[0] == 'run':
+            process = _load(message[2], kept)
+            torch.set_num_threads(message[3])
+            continue
+        _, run, seq, item = message
+        if run != current.value:        # a run left early: nobody waits for this item
+            continue
+        try:
+            if isinstance(process, BaseException):
+                raise process
+            ok, payload = True, dumps_shared(process(seq, dill.loads(item)))
+        except BaseException as error:   # shipped back to the caller, which decides what it means
+            ok, payload = False, _dump_error(error)
+        results.put((run, seq, ok, payload))
+
+
+def _load(payload: bytes, kept: dict[int, Any] | None = None) -> Any:
+    """A run's process function (or a kept object), or the error that loading it raised (reported with each of
+    the run's items)."""
+    try:
+        if kept is None:
+            return dill.loads(payload)
+        if any(isinstance(obj, BaseException) for obj in kept.values()):
+            raise next(obj for obj in kept.values() if isinstance(obj, BaseException))
+        return _ReferenceUnpickler(io.BytesIO(payload), kept).load()
+    except Exception as error:
+        add_note(error, "flowpipe: the run's actions, dataset or variables do not unpickle in a worker process")
+        return error
+
+
+def _dump_error(error: BaseException) -> bytes:
+    text = ''.join(traceback.format_exception(error))
+    try:
+        payload = dill.dumps((error, text))
+        dill.loads(payload)              # an exception whose __init__ wants other args pickles but does not load
+    except Exception:                    # one that does not travel still reports what happened
+        payload = dill.dumps((RuntimeError(f"{type(error).__name__}: {error}"), text))
+    return payload
