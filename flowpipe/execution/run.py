@@ -46,8 +46,9 @@ def whole_batches(split: bool = True) -> Iterator[None]:
     """Runs started inside give every rank of a distributed job whole batches, never a shard of one (``Validate``).
 
     With ``split`` the ranks take contiguous blocks of the run's batches (rank 0 the first ones, block sizes
-    differing by at most one): every batch is processed once, by one rank, as one process processes it. Without,
-    every rank processes every batch. Outside a distributed job nothing changes.
+    differing by at most one): every batch is processed once, by one rank, as one process processes it, under its
+    number in the run (its seed, ``I('c')``, its epoch). Without, every rank processes every batch. Outside a
+    distributed job nothing changes.
     """
     token = _WHOLE.set('split' if split else 'every')
     try:
@@ -224,12 +225,10 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
             raise
         raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
-    if block is not None:
-        total = block[1] - block[0]                 # this rank's bar counts its own block
     clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs)
     events = TrainingRun(pipeline, args.callbacks, clock, world) if args.callbacks else None
     return _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0,
-                    events, clock)
+                    events, clock, block)
 
 
 def _block(total: int | None, world: Any) -> tuple[int, int]:
@@ -258,14 +257,17 @@ def _targets(reset: Any) -> tuple:
 
 def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | None, seeds: tuple[int, bool],
              ahead: bool, checkpoints: RunCheckpoints | None, main: bool = True,
-             events: TrainingRun | None = None, clock: EpochClock | None = None) -> Iterator[Any]:
+             events: TrainingRun | None = None, clock: EpochClock | None = None,
+             block: tuple[int, int] | None = None) -> Iterator[Any]:
     # Only `pipeline` is kept here, never its state: next_batch passes a weak proxy, so that the iterator its state
     # holds does not keep the pipeline (and the prefetch workers) alive once the user drops it.
     in_processes = args.in_processes
     # A checkpoint is taken, and callbacks are called, between two batches: stateful actions run in the caller's
     # thread, as for gen_batch, so that no batch after a callback's stop reaches a model step.
     defer = not in_processes and ((args.prefetch > 0 and not ahead) or checkpoints is not None or events is not None)
-    locks = OrderedLocks() if args.prefetch else None
+    # a rank's block of whole batches keeps the run's batch numbers: the seeds, I('c') and epochs of one process
+    first = 0 if block is None else block[0]
+    locks = OrderedLocks(first) if args.prefetch else None
     plan = compile_plan(pipeline.actions, getattr(pipeline.dataset, 'batch_class', None), locks, args.batch_size,
                         defer=defer)
     if events is not None and plan.rebatches:
@@ -278,6 +280,8 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
     if not _run_section(pipeline.before.actions, sections):
         return
     prefetcher = _prefetcher(args, indices, runners[0], locks, bool(plan.deferred))
+    if first:
+        prefetcher.load_state({'seq': first, 'source': indices.state()})
     stream = _stages(prefetcher, runners, plan, pipeline.dataset if in_processes else None)
     progress = None
     try:
@@ -287,7 +291,8 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
             checkpoints.restore(stream)
         if events is not None:
             events.start()
-        progress = _progress(args.bar if main else False, total, pipeline.state.variables,   # rank 0's only
+        shown = total if block is None else block[1] - block[0]          # a rank's bar counts its own block
+        progress = _progress(args.bar if main else False, shown, pipeline.state.variables,   # rank 0's only
                              checkpoints)
         # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
         yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None, checkpoints,

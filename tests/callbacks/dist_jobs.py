@@ -3,7 +3,7 @@ import os
 
 import numpy as np
 
-from flowpipe import B, Pipeline, V
+from flowpipe import B, I, Pipeline, R, V
 from flowpipe.callbacks import CSVLogger, EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, Validate
 from flowpipe.parallel import distributed
 
@@ -24,7 +24,10 @@ def train_with_callbacks(folder, n_epochs=30):
              .train_model('net', x=B.x, y=B.y)) << data
     val = (Pipeline().import_model('net', train).init_variable('losses', [])
            .init_variable('predicted', []).init_variable('true', [])
+           .init_variable('numbers', []).init_variable('draws', [])
            .call(VALIDATED_BATCHES.append, B.indices)
+           .update(V('numbers', mode='a'), I('c'))
+           .update(V('draws', mode='a'), R('uniform'))
            .predict_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('losses', mode='a'))
            .predict_model('net', x=B.x, fetches='labels', save_to=V('predicted', mode='e'))
            .update(V('true', mode='e'), B.y)) << data
@@ -36,7 +39,8 @@ def train_with_callbacks(folder, n_epochs=30):
             super().on_epoch_end(run, epoch)
             rows.append(dict(run.logs))
     validate = Validate(val, batch_size=8, metrics={'loss': lambda p: float(np.mean(p.v('losses'))),
-                                                    'accuracy': _accuracy, 'items': lambda p: len(p.v('true'))})
+                                                    'accuracy': _accuracy, 'items': lambda p: len(p.v('true'))},
+                        seed=5, prefetch=2)
     where = os.path.join(folder, f'rank-{distributed.rank()}')
     best = ModelCheckpoint(os.path.join(folder, 'best'), monitor='val/loss', save_top_k=2)
     train.run(6, n_epochs=n_epochs, shuffle=True, seed=11,
@@ -48,7 +52,8 @@ def train_with_callbacks(folder, n_epochs=30):
             'wrote': os.path.exists(os.path.join(where, 'metrics.csv')), 'rank': distributed.rank(),
             'validated': dict(validate.values), 'best': (best.best_path, best.best_score),
             'files': sorted(os.listdir(os.path.join(folder, 'best'))),
-            'validated_batches': [list(indices) for indices in VALIDATED_BATCHES]}
+            'validated_batches': [list(indices) for indices in VALIDATED_BATCHES],
+            'numbers': list(val.v('numbers')), 'draws': list(val.v('draws'))}
 
 
 def validate_a_sum(shard):
