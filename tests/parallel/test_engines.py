@@ -446,3 +446,25 @@ def test_a_non_finite_sparse_gradient_skips_the_step_too():
     result = engine.train_step(inputs, targets, F.cross_entropy, optimizer)
     assert torch.isfinite(result.loss) and network[0].weight.grad is None        # skipped: gradients cleared
     assert not result.stepped and all(torch.equal(a, b) for a, b in zip(before, network.parameters()))
+
+
+def test_the_engines_state_dicts_are_the_networks_and_the_optimizers_and_load_back():
+    plan = make_plan(['CPU:0', 'CPU:1'], num_gpus=0)
+    inputs, targets = data(8)
+    with build_engine(mlp(), plan) as engine, build_engine(mlp(seed=1), plan) as other:
+        optimizer = torch.optim.Adam(engine.parameters(), lr=0.1)
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+        # copies, as a saved file holds: torch's state dicts refer to the live tensors
+        state, optimizer_state = copy.deepcopy((engine.state_dict(), engine.optimizer_state_dict(optimizer)))
+        assert list(state) == list(mlp().state_dict())                    # the network's own keys
+        assert optimizer_state['state'][0]['step'] == 1
+        other_optimizer = torch.optim.Adam(other.parameters(), lr=0.1)
+        other.load_state_dict(state)
+        other.load_optimizer_state_dict(other_optimizer, optimizer_state)
+        other.sync()
+        for replica in other.replicas:
+            assert_same_parameters(replica, engine.module)
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+        other.train_step([inputs], [targets], F.cross_entropy, other_optimizer)
+        for replica in other.replicas:
+            assert_same_parameters(replica, engine.module)

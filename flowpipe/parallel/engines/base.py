@@ -13,6 +13,8 @@ needs (each is a no-op or the one-replica case here):
 - ``reduce_gradients(active)``: gather the full-batch gradient onto the primary;
 - ``broadcast(active)``: send the primary's new state to the replicas after the optimizer step;
 - ``step_result(ordered, keep_outputs)``: the loss (a tensor, left on the device) and outputs the step returns;
+- ``state_dict()`` / ``load_state_dict(state)``, ``optimizer_state_dict(optimizer)`` /
+  ``load_optimizer_state_dict(optimizer, state)``: the state saved in model files, as one process holds it;
 - ``close()``: release threads or process groups.
 
 Every piece goes through :meth:`Engine.run_piece` (training) or :meth:`Engine.predict_piece` (prediction).
@@ -161,9 +163,24 @@ class Engine:
         """The primary's parameters: build the optimizer on these."""
         return self.module.parameters()
 
+    # state for saving: a sharded engine gathers the full state here
+
     def state_dict(self) -> dict:
-        """The primary module's ``state_dict``."""
+        """The network's ``state_dict``, keys as in one process (the primary module's here)."""
         return self.module.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load a ``state_dict`` (keys as in one process) into the network; ``sync()`` then copies it to the
+        replicas."""
+        self.module.load_state_dict(state)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+        """The ``state_dict`` of ``optimizer`` (built on ``parameters()``), as one process holds it."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
+        """Load an ``optimizer_state_dict`` into ``optimizer``."""
+        optimizer.load_state_dict(state)
 
     def compute_dtype(self) -> torch.dtype | None:
         """The dtype floating inputs and targets are cast to: the primary's first floating parameter's.
