@@ -10,6 +10,7 @@ from torch.nn import functional as F
 
 from flowpipe.parallel import build_engine, make_plan
 from flowpipe.parallel.engines import ReplicaEngine, SingleEngine
+from flowpipe.parallel.precision import make_precision
 
 CLASSES = 3
 
@@ -446,6 +447,46 @@ def test_a_non_finite_sparse_gradient_skips_the_step_too():
     result = engine.train_step(inputs, targets, F.cross_entropy, optimizer)
     assert torch.isfinite(result.loss) and network[0].weight.grad is None        # skipped: gradients cleared
     assert not result.stepped and all(torch.equal(a, b) for a, b in zip(before, network.parameters()))
+
+
+class RecordingClipEngine(ReplicaEngine):
+    """Records the gradients it is asked to clip and replaces them by a constant, instead of clipping."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
+
+    def clip_gradients(self, params, norm=None, value=None):
+        self.calls.append(([param.grad.clone() for param in params], norm, value))
+        for param in params:
+            param.grad = torch.full_like(param, 0.25)
+
+
+def test_an_engine_clips_the_full_batch_gradient_once_per_step_in_its_own_clip_gradients():
+    model, (inputs, targets) = mlp(), data(12)
+    reference = copy.deepcopy(model)
+    plan = make_plan(['CPU:0', 'CPU:1'], 5, num_gpus=0)          # chunks of 5, 5, 2, each over two replicas
+    with RecordingClipEngine(copy.deepcopy(model), plan, make_precision(plan)) as engine:
+        optimizer = torch.optim.SGD(engine.parameters(), lr=0.5)
+        for step in range(2):
+            reference.zero_grad()
+            F.cross_entropy(reference(inputs.double()), targets).backward()
+            before = [param.detach().clone() for param in engine.parameters()]
+            engine.train_step([inputs], [targets], F.cross_entropy, optimizer, clip_grad_norm=MAX_NORM,
+                              clip_grad_value=0.01)
+            assert len(engine.calls) == step + 1
+            grads, norm, value = engine.calls[-1]
+            assert (norm, value) == (MAX_NORM, 0.01)
+            for grad, param in zip(grads, reference.parameters()):      # the whole batch's, not a piece's
+                torch.testing.assert_close(grad, param.grad, rtol=1e-10, atol=1e-13)
+            for replica in engine.replicas:                              # the step used the override's gradients
+                for param, old in zip(replica.parameters(), before):
+                    torch.testing.assert_close(param, old - 0.5 * 0.25, rtol=0, atol=1e-15)
+            with torch.no_grad():
+                for param, new in zip(reference.parameters(), engine.parameters()):
+                    param.copy_(new)
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+        assert len(engine.calls) == 2                                    # no clipping asked: not called
 
 
 def test_the_engines_state_dicts_are_the_networks_and_the_optimizers_and_load_back():

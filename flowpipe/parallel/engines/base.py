@@ -13,6 +13,7 @@ needs (each is a no-op or the one-replica case here):
 - ``reduce_gradients(active)``: gather the full-batch gradient onto the primary;
 - ``broadcast(active)``: send the primary's new state to the replicas after the optimizer step;
 - ``step_result(ordered, keep_outputs)``: the loss (a tensor, left on the device) and outputs the step returns;
+- ``clip_gradients(params, norm, value)``: clip the full-batch gradient (a sharded engine by the global norm);
 - ``state_dict()`` / ``load_state_dict(state)``, ``optimizer_state_dict(optimizer)`` /
   ``load_optimizer_state_dict(optimizer, state)``: the state saved in model files, as one process holds it;
 - ``close()``: release threads or process groups.
@@ -87,20 +88,6 @@ def _positive_bound(value: Any, key: str, meaning: str, alternatives: str) -> fl
     if not value > 0:
         raise ValueError(f'{expected} Received: {key}={value!r}. Use None to turn clipping off.')
     return float(value)
-
-
-def clip_gradients(params: list[torch.Tensor], value: float | Callable | None, max_norm: float | None) -> None:
-    """Clip gradients in place: by ``value`` (a bound, or a function of each gradient) first, then by ``max_norm``."""
-    if callable(value):
-        for param in params:
-            if param.grad is not None:
-                clipped = value(param.grad)
-                if clipped is not None:         # a hook's convention: None leaves the gradient as it is
-                    param.grad = clipped
-    elif value is not None:
-        torch.nn.utils.clip_grad_value_(params, value)
-    if max_norm is not None:
-        torch.nn.utils.clip_grad_norm_(params, max_norm)
 
 
 def in_batch_order(groups: Groups, results: Mapping[int, list]) -> list:
@@ -239,7 +226,7 @@ class Engine:
         try:
             if max_norm is not None or clip_value is not None:     # the full-batch gradient: whatever the split
                 self.precision.unscale(optimizer)
-                clip_gradients(_optimized(optimizer), clip_value, max_norm)
+                self.clip_gradients(_optimized(optimizer), norm=max_norm, value=clip_value)
             self.precision.step(optimizer)          # one optimizer step per batch
         except BaseException:                       # an error or Ctrl-C: the next step starts afresh
             self.precision.discard_step(optimizer)
@@ -377,6 +364,23 @@ class Engine:
         return groups
 
     # hooks
+
+    def clip_gradients(self, params: list[torch.Tensor], norm: float | None = None,
+                       value: float | Callable | None = None) -> None:
+        """Clip the full-batch gradients of ``params`` in place: by ``value`` first (a bound on each entry, or a
+        function ``grad -> grad`` of each gradient, whose ``None`` leaves it as it is), then to the total 2-norm
+        ``norm``. The step calls it once, after ``reduce_gradients`` and the precision's unscaling, when either is
+        set; an engine whose parameters are sharded overrides it to clip by the norm over all shards."""
+        if callable(value):
+            for param in params:
+                if param.grad is not None:
+                    clipped = value(param.grad)
+                    if clipped is not None:
+                        param.grad = clipped
+        elif value is not None:
+            torch.nn.utils.clip_grad_value_(params, value)
+        if norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, norm)
 
     def run_replicas(self, groups: Groups, work: Callable[[int, Sequence[Piece]], list]) -> dict[int, list]:
         """``{replica: work(replica, its pieces)}`` for every replica in ``groups``: here in turn, in this thread,
