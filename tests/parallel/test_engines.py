@@ -1,7 +1,9 @@
 """Engines: one step with any device list and micro-batch size equals a hand-written full-batch step."""
+import contextlib
 import copy
 import gc
 import threading
+from dataclasses import replace
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from flowpipe.parallel import build_engine, make_plan
-from flowpipe.parallel.engines import ReplicaEngine, SingleEngine
+from flowpipe.parallel.engines import DistributedEngine, ReplicaEngine, SingleEngine
 from flowpipe.parallel.precision import make_precision
 
 CLASSES = 3
@@ -487,6 +489,78 @@ def test_an_engine_clips_the_full_batch_gradient_once_per_step_in_its_own_clip_g
                     param.copy_(new)
         engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
         assert len(engine.calls) == 2                                    # no clipping asked: not called
+
+
+class RecordingStepEngine(SingleEngine):
+    """Records the order of the step's hooks, runs its pieces from a fixed seed and marks its results."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.events = []
+
+    @contextlib.contextmanager
+    def _context(self):
+        self.events.append('enter')
+        try:
+            yield
+        finally:
+            self.events.append('exit')
+
+    def step_context(self):
+        return self._context()
+
+    def before_step(self, inputs, targets):
+        self.events.append(('before_step', len(inputs[0]), len(targets[0])))
+
+    def step_seed(self, seed):
+        self.events.append(('step_seed', seed))
+        return 7
+
+    def prepare(self, inputs, targets):
+        self.events.append('prepare')
+        return super().prepare(inputs, targets)
+
+    def optimizer_step(self, optimizer, max_norm, clip_value):
+        self.events.append('optimizer_step')
+        super().optimizer_step(optimizer, max_norm, clip_value)
+
+    def after_step(self, inputs, result, return_outputs):
+        self.events.append(('after_step', result.stepped, return_outputs))
+        return replace(result, outputs='marked')
+
+
+def dropout_mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 16), nn.Dropout(0.5), nn.Linear(16, CLASSES)).double()
+
+
+def test_the_step_hooks_run_in_order_around_the_step_and_give_its_seed_and_result():
+    inputs, targets = data(6)
+    plan = make_plan(num_gpus=0)
+    engine = RecordingStepEngine(dropout_mlp(), plan, make_precision(plan))
+    optimizer = torch.optim.SGD(engine.parameters(), lr=0.5)
+    result = engine.train_step([inputs], [targets], F.cross_entropy, optimizer, return_outputs=True, seed=3)
+    assert result.outputs == 'marked'
+    assert engine.events == ['enter', ('before_step', 6, 6), ('step_seed', 3), 'prepare', 'optimizer_step',
+                             ('after_step', True, True), 'exit']
+    expected = SingleEngine(dropout_mlp(), plan)         # the pieces drew their dropout masks from seed 7
+    expected.train_step([inputs], [targets], F.cross_entropy, torch.optim.SGD(expected.parameters(), lr=0.5), seed=7)
+    assert_same_parameters(engine.module, expected.module)
+
+    engine.events.clear()
+    engine.skip_nonfinite = True
+    result = engine.train_step([inputs * float('nan')], [targets], F.cross_entropy, optimizer)
+    assert engine.events[-2:] == [('after_step', False, False), 'exit'] and 'optimizer_step' not in engine.events
+
+    engine.events.clear()
+    with pytest.raises(ValueError, match='Expected'):
+        engine.train_step([inputs], [targets[:3]], F.cross_entropy, optimizer)      # the context sees the error
+    assert engine.events[0] == 'enter' and engine.events[-1] == 'exit'
+
+
+def test_the_distributed_engine_runs_the_base_step_through_its_hooks():
+    assert 'train_step' not in vars(DistributedEngine)
+    assert {'step_context', 'before_step', 'step_seed', 'after_step'} <= set(vars(DistributedEngine))
 
 
 def test_the_engines_state_dicts_are_the_networks_and_the_optimizers_and_load_back():

@@ -5,6 +5,8 @@ steps on sequences of batch-first tensors; it knows nothing of pipelines, batche
 :meth:`Engine.train_step`. A subclass places the module in ``__init__`` and overrides the hooks its placement
 needs (each is a no-op or the one-replica case here):
 
+- ``step_context()``, ``before_step(inputs, targets)``, ``step_seed(seed)``, ``after_step(inputs, result,
+  return_outputs)``: around the step (a distributed engine's exchange of item counts, named collectives);
 - ``prepare(inputs, targets)``: check the step's tensors;
 - ``groups(batch_size)``: the pieces each replica computes, with their loss weights;
 - ``run_replicas(groups, work)``: how the replicas run their pieces (here one after another, in this thread);
@@ -188,6 +190,9 @@ class Engine:
                    clip_grad_value: float | Callable | None = None, seed: int | None = None) -> StepResult:
         """One optimizer step on the whole batch, however the plan splits it.
 
+        The step runs in ``step_context()``, from ``before_step`` to ``after_step``; the full-batch gradient is
+        clipped in ``clip_gradients`` and stepped in ``optimizer_step``.
+
         Args:
             inputs: batch-first tensors fed to ``module(*inputs)``; floating ones are cast to the parameters' dtype.
             targets: batch-first tensors passed as ``loss_fn(outputs, *targets)``; integer ones stay integer.
@@ -202,37 +207,46 @@ class Engine:
         """
         max_norm = check_max_norm(clip_grad_norm)
         clip_value = check_clip_value(clip_grad_value)
-        step_seed = draw_step_seed() if seed is None else int(seed)
-        batch = self.prepare(inputs, targets)
-        groups = self.groups(batch.size)            # {replica: its pieces}; a piece is one shard of one chunk
-        active = tuple(groups)
-        set_mode(self.replicas, True)
-        self.zero_grad(optimizer)
-        skip_nonfinite = self.skip_nonfinite
-        saved = self.save_buffers() if skip_nonfinite else None
+        with self.step_context():
+            self.before_step(inputs, targets)
+            step_seed = self.step_seed(seed)
+            batch = self.prepare(inputs, targets)
+            groups = self.groups(batch.size)        # {replica: its pieces}; a piece is one shard of one chunk
+            active = tuple(groups)
+            set_mode(self.replicas, True)
+            self.zero_grad(optimizer)
+            skip_nonfinite = self.skip_nonfinite
+            saved = self.save_buffers() if skip_nonfinite else None
 
-        def work(replica: int, pieces: Sequence[Piece]) -> list[tuple[torch.Tensor, Any]]:
-            # each piece's loss is weighted by its share of the batch, so the gradients accumulated over all
-            # pieces add up to the full-batch gradient
-            return [self.run_piece(replica, piece, batch, loss_fn, return_outputs, last=piece is pieces[-1],
-                                   seed=step_seed) for piece in pieces]
+            def work(replica: int, pieces: Sequence[Piece]) -> list[tuple[torch.Tensor, Any]]:
+                # each piece's loss is weighted by its share of the batch, so the gradients accumulated over all
+                # pieces add up to the full-batch gradient
+                return [self.run_piece(replica, piece, batch, loss_fn, return_outputs, last=piece is pieces[-1],
+                                       seed=step_seed) for piece in pieces]
 
-        results = self.run_replicas(groups, work)
-        result = self.step_result(in_batch_order(groups, results), return_outputs)
-        self.reduce_gradients(active)               # the full-batch gradient, on the primary
-        if skip_nonfinite and self.nonfinite(result.loss, optimizer):
-            self.skip_step(optimizer, saved)
-            return replace(result, stepped=False)
+            results = self.run_replicas(groups, work)
+            result = self.step_result(in_batch_order(groups, results), return_outputs)
+            self.reduce_gradients(active)           # the full-batch gradient, on the primary
+            if skip_nonfinite and self.nonfinite(result.loss, optimizer):
+                self.skip_step(optimizer, saved)
+                result = replace(result, stepped=False)
+            else:
+                self.optimizer_step(optimizer, max_norm, clip_value)     # one optimizer step per batch
+                self.broadcast(active)              # the new weights (and buffers) to the replicas
+            return self.after_step(inputs, result, return_outputs)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, max_norm: float | None,
+                       clip_value: float | Callable | None) -> None:
+        """Unscale and clip the full-batch gradient (when asked to), then take the one optimizer step of the batch;
+        on an error (or Ctrl-C) the precision forgets the step, so the next one starts afresh."""
         try:
             if max_norm is not None or clip_value is not None:     # the full-batch gradient: whatever the split
                 self.precision.unscale(optimizer)
                 self.clip_gradients(_optimized(optimizer), norm=max_norm, value=clip_value)
-            self.precision.step(optimizer)          # one optimizer step per batch
-        except BaseException:                       # an error or Ctrl-C: the next step starts afresh
+            self.precision.step(optimizer)
+        except BaseException:
             self.precision.discard_step(optimizer)
             raise
-        self.broadcast(active)                      # the new weights (and buffers) to the replicas
-        return result
 
     def nonfinite(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
         """Whether the full-batch ``loss`` or the full-batch gradient of the optimizer's parameters holds a nan or
@@ -364,6 +378,25 @@ class Engine:
         return groups
 
     # hooks
+
+    def step_context(self) -> contextlib.AbstractContextManager:
+        """The context a training step runs in, from ``before_step`` to ``after_step``: a no-op here; a
+        distributed engine names the step's collectives in it, for the error of one that times out."""
+        return NO_CONTEXT
+
+    def before_step(self, inputs: Tensors, targets: Tensors) -> None:
+        """Called first in a training step, with its raw inputs and targets: a no-op here; a distributed engine
+        exchanges the ranks' item counts (the global batch size, idle ranks)."""
+
+    def step_seed(self, seed: int | None) -> int:
+        """The seed the step's pieces derive their random streams from: ``seed``, or one drawn from torch's
+        global generator; a distributed engine mixes in its shard's place in the global batch."""
+        return draw_step_seed() if seed is None else int(seed)
+
+    def after_step(self, inputs: Tensors, result: StepResult, return_outputs: bool) -> StepResult:
+        """The result the step returns, stepped or skipped: ``result`` here; a distributed engine gives a rank
+        with no items empty outputs of the right shape."""
+        return result
 
     def clip_gradients(self, params: list[torch.Tensor], norm: float | None = None,
                        value: float | Callable | None = None) -> None:
