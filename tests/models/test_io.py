@@ -11,6 +11,8 @@ from torch import nn
 from flowpipe.errors import ModelFileError
 from flowpipe.models.torch import MLP, SimpleCNN, TorchModel
 from flowpipe.models.torch import io
+from flowpipe.parallel import ENGINES
+from flowpipe.parallel.engines import SingleEngine
 
 CONFIG = {'inputs/images/shape': (1, 8, 8), 'inputs/labels/classes': 4, 'initial_block/inputs': 'images',
           'body/filters': (4, 8), 'decay': {'name': 'exp', 'gamma': 0.9}}
@@ -146,3 +148,38 @@ def test_a_file_without_precision_state_still_loads(tmp_path):
     (tmp_path / 'old.pkl').write_bytes(dill.dumps(payload))
     loaded = SimpleCNN.from_file(tmp_path / 'old.pkl')
     np.testing.assert_array_equal(loaded.predict(**_batch(5)), model.predict(**_batch(5)))
+
+
+class PrefixingEngine(SingleEngine):
+    """Gives the network's and the optimizer's state in a form of its own (as a sharded engine gathers them)
+    and takes back only that form: a file round-trips only when io goes through the engine both ways."""
+
+    def state_dict(self):
+        return {f'spy.{key}': value for key, value in super().state_dict().items()}
+
+    def load_state_dict(self, state):
+        assert all(key.startswith('spy.') for key in state), list(state)
+        super().load_state_dict({key[len('spy.'):]: value for key, value in state.items()})
+
+    def optimizer_state_dict(self, optimizer):
+        return {'spy': super().optimizer_state_dict(optimizer)}
+
+    def load_optimizer_state_dict(self, optimizer, state):
+        super().load_optimizer_state_dict(optimizer, state['spy'])
+
+
+def test_saving_and_loading_go_through_the_engines_state_dicts(tmp_path, monkeypatch):
+    monkeypatch.setitem(ENGINES, 'single', PrefixingEngine)
+    model = _trained()
+    assert type(model.engine) is PrefixingEngine
+    model.save(tmp_path / 'model.pkl')
+    state = io.read(tmp_path / 'model.pkl')['state']
+    assert list(state['network']) == [f'spy.{key}' for key in model.model.state_dict()]
+    assert list(state['optimizer']) == ['spy'] and state['optimizer']['spy']['state']
+    expected = model.train(**_batch(3), fetches='loss')
+    loaded = SimpleCNN.from_file(tmp_path / 'model.pkl')
+    assert loaded.train(**_batch(3), fetches='loss') == expected            # weights and Adam's moments came back
+    torch.manual_seed(1)
+    other = SimpleCNN(CONFIG).load(tmp_path / 'model.pkl')
+    np.testing.assert_array_equal(other.predict(**_batch(5)), SimpleCNN.from_file(tmp_path / 'model.pkl').predict(
+        **_batch(5)))

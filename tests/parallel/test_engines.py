@@ -1,7 +1,9 @@
 """Engines: one step with any device list and micro-batch size equals a hand-written full-batch step."""
+import contextlib
 import copy
 import gc
 import threading
+from dataclasses import replace
 
 import pytest
 import torch
@@ -9,7 +11,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from flowpipe.parallel import build_engine, make_plan
-from flowpipe.parallel.engines import ReplicaEngine, SingleEngine
+from flowpipe.parallel.engines import DistributedEngine, ReplicaEngine, SingleEngine
+from flowpipe.parallel.precision import make_precision
 
 CLASSES = 3
 
@@ -446,3 +449,137 @@ def test_a_non_finite_sparse_gradient_skips_the_step_too():
     result = engine.train_step(inputs, targets, F.cross_entropy, optimizer)
     assert torch.isfinite(result.loss) and network[0].weight.grad is None        # skipped: gradients cleared
     assert not result.stepped and all(torch.equal(a, b) for a, b in zip(before, network.parameters()))
+
+
+class RecordingClipEngine(ReplicaEngine):
+    """Records the gradients it is asked to clip and replaces them by a constant, instead of clipping."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
+
+    def clip_gradients(self, params, norm=None, value=None):
+        self.calls.append(([param.grad.clone() for param in params], norm, value))
+        for param in params:
+            param.grad = torch.full_like(param, 0.25)
+
+
+def test_an_engine_clips_the_full_batch_gradient_once_per_step_in_its_own_clip_gradients():
+    model, (inputs, targets) = mlp(), data(12)
+    reference = copy.deepcopy(model)
+    plan = make_plan(['CPU:0', 'CPU:1'], 5, num_gpus=0)          # chunks of 5, 5, 2, each over two replicas
+    with RecordingClipEngine(copy.deepcopy(model), plan, make_precision(plan)) as engine:
+        optimizer = torch.optim.SGD(engine.parameters(), lr=0.5)
+        for step in range(2):
+            reference.zero_grad()
+            F.cross_entropy(reference(inputs.double()), targets).backward()
+            before = [param.detach().clone() for param in engine.parameters()]
+            engine.train_step([inputs], [targets], F.cross_entropy, optimizer, clip_grad_norm=MAX_NORM,
+                              clip_grad_value=0.01)
+            assert len(engine.calls) == step + 1
+            grads, norm, value = engine.calls[-1]
+            assert (norm, value) == (MAX_NORM, 0.01)
+            for grad, param in zip(grads, reference.parameters()):      # the whole batch's, not a piece's
+                torch.testing.assert_close(grad, param.grad, rtol=1e-10, atol=1e-13)
+            for replica in engine.replicas:                              # the step used the override's gradients
+                for param, old in zip(replica.parameters(), before):
+                    torch.testing.assert_close(param, old - 0.5 * 0.25, rtol=0, atol=1e-15)
+            with torch.no_grad():
+                for param, new in zip(reference.parameters(), engine.parameters()):
+                    param.copy_(new)
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+        assert len(engine.calls) == 2                                    # no clipping asked: not called
+
+
+class RecordingStepEngine(SingleEngine):
+    """Records the order of the step's hooks, runs its pieces from a fixed seed and marks its results."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.events = []
+
+    @contextlib.contextmanager
+    def _context(self):
+        self.events.append('enter')
+        try:
+            yield
+        finally:
+            self.events.append('exit')
+
+    def step_context(self):
+        return self._context()
+
+    def before_step(self, inputs, targets):
+        self.events.append(('before_step', len(inputs[0]), len(targets[0])))
+
+    def step_seed(self, seed):
+        self.events.append(('step_seed', seed))
+        return 7
+
+    def prepare(self, inputs, targets):
+        self.events.append('prepare')
+        return super().prepare(inputs, targets)
+
+    def optimizer_step(self, optimizer, max_norm, clip_value):
+        self.events.append('optimizer_step')
+        super().optimizer_step(optimizer, max_norm, clip_value)
+
+    def after_step(self, inputs, result, return_outputs):
+        self.events.append(('after_step', result.stepped, return_outputs))
+        return replace(result, outputs='marked')
+
+
+def dropout_mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 16), nn.Dropout(0.5), nn.Linear(16, CLASSES)).double()
+
+
+def test_the_step_hooks_run_in_order_around_the_step_and_give_its_seed_and_result():
+    inputs, targets = data(6)
+    plan = make_plan(num_gpus=0)
+    engine = RecordingStepEngine(dropout_mlp(), plan, make_precision(plan))
+    optimizer = torch.optim.SGD(engine.parameters(), lr=0.5)
+    result = engine.train_step([inputs], [targets], F.cross_entropy, optimizer, return_outputs=True, seed=3)
+    assert result.outputs == 'marked'
+    assert engine.events == ['enter', ('before_step', 6, 6), ('step_seed', 3), 'prepare', 'optimizer_step',
+                             ('after_step', True, True), 'exit']
+    expected = SingleEngine(dropout_mlp(), plan)         # the pieces drew their dropout masks from seed 7
+    expected.train_step([inputs], [targets], F.cross_entropy, torch.optim.SGD(expected.parameters(), lr=0.5), seed=7)
+    assert_same_parameters(engine.module, expected.module)
+
+    engine.events.clear()
+    engine.skip_nonfinite = True
+    result = engine.train_step([inputs * float('nan')], [targets], F.cross_entropy, optimizer)
+    assert engine.events[-2:] == [('after_step', False, False), 'exit'] and 'optimizer_step' not in engine.events
+
+    engine.events.clear()
+    with pytest.raises(ValueError, match='Expected'):
+        engine.train_step([inputs], [targets[:3]], F.cross_entropy, optimizer)      # the context sees the error
+    assert engine.events[0] == 'enter' and engine.events[-1] == 'exit'
+
+
+def test_the_distributed_engine_runs_the_base_step_through_its_hooks():
+    assert 'train_step' not in vars(DistributedEngine)
+    assert {'step_context', 'before_step', 'step_seed', 'after_step'} <= set(vars(DistributedEngine))
+
+
+def test_the_engines_state_dicts_are_the_networks_and_the_optimizers_and_load_back():
+    plan = make_plan(['CPU:0', 'CPU:1'], num_gpus=0)
+    inputs, targets = data(8)
+    with build_engine(mlp(), plan) as engine, build_engine(mlp(seed=1), plan) as other:
+        optimizer = torch.optim.Adam(engine.parameters(), lr=0.1)
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+        # copies, as a saved file holds: torch's state dicts refer to the live tensors
+        state, optimizer_state = copy.deepcopy((engine.state_dict(), engine.optimizer_state_dict(optimizer)))
+        assert list(state) == list(mlp().state_dict())                    # the network's own keys
+        assert optimizer_state['state'][0]['step'] == 1
+        other_optimizer = torch.optim.Adam(other.parameters(), lr=0.1)
+        other.load_state_dict(state)
+        other.load_optimizer_state_dict(other_optimizer, optimizer_state)
+        other.sync()
+        for replica in other.replicas:
+            assert_same_parameters(replica, engine.module)
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer)
+        other.train_step([inputs], [targets], F.cross_entropy, other_optimizer)
+        for replica in other.replicas:
+            assert_same_parameters(replica, engine.module)

@@ -8,6 +8,10 @@ callbacks (``callbacks``). Every tensor is on the CPU and a stored module carrie
 saved from any device layout (GPUs, model parallel) loads into any other: the engine places the module and the
 weights again (``engine.sync``).
 
+The network's and the optimizer's state go through the engine (``engine.state_dict()``,
+``engine.optimizer_state_dict(optimizer)`` and their ``load_`` counterparts), which gives them as one process holds
+them whatever the placement: the keys of the network itself, never of a wrapper around it.
+
 A model pickles through the same contents (``TorchModel.__reduce__``: ``payload`` out, ``restore`` in).
 
 Saving is atomic: the file is written under a temporary name in the same folder, flushed to disk, then renamed
@@ -67,6 +71,7 @@ def _cpu_copy(module: torch.nn.Module) -> torch.nn.Module:
 
 def payload(model: 'TorchModel') -> dict:
     """What a model file holds: format, versions, class, config, network and the training state (CPU tensors)."""
+    engine = model._built()
     config = dict(model.config)
     module = None
     if config.get('model') is not None:
@@ -78,10 +83,10 @@ def payload(model: 'TorchModel') -> dict:
         'format': FORMAT, 'format_version': FORMAT_VERSION,
         'flowpipe_version': _flowpipe_version(), 'torch_version': torch.__version__,
         'model_class': type(model), 'config': config, 'module': module,
-        'state': {'network': _to_cpu(model.model.state_dict()),
-                  'optimizer': _to_cpu(model.optimizer.state_dict()),
+        'state': {'network': _to_cpu(engine.state_dict()),
+                  'optimizer': _to_cpu(engine.optimizer_state_dict(model.optimizer)),
                   'decay': model.decay.state() if model.decay is not None else None,
-                  'precision': model.engine.precision.state(),
+                  'precision': engine.precision.state(),
                   'iteration': model.iteration, 'skipped_steps': model.skipped_steps,
                   'callbacks': [(type(callback).__name__, callback.state()) for callback in model.callbacks]},
     }
@@ -118,25 +123,26 @@ def read(path: str | os.PathLike) -> dict:
 
 def load_into(model: 'TorchModel', payload: dict) -> None:
     """Copy the saved weights, optimizer and scheduler state into ``model`` and re-place its replicas."""
+    engine = model._built()
     state = payload['state']
     try:
-        model.model.load_state_dict(state['network'])
+        engine.load_state_dict(state['network'])
     except RuntimeError as error:
         raise ModelFileError(f"Expected a file with the same network as {type(model).__name__} "
                              f"({type(model.model).__name__}). Received a file whose weights do not fit: {error}"
                              ) from error
     try:
-        model.optimizer.load_state_dict(state['optimizer'])
+        engine.load_optimizer_state_dict(model.optimizer, state['optimizer'])
     except (ValueError, KeyError) as error:
         raise ModelFileError(f"Expected optimizer state for {type(model.optimizer).__name__} with the same "
                              f"parameter groups. Received state that does not fit: {error}") from error
     if model.decay is not None and state.get('decay') is not None:
         model.decay.load_state(state['decay'])
-    model.engine.precision.load_state(state.get('precision') or {})
+    engine.precision.load_state(state.get('precision') or {})
     model.iteration = state.get('iteration', 0)
     model._loss_check.skipped = state.get('skipped_steps', 0)
     _load_callbacks(model, state.get('callbacks') or [])
-    model.engine.sync()
+    engine.sync()
 
 
 def _load_callbacks(model: 'TorchModel', saved: list) -> None:

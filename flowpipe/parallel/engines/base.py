@@ -5,6 +5,8 @@ steps on sequences of batch-first tensors; it knows nothing of pipelines, batche
 :meth:`Engine.train_step`. A subclass places the module in ``__init__`` and overrides the hooks its placement
 needs (each is a no-op or the one-replica case here):
 
+- ``step_context()``, ``before_step(inputs, targets)``, ``step_seed(seed)``, ``after_step(inputs, result,
+  return_outputs)``: around the step (a distributed engine's exchange of item counts, named collectives);
 - ``prepare(inputs, targets)``: check the step's tensors;
 - ``groups(batch_size)``: the pieces each replica computes, with their loss weights;
 - ``run_replicas(groups, work)``: how the replicas run their pieces (here one after another, in this thread);
@@ -13,6 +15,9 @@ needs (each is a no-op or the one-replica case here):
 - ``reduce_gradients(active)``: gather the full-batch gradient onto the primary;
 - ``broadcast(active)``: send the primary's new state to the replicas after the optimizer step;
 - ``step_result(ordered, keep_outputs)``: the loss (a tensor, left on the device) and outputs the step returns;
+- ``clip_gradients(params, norm, value)``: clip the full-batch gradient (a sharded engine by the global norm);
+- ``state_dict()`` / ``load_state_dict(state)``, ``optimizer_state_dict(optimizer)`` /
+  ``load_optimizer_state_dict(optimizer, state)``: the state saved in model files, as one process holds it;
 - ``close()``: release threads or process groups.
 
 Every piece goes through :meth:`Engine.run_piece` (training) or :meth:`Engine.predict_piece` (prediction).
@@ -87,20 +92,6 @@ def _positive_bound(value: Any, key: str, meaning: str, alternatives: str) -> fl
     return float(value)
 
 
-def clip_gradients(params: list[torch.Tensor], value: float | Callable | None, max_norm: float | None) -> None:
-    """Clip gradients in place: by ``value`` (a bound, or a function of each gradient) first, then by ``max_norm``."""
-    if callable(value):
-        for param in params:
-            if param.grad is not None:
-                clipped = value(param.grad)
-                if clipped is not None:         # a hook's convention: None leaves the gradient as it is
-                    param.grad = clipped
-    elif value is not None:
-        torch.nn.utils.clip_grad_value_(params, value)
-    if max_norm is not None:
-        torch.nn.utils.clip_grad_norm_(params, max_norm)
-
-
 def in_batch_order(groups: Groups, results: Mapping[int, list]) -> list:
     """Per-replica results (one per piece, as ``groups`` lists them) merged into the order of the batch."""
     if len(results) == 1:
@@ -161,9 +152,24 @@ class Engine:
         """The primary's parameters: build the optimizer on these."""
         return self.module.parameters()
 
+    # state for saving: a sharded engine gathers the full state here
+
     def state_dict(self) -> dict:
-        """The primary module's ``state_dict``."""
+        """The network's ``state_dict``, keys as in one process (the primary module's here)."""
         return self.module.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load a ``state_dict`` (keys as in one process) into the network; ``sync()`` then copies it to the
+        replicas."""
+        self.module.load_state_dict(state)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+        """The ``state_dict`` of ``optimizer`` (built on ``parameters()``), as one process holds it."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
+        """Load an ``optimizer_state_dict`` into ``optimizer``."""
+        optimizer.load_state_dict(state)
 
     def compute_dtype(self) -> torch.dtype | None:
         """The dtype floating inputs and targets are cast to: the primary's first floating parameter's.
@@ -184,6 +190,9 @@ class Engine:
                    clip_grad_value: float | Callable | None = None, seed: int | None = None) -> StepResult:
         """One optimizer step on the whole batch, however the plan splits it.
 
+        The step runs in ``step_context()``, from ``before_step`` to ``after_step``; the full-batch gradient is
+        clipped in ``clip_gradients`` and stepped in ``optimizer_step``.
+
         Args:
             inputs: batch-first tensors fed to ``module(*inputs)``; floating ones are cast to the parameters' dtype.
             targets: batch-first tensors passed as ``loss_fn(outputs, *targets)``; integer ones stay integer.
@@ -198,37 +207,46 @@ class Engine:
         """
         max_norm = check_max_norm(clip_grad_norm)
         clip_value = check_clip_value(clip_grad_value)
-        step_seed = draw_step_seed() if seed is None else int(seed)
-        batch = self.prepare(inputs, targets)
-        groups = self.groups(batch.size)            # {replica: its pieces}; a piece is one shard of one chunk
-        active = tuple(groups)
-        set_mode(self.replicas, True)
-        self.zero_grad(optimizer)
-        skip_nonfinite = self.skip_nonfinite
-        saved = self.save_buffers() if skip_nonfinite else None
+        with self.step_context():
+            self.before_step(inputs, targets)
+            step_seed = self.step_seed(seed)
+            batch = self.prepare(inputs, targets)
+            groups = self.groups(batch.size)        # {replica: its pieces}; a piece is one shard of one chunk
+            active = tuple(groups)
+            set_mode(self.replicas, True)
+            self.zero_grad(optimizer)
+            skip_nonfinite = self.skip_nonfinite
+            saved = self.save_buffers() if skip_nonfinite else None
 
-        def work(replica: int, pieces: Sequence[Piece]) -> list[tuple[torch.Tensor, Any]]:
-            # each piece's loss is weighted by its share of the batch, so the gradients accumulated over all
-            # pieces add up to the full-batch gradient
-            return [self.run_piece(replica, piece, batch, loss_fn, return_outputs, last=piece is pieces[-1],
-                                   seed=step_seed) for piece in pieces]
+            def work(replica: int, pieces: Sequence[Piece]) -> list[tuple[torch.Tensor, Any]]:
+                # each piece's loss is weighted by its share of the batch, so the gradients accumulated over all
+                # pieces add up to the full-batch gradient
+                return [self.run_piece(replica, piece, batch, loss_fn, return_outputs, last=piece is pieces[-1],
+                                       seed=step_seed) for piece in pieces]
 
-        results = self.run_replicas(groups, work)
-        result = self.step_result(in_batch_order(groups, results), return_outputs)
-        self.reduce_gradients(active)               # the full-batch gradient, on the primary
-        if skip_nonfinite and self.nonfinite(result.loss, optimizer):
-            self.skip_step(optimizer, saved)
-            return replace(result, stepped=False)
+            results = self.run_replicas(groups, work)
+            result = self.step_result(in_batch_order(groups, results), return_outputs)
+            self.reduce_gradients(active)           # the full-batch gradient, on the primary
+            if skip_nonfinite and self.nonfinite(result.loss, optimizer):
+                self.skip_step(optimizer, saved)
+                result = replace(result, stepped=False)
+            else:
+                self.optimizer_step(optimizer, max_norm, clip_value)     # one optimizer step per batch
+                self.broadcast(active)              # the new weights (and buffers) to the replicas
+            return self.after_step(inputs, result, return_outputs)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, max_norm: float | None,
+                       clip_value: float | Callable | None) -> None:
+        """Unscale and clip the full-batch gradient (when asked to), then take the one optimizer step of the batch;
+        on an error (or Ctrl-C) the precision forgets the step, so the next one starts afresh."""
         try:
             if max_norm is not None or clip_value is not None:     # the full-batch gradient: whatever the split
                 self.precision.unscale(optimizer)
-                clip_gradients(_optimized(optimizer), clip_value, max_norm)
-            self.precision.step(optimizer)          # one optimizer step per batch
-        except BaseException:                       # an error or Ctrl-C: the next step starts afresh
+                self.clip_gradients(_optimized(optimizer), norm=max_norm, value=clip_value)
+            self.precision.step(optimizer)
+        except BaseException:
             self.precision.discard_step(optimizer)
             raise
-        self.broadcast(active)                      # the new weights (and buffers) to the replicas
-        return result
 
     def nonfinite(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
         """Whether the full-batch ``loss`` or the full-batch gradient of the optimizer's parameters holds a nan or
@@ -360,6 +378,42 @@ class Engine:
         return groups
 
     # hooks
+
+    def step_context(self) -> contextlib.AbstractContextManager:
+        """The context a training step runs in, from ``before_step`` to ``after_step``: a no-op here; a
+        distributed engine names the step's collectives in it, for the error of one that times out."""
+        return NO_CONTEXT
+
+    def before_step(self, inputs: Tensors, targets: Tensors) -> None:
+        """Called first in a training step, with its raw inputs and targets: a no-op here; a distributed engine
+        exchanges the ranks' item counts (the global batch size, idle ranks)."""
+
+    def step_seed(self, seed: int | None) -> int:
+        """The seed the step's pieces derive their random streams from: ``seed``, or one drawn from torch's
+        global generator; a distributed engine mixes in its shard's place in the global batch."""
+        return draw_step_seed() if seed is None else int(seed)
+
+    def after_step(self, inputs: Tensors, result: StepResult, return_outputs: bool) -> StepResult:
+        """The result the step returns, stepped or skipped: ``result`` here; a distributed engine gives a rank
+        with no items empty outputs of the right shape."""
+        return result
+
+    def clip_gradients(self, params: list[torch.Tensor], norm: float | None = None,
+                       value: float | Callable | None = None) -> None:
+        """Clip the full-batch gradients of ``params`` in place: by ``value`` first (a bound on each entry, or a
+        function ``grad -> grad`` of each gradient, whose ``None`` leaves it as it is), then to the total 2-norm
+        ``norm``. The step calls it once, after ``reduce_gradients`` and the precision's unscaling, when either is
+        set; an engine whose parameters are sharded overrides it to clip by the norm over all shards."""
+        if callable(value):
+            for param in params:
+                if param.grad is not None:
+                    clipped = value(param.grad)
+                    if clipped is not None:
+                        param.grad = clipped
+        elif value is not None:
+            torch.nn.utils.clip_grad_value_(params, value)
+        if norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, norm)
 
     def run_replicas(self, groups: Groups, work: Callable[[int, Sequence[Piece]], list]) -> dict[int, list]:
         """``{replica: work(replica, its pieces)}`` for every replica in ``groups``: here in turn, in this thread,

@@ -40,7 +40,7 @@ from ...torchutils import NO_CONTEXT
 from .. import distributed
 from ..plan import DevicePlan
 from ..precision import Precision
-from ..randomness import draw_step_seed, piece_seed
+from ..randomness import piece_seed
 from ..speed import compiled
 from ..split import Piece, split_batch
 from .base import Engine, StepResult
@@ -151,26 +151,19 @@ class DistributedEngine(Engine):
         """The global batch size of the last training step."""
         return None if self.counts is None else sum(self.counts)
 
-    def train_step(self, inputs: Any, targets: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                   *, return_outputs: bool = False, clip_grad_norm: float | None = None,
-                   clip_grad_value: Any = None, seed: int | None = None) -> StepResult:
-        """The base step on this rank's shard (see the module docstring); an empty shard still joins in (and
-        returns empty outputs when asked for them).
-
-        The step seed (the same on every rank in a seeded run) is mixed with the shard's offset in the global
-        batch, so the ranks' pieces draw different dropout masks, as the pieces of one process do.
-        """
+    def step_context(self) -> contextlib.AbstractContextManager:
+        """Counts the step and runs it under ``distributed.collective``: a collective of the step that times out
+        or loses a peer raises naming the step and the phase it was in."""
         self.steps += 1
-        with distributed.collective(self._where):
-            return self._train_step(inputs, targets, loss_fn, optimizer, return_outputs, (clip_grad_norm,
-                                    clip_grad_value), seed)
+        return distributed.collective(self._where)
 
     def _where(self) -> str:
         batch = f' (global batch {self._batch} of the run)' if self._batch >= 0 else ''
         return f'{self._phase} of training step {self.steps}{batch}'
 
-    def _train_step(self, inputs: Any, targets: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                    return_outputs: bool, clip: tuple, seed: int | None) -> StepResult:
+    def before_step(self, inputs: Any, targets: Any) -> None:
+        """Exchange the ranks' item counts: the global batch size the pieces are weighted by, and whether a rank
+        is idle (its shard is empty), which decides how the gradients are all-reduced."""
         self.counts = self._exchange_counts(inputs)
         if not sum(self.counts):
             raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
@@ -182,13 +175,16 @@ class DistributedEngine(Engine):
             # DDP rebuilds its gradient buckets (a broadcast) in the first forward after its first synchronized
             # backward; a rank that runs no forward joins it here, as torch's own join hook does
             self.ddp.reducer._rebuild_buckets()
-        step_seed = draw_step_seed() if seed is None else int(seed)
-        offset = sum(self.counts[:self._rank])
-        result = super().train_step(inputs, targets, loss_fn, optimizer, return_outputs=return_outputs,
-                                    clip_grad_norm=clip[0], clip_grad_value=clip[1],
-                                    seed=piece_seed(step_seed, -1, offset))
+
+    def step_seed(self, seed: int | None) -> int:
+        """The step seed (the same on every rank in a seeded run) mixed with the shard's offset in the global
+        batch, so the ranks' pieces draw different dropout masks, as the pieces of one process do."""
+        return piece_seed(super().step_seed(seed), -1, sum(self.counts[:self._rank]))
+
+    def after_step(self, inputs: Any, result: StepResult, return_outputs: bool) -> StepResult:
+        """An idle rank's outputs, when asked for: empty ones of the busy ranks' shape and dtype, as its
+        predictions are."""
         if return_outputs and not self.counts[self._rank]:
-            # an idle rank's outputs are empty ones of the busy ranks' shape and dtype, as its predictions are
             result = replace(result, outputs=self.predict(inputs))
             set_mode(self.replicas, True)
         return result
