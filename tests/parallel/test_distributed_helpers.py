@@ -35,6 +35,17 @@ def test_a_torchrun_environment_is_a_job_before_its_group_exists(no_job, monkeyp
     assert distributed.rank() == 3 and not distributed.is_main()
 
 
+def test_a_model_made_in_a_torchrun_environment_plans_for_the_job_before_its_network_is_built(no_job,
+                                                                                            monkeypatch):
+    from flowpipe.models.torch import MLP
+    monkeypatch.setenv('WORLD_SIZE', '2')
+    monkeypatch.setenv('RANK', '1')
+    model = MLP(config={'inputs/images/classes': 3, 'initial_block/inputs': 'images', 'body/units': (8,)})
+    assert model.engine is None                                 # no shape: built by the first step
+    assert model.device_plan().startswith('DevicePlan: distributed, rank 1 of 2 (local rank 0), backend not '
+                                          'initialized, device cpu')
+
+
 def test_bad_settings_are_clear_errors(no_job, monkeypatch):
     monkeypatch.setenv('WORLD_SIZE', 'two')
     with pytest.raises(ValueError, match="WORLD_SIZE to be an integer. Received: WORLD_SIZE='two'"):

@@ -83,7 +83,8 @@ class TorchModel:
         self._loss_check = LossCheck(self.spec.get('nonfinite_loss'))
         self._input_check = InputCheck(self.spec.shapes, self.spec.classes)   # as declared, not as inferred
         self._batch_norm_check: BatchNormCheck | None = None
-        self._plan = self._make_plan()
+        # the job's world from its environment: a model made under torchrun plans for it before the group starts
+        self._plan = self._make_plan(world=distributed.current())
         self.callbacks = make_callbacks(self.spec.get('callbacks'), self)
         self.iteration = 0
         self.last_loss: torch.Tensor | None = None
@@ -115,7 +116,10 @@ class TorchModel:
 
     def _build(self) -> None:
         network = self._make_network()
-        self.engine = build_engine(network, self._make_plan(world=distributed.setup()))
+        world = distributed.setup()
+        if world != self._plan.world:          # the group started since: the plan takes its backend
+            self._plan = self._make_plan(world=world)
+        self.engine = build_engine(network, self._plan)
         self.engine.skip_nonfinite = self._loss_check.skips
         self._batch_norm_check = BatchNormCheck(self.engine.module, self.engine.plan)
         self.loss_fn = make_loss(self.spec.get('loss'), has_classes=bool(self.spec.classes))
