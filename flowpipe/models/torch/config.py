@@ -20,8 +20,11 @@ Every top-level key flowpipe reads is in ``TOP_KEYS`` (add a key there when code
 a known one is an error naming it; another unknown key is reported by ``unknown_keys`` (``TorchModel`` warns, unless
 the model class lists the key in its ``config_keys``).
 
-batchflow's keys are read as their flowpipe equivalents: ``microbatch_size`` is ``microbatch``, ``inputs_shapes``
-is ``inputs/images/shape`` and ``classes`` is ``inputs/labels/classes`` (when the config declares no such input).
+batchflow's keys are read as their flowpipe equivalents: ``microbatch_size`` is ``microbatch``, ``channels_last``
+is ``memory_format='channels_last'``, ``inputs_shapes`` (or ``input_shapes``) is ``inputs/images/shape``,
+``classes`` is ``inputs/labels/classes`` and, without ``classes``, ``targets_shapes`` (or ``target_shapes``) is
+``inputs/targets/shape`` (each when the config declares no such input). batchflow's keys that flowpipe does not
+read are refused by ``flowpipe.models.torch.batchflow_keys``.
 """
 from __future__ import annotations
 
@@ -33,10 +36,10 @@ from typing import Any
 __all__ = ['TOP_KEYS', 'ModelSpec', 'get_path', 'nest', 'parse_config', 'unknown_keys']
 
 #: The top-level model config keys flowpipe reads, in one place: a key read by new code is added here.
-TOP_KEYS = ('amp', 'batch_norm', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common', 'compile',
-            'decay', 'device', 'device_map', 'device_weights', 'dtype', 'gradient_clipping', 'head', 'initial_block',
-            'inputs', 'loss', 'memory_format', 'microbatch', 'model', 'name', 'nonfinite_loss', 'optimizer',
-            'pin_memory', 'profile')
+TOP_KEYS = ('amp', 'batch_norm', 'benchmark', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common',
+            'compile', 'decay', 'device', 'device_map', 'device_weights', 'dtype', 'gradient_clipping', 'head',
+            'init_weights', 'initial_block', 'inputs', 'loss', 'memory_format', 'microbatch', 'model', 'name',
+            'nonfinite_loss', 'optimizer', 'pin_memory', 'placeholder_batch_size', 'profile')
 #: Where a few keys that are often put at the top level belong.
 _KEY_HINTS = {'lr': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
               'learning_rate': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
@@ -167,29 +170,62 @@ def parse_config(config: Mapping | None) -> ModelSpec:
 
 def _from_batchflow(nested: dict) -> dict:
     """``nested`` with batchflow's key names replaced by flowpipe's (see the module docstring)."""
-    aliases = [key for key in ('microbatch_size', 'inputs_shapes', 'classes') if key in nested]
+    aliases = [key for key in _ALIASES if key in nested]
     if not aliases:
         return nested
     nested = dict(nested)
-    if 'microbatch_size' in nested:
-        size = nested.pop('microbatch_size')
-        if nested.get('microbatch') not in (None, size):
-            raise ValueError(f"Expected microbatch or microbatch_size (the same key), not both. Received: "
-                             f"microbatch={nested['microbatch']!r}, microbatch_size={size!r}.")
-        nested['microbatch'] = size
+    _same_key(nested, 'microbatch_size', 'microbatch', nested.pop('microbatch_size', None))
+    if 'channels_last' in nested:
+        layout = nested.pop('channels_last')
+        if not isinstance(layout, bool):
+            raise TypeError(f"Expected 'channels_last' as True or False. Received: {layout!r}.")
+        _same_key(nested, 'channels_last', 'memory_format', 'channels_last' if layout else None)
     declared = {name: dict(value) if isinstance(value, Mapping) else value
                 for name, value in (nested.get('inputs') or {}).items()}
     described = [value for value in declared.values() if isinstance(value, Mapping)]
-    if 'inputs_shapes' in nested:
-        shape = nested.pop('inputs_shapes')
+    shape = _one_of(nested, 'inputs_shapes', 'input_shapes')
+    if shape is not None:
         if not any(value.get('shape') is not None and value.get('classes') is None for value in described):
             declared.setdefault('images', {})['shape'] = shape
+    target_shape = _one_of(nested, 'targets_shapes', 'target_shapes')
     if 'classes' in nested:
         classes = nested.pop('classes')
         if not any(value.get('classes') is not None for value in described):
             declared.setdefault('labels', {})['classes'] = classes
+    elif target_shape is not None and not any(name not in ('images',) for name in declared):
+        declared['targets'] = {'shape': target_shape}
     nested['inputs'] = declared
     return nested
+
+
+#: batchflow's key names that ``_from_batchflow`` reads as flowpipe's.
+_ALIASES = ('microbatch_size', 'channels_last', 'inputs_shapes', 'input_shapes', 'targets_shapes', 'target_shapes',
+            'classes')
+
+
+def _same_key(nested: dict, alias: str, key: str, value: Any) -> None:
+    """Put ``value`` (given under batchflow's ``alias``) at ``key``; an error when both disagree."""
+    if value is None:
+        return
+    if nested.get(key) not in (None, value):
+        raise ValueError(f"Expected {key} or {alias} (the same setting), not both. Received: {key}="
+                         f"{nested[key]!r}, {alias} meaning {value!r}.")
+    nested[key] = value
+
+
+def _one_of(nested: dict, *names: str) -> Any:
+    """The value of the first of batchflow's spellings present (all of them removed); a list of several shapes
+    (several inputs) is refused, flowpipe names each input."""
+    values = [nested.pop(name) for name in names if name in nested]
+    if not values or not values[0]:
+        return None
+    value = values[0]
+    if isinstance(value[0], (tuple, list)):
+        if len(value) > 1:
+            raise ValueError(f"Expected one shape in {names[0]!r}. Received: {value!r}, shapes of several tensors. "
+                             "Name each one: 'inputs/<name>/shape': shape.")
+        value = value[0]
+    return tuple(value)
 
 
 def _check_top_keys(nested: dict) -> None:

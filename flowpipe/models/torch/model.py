@@ -5,7 +5,9 @@ Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_l
 ``microbatch``, ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile`` and ``pin_memory`` keys
 (one plan, one engine: every step is delegated to ``self.engine``), ``clipping`` the ``clip_grad_value``,
 ``clip_grad_norm`` and ``gradient_clipping`` keys (applied in the engine's step), ``callbacks`` the ``callbacks``
-key (called here after every step), ``io`` saving and loading.
+key (called here after every step), ``batchflow_keys`` batchflow's ``init_weights`` and ``benchmark`` keys and
+the refusal of its keys flowpipe does not read, ``io`` saving and loading, ``export`` the other file formats,
+``batch_size`` the batch-size finder.
 Ready networks (``ResNet18``...) are subclasses that only say how to make their ``nn.Module``.
 """
 from __future__ import annotations
@@ -23,7 +25,8 @@ from torch import nn
 
 from ...parallel import build_engine, distributed, make_plan
 from ...torchutils import to_tensor
-from . import io
+from . import batch_size as batch_size_module, export, io
+from .batchflow_keys import apply_benchmark, apply_init_weights, check_batchflow_keys
 from .callbacks import make_callbacks
 from .checks import BatchNormCheck, InputCheck, LossCheck
 from .clipping import read_clipping
@@ -102,6 +105,8 @@ class TorchModel:
     # building
 
     def _warn_unknown_keys(self) -> None:
+        check_batchflow_keys(self.spec.config, type(self).network_options, type(self).config_keys)
+        apply_benchmark(self.spec.get('benchmark'))
         unknown = unknown_keys(self.spec, type(self).config_keys)
         if unknown:
             reasons = '; '.join(f'{key!r}: {why}' for key, why in unknown.items())
@@ -159,6 +164,7 @@ class TorchModel:
                                 f"Received: {type(network).__name__} {network!r}.")
         else:
             network = self.build_network(self.spec)
+        apply_init_weights(network, self.spec.get('init_weights'))
         dtype = self.spec.get('dtype')
         if dtype is not None:
             network = network.to(_as_dtype(dtype))
@@ -340,27 +346,58 @@ class TorchModel:
 
     # save / load
 
-    def save(self, path: str) -> None:
-        """Write the model (network, optimizer, scheduler, config) to ``path`` atomically, with dill.
+    def save(self, path: str, fmt: str | None = None, *, batch_size: int | None = None,
+             opset_version: int | None = None, pickle_metadata: bool = True, pickle_module: Any = None,
+             ignore_attributes: Any = None, **kwargs: Any) -> None:
+        """Write the model to ``path``: flowpipe's own file (``fmt=None``: network, optimizer, scheduler, config,
+        atomically, with dill) or, as batchflow's ``save(fmt=...)``, ``'onnx'``, ``'safetensors'``, ``'torchscript'``
+        or ``'export'`` (``flowpipe.models.torch.export``: ``batch_size`` fixes the exported batch size,
+        ``opset_version`` the ONNX opset, ``pickle_metadata`` adds the metadata file, ``kwargs`` go to the exporter).
 
         In a distributed job rank 0 writes, after every rank has arrived (they hold the same weights), and every
         rank returns once the file is there: a ``load`` right after it finds the file on every rank.
         """
         self._built()
+        export.check_save_options(fmt, pickle_module, ignore_attributes, pickle_metadata, batch_size,
+                                  opset_version, kwargs)
         distributed.barrier()
         if distributed.is_main():
-            io.save(self, path)
+            if fmt is None:
+                io.save(self, path)
+            else:
+                export.export_file(self, path, fmt, batch_size=batch_size, opset_version=opset_version,
+                                   pickle_metadata=pickle_metadata, **kwargs)
         distributed.barrier()
 
-    def load(self, path: str) -> 'TorchModel':
-        """Load weights and optimizer state saved by ``save`` into this model, keeping its own placement."""
-        io.load_into(self, io.read(path))
+    def load(self, path: str, fmt: str | None = None) -> 'TorchModel':
+        """Load a file's state into this model, keeping its own placement: a file of ``save`` (weights, optimizer
+        and the rest), or the weights of a safetensors, TorchScript or ``torch.export`` file (or of an export's
+        metadata file); ``fmt`` names the format where the extension does not."""
+        if not export.load_exported(self, path, fmt):
+            io.load_into(self, io.read(path))
         return self
 
     @classmethod
-    def from_file(cls, path: str, **overrides: Any) -> 'TorchModel':
-        """A new model from a file; ``overrides`` change config items such as ``device`` or ``microbatch``."""
-        return io.load(path, model_class=None if cls is TorchModel else cls, **overrides)
+    def from_file(cls, path: str, fmt: str | None = None, **overrides: Any) -> 'TorchModel':
+        """A new model from a file of ``save`` (or an export's metadata file, or a bare TorchScript or ``.pt2``
+        file); ``overrides`` change config items such as ``device`` or ``microbatch``."""
+        model_class = None if cls is TorchModel else cls
+        exported = export.model_from_exported(path, model_class, fmt, **overrides)
+        return exported if exported is not None else io.load(path, model_class=model_class, **overrides)
+
+    def compute_optimal_batch_size(self, method: str = 'train', inputs: Any = None, targets: Any = None,
+                                   **options: Any) -> int:
+        """The largest batch size whose step fits in ``max_memory`` percent of the device's memory (batchflow's
+        arguments and search; see ``flowpipe.models.torch.batch_size``). The model's state is left as it was."""
+        return batch_size_module.compute_optimal_batch_size(self, method=method, inputs=inputs, targets=targets,
+                                                     **options)
+
+    def get_memory_utilization(self, batch_size: int, method: str = 'train', inputs: Any = None,
+                               targets: Any = None, **options: Any) -> dict:
+        """The peak device memory (percent of the device's) of ``method`` steps on ``batch_size`` items: batchflow's
+        ``{'memory': ..., 'n': ..., 'monitor': ...}`` (see ``flowpipe.models.torch.batch_size``)."""
+        return batch_size_module.get_memory_utilization(self, batch_size, method=method, inputs=inputs,
+                                                        targets=targets, **options)
 
     def __reduce__(self) -> tuple:
         """Pickle (and dill, and copy) through the contents of a model file: a built model travels as ``save``
