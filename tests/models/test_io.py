@@ -117,7 +117,7 @@ def test_newer_format_version(tmp_path, monkeypatch):
 
 def test_different_network_and_missing_file(tmp_path):
     _trained().save(tmp_path / 'cnn.pkl')
-    mlp = MLP({**CONFIG, 'decay': None})
+    mlp = MLP({**CONFIG, 'decay': None, 'body/filters': None})       # an MLP has no filters
     with pytest.raises(ModelFileError, match='same network'):
         mlp.load(tmp_path / 'cnn.pkl')
     with pytest.raises(FileNotFoundError, match='does not exist'):

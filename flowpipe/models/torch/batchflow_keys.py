@@ -50,11 +50,14 @@ _READ_SUBKEYS = ('initial_block/inputs',)
 def check_batchflow_keys(config: Mapping, network_options: Mapping, own_keys: tuple[str, ...] = ()) -> None:
     """Raise a ``ValueError`` for a batchflow key that flowpipe does not read (see ``REFUSED``) and for a block
     parameter under ``initial_block``/``body``/``head``/``common`` that neither flowpipe nor the model class
-    (``network_options``, ``own_keys``) reads."""
+    (``network_options``, ``own_keys``) reads, unless the config gives a ready ``model`` (batchflow then reads no
+    block parameters either)."""
     for key, (harmless, why) in REFUSED.items():
         if key in config and key not in own_keys and not _among(config[key], harmless):
             raise ValueError(f"Expected no batchflow model config key {key!r}: {why}. Received: "
                              f"{key}={config[key]!r}.")
+    if config.get('model') is not None:
+        return          # batchflow too reads no block parameters when given a ready module
     read = set(_READ_SUBKEYS) | set(network_options) | set(own_keys)
     for section in BLOCK_SECTIONS:
         value = config.get(section)
@@ -78,7 +81,10 @@ def _paths(section: Mapping, prefix: str) -> list[str]:
     paths = []
     for key, value in section.items():
         path = f'{prefix}/{key}'
-        paths.extend(_paths(value, path) if isinstance(value, Mapping) and value else [path])
+        if isinstance(value, Mapping) and value:
+            paths.extend(_paths(value, path))
+        elif value is not None:         # None sets nothing
+            paths.append(path)
     return paths
 
 

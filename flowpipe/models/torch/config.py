@@ -194,6 +194,9 @@ def _from_batchflow(nested: dict) -> dict:
             declared.setdefault('labels', {})['classes'] = classes
     elif target_shape is not None and not any(name not in ('images',) for name in declared):
         declared['targets'] = {'shape': target_shape}
+        block = nested.get('initial_block')
+        if block is None or isinstance(block, Mapping) and block.get('inputs') is None:
+            nested['initial_block'] = {**(block or {}), 'inputs': tuple(name for name in declared if name != 'targets')}
     nested['inputs'] = declared
     return nested
 
@@ -229,8 +232,9 @@ def _one_of(nested: dict, *names: str) -> Any:
 
 
 def _check_top_keys(nested: dict) -> None:
+    from .batchflow_keys import REFUSED     # batchflow's keys are refused there, with the reason
     for key in nested:
-        if key not in TOP_KEYS and key not in _KEY_HINTS:
+        if key not in TOP_KEYS and key not in _KEY_HINTS and key not in REFUSED:
             close = difflib.get_close_matches(key, TOP_KEYS, n=3)
             if close:
                 raise ValueError(f"Expected known model config keys. Received: {key!r}. Did you mean {close}?")
@@ -238,9 +242,10 @@ def _check_top_keys(nested: dict) -> None:
 
 def unknown_keys(spec: ModelSpec, own_keys: tuple[str, ...] = ()) -> dict[str, str]:
     """``{key: why}`` for each top-level key that neither flowpipe nor ``own_keys`` (a model class's) reads."""
+    from .batchflow_keys import REFUSED     # checked there: a refused key's harmless value does nothing
     found = {}
     for key in spec.config:
-        if key not in TOP_KEYS and key not in own_keys:
+        if key not in TOP_KEYS and key not in own_keys and key not in REFUSED:
             found[key] = _KEY_HINTS.get(key, 'no code reads it')
     return found
 
