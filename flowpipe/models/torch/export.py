@@ -37,7 +37,7 @@ from . import io
 if TYPE_CHECKING:
     from .model import TorchModel
 
-__all__ = ['EXTENSIONS', 'META_FORMAT', 'check_save_options', 'export_file', 'file_format', 'load_exported', 'model_from_exported',
+__all__ = ['EXTENSIONS', 'META_FORMAT', 'ExportedModule', 'check_save_options', 'export_file', 'file_format', 'load_exported', 'model_from_exported',
            'read_metadata', 'require']
 
 #: format -> extension of its file
@@ -163,6 +163,7 @@ def _write_onnx(model: 'TorchModel', path: str, batch_size: int | None, opset_ve
     kwargs.setdefault('input_names', list(model.spec.input_names or ('images',)))
     if kwargs.get('dynamo', True):
         kwargs.setdefault('dynamic_shapes', _dynamic(examples, batch_size))
+        kwargs.setdefault('verbose', False)
     torch.onnx.export(_network(model), examples, path, opset_version=opset_version, **kwargs)
     written = {entry.domain: entry.version for entry in onnx.load(path, load_external_data=False).opset_import}
     if opset_version is not None and written.get('', opset_version) != opset_version:
@@ -273,6 +274,27 @@ def load_exported(model: 'TorchModel', path: str, fmt: str | None = None) -> boo
     return True
 
 
+class ExportedModule(torch.nn.Module):
+    """The module of a ``torch.export`` file: its graph was traced in evaluation mode and keeps it, so ``train()``
+    and ``eval()`` only set the flag (the graph module itself refuses them)."""
+
+    def __init__(self, graph: torch.nn.Module):
+        super().__init__()
+        self.graph = graph
+
+    def forward(self, *inputs: Any) -> Any:
+        return self.graph(*inputs)
+
+    def train(self, mode: bool = True) -> 'ExportedModule':
+        self.training = mode
+        return self
+
+
+def _no_loss(*args: Any) -> torch.Tensor:
+    raise ValueError("Expected a loss to compute: this model was loaded from a bare TorchScript or torch.export file, "
+                     "which holds no config. Received: no 'loss'. Give it: TorchModel.from_file(path, loss='ce').")
+
+
 def model_from_exported(path: str, model_class: type | None, fmt: str | None = None,
                         **overrides: Any) -> 'TorchModel | None':
     """A new model from an export's metadata file or a bare TorchScript/``.pt2`` file; ``None`` for flowpipe's
@@ -292,8 +314,8 @@ def model_from_exported(path: str, model_class: type | None, fmt: str | None = N
         return model
     if fmt in ('torchscript', 'export'):
         module = (torch.jit.load(path, map_location='cpu') if fmt == 'torchscript'
-                  else torch.export.load(path).module())
-        return (model_class or TorchModel)({'model': module}, **overrides)
+                  else ExportedModule(torch.export.load(path).module()))
+        return (model_class or TorchModel)({'model': module, 'loss': _no_loss}, **overrides)
     if fmt == 'onnx':
         _state_dict(path, fmt)          # raises: ONNX does not load back
     raise ValueError(f"Expected a file that says which network to build. Received: {path!r}, bare {fmt} weights "
