@@ -34,6 +34,7 @@ __all__ = ['MemoryRecord', 'compute_optimal_batch_size', 'get_memory_utilization
 
 _CPU_GUARD = 90.0      # percent of the memory a CPU trial may be predicted to reach
 _MAX_DOUBLINGS = 3     # get_memory_utilization doubles n at most this often for a stable reading
+_CLEAR_REFS = '/proc/self/clear_refs'   # writing 5 resets the peak resident memory (Linux 4.0 and newer)
 
 
 @dataclass
@@ -99,7 +100,7 @@ class _Probe:
 
 def _reset_cpu_peak() -> None:
     try:
-        with open('/proc/self/clear_refs', 'w') as file:
+        with open(_CLEAR_REFS, 'w') as file:
             file.write('5')              # resets the peak resident set size (Linux 4.0 and newer)
     except OSError as error:
         raise RuntimeError(f"Expected to measure the process's peak memory on the CPU (Linux's /proc/self/clear_refs"
