@@ -286,7 +286,8 @@ def compute_optimal_batch_size(model: 'TorchModel', method: str = 'train', input
             estimate = _solve(table, max_memory)
             low, high, verified = max(1, int(estimate * (1 - spread))), max(2, int(estimate * (1 + spread))), False
         else:
-            raise ValueError(f"Expected estimation_method='bruteforce' or 'predictive'. Received: {estimation_method!r}.")
+            raise ValueError(f"Expected estimation_method='bruteforce' or 'predictive'. Received: "
+                             f"{estimation_method!r}.")
         return _binary(fits, low, high, max_iters, verified, max_memory)
 
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ['TOP_KEYS', 'ModelSpec', 'get_path', 'nest', 'parse_config', 'unknown_keys']
+__all__ = ['TOP_KEYS', 'ModelSpec', 'as_dtype', 'flat_paths', 'get_path', 'nest', 'parse_config', 'unknown_keys']
 
 #: The top-level model config keys flowpipe reads, in one place: a key read by new code is added here.
 TOP_KEYS = ('amp', 'batch_norm', 'benchmark', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common',
@@ -279,3 +279,30 @@ def _network_inputs(nested: dict, declared: Mapping, classes: dict) -> tuple[str
         raise ValueError(f"Expected 'initial_block/inputs' to name declared inputs {list(declared)!r}. "
                          f"Received: {chosen!r}. Declare them under 'inputs/<name>/shape'.")
     return names
+
+
+def flat_paths(config: Mapping, prefix: str = '') -> dict:
+    """``{'a/b': value}`` for every leaf of a nested config (a ``device_map`` stays one value)."""
+    flat = {}
+    for key, value in config.items():
+        path = f'{prefix}{key}'
+        if isinstance(value, dict) and value and key != 'device_map':
+            flat.update(flat_paths(value, path + '/'))
+        else:
+            flat[path] = value
+    return flat
+
+
+#: dtype names accepted by ``as_dtype`` -> the name of the torch dtype
+DTYPES = {'float16': 'float16', 'bfloat16': 'bfloat16', 'float32': 'float32', 'float64': 'float64',
+          'double': 'float64', 'float': 'float32'}
+
+
+def as_dtype(dtype: Any) -> Any:
+    """A torch dtype from a dtype or its name (``'float64'``, ``'torch.float64'``)."""
+    import torch
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and dtype.replace('torch.', '') in DTYPES:
+        return getattr(torch, DTYPES[dtype.replace('torch.', '')])
+    raise ValueError(f"Expected 'dtype' as a torch dtype or one of {sorted(DTYPES)}. Received: dtype={dtype!r}.")

@@ -37,8 +37,8 @@ from . import io
 if TYPE_CHECKING:
     from .model import TorchModel
 
-__all__ = ['EXTENSIONS', 'META_FORMAT', 'ExportedModule', 'check_save_options', 'export_file', 'file_format', 'load_exported', 'model_from_exported',
-           'read_metadata', 'require']
+__all__ = ['EXTENSIONS', 'META_FORMAT', 'ExportedModule', 'check_save_options', 'export_file', 'file_format',
+           'load_exported', 'model_from_exported', 'read_metadata', 'require']
 
 #: format -> extension of its file
 EXTENSIONS = {'onnx': '.onnx', 'safetensors': '.safetensors', 'torchscript': '.torchscript.pt', 'export': '.pt2'}

@@ -6,7 +6,10 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ['DEFAULT_INPUT', 'as_list', 'by_name', 'fetch_value', 'require', 'to_numpy']
+__all__ = ['DEFAULT_INPUT', 'FETCHES', 'as_list', 'by_name', 'check_fetches', 'fetch_value', 'pick_fetches', 'require',
+           'to_numpy']
+
+FETCHES = ('loss', 'predictions', 'proba', 'labels')
 
 #: The name of the network input when the config declares none (batchflow's ``images``).
 DEFAULT_INPUT = 'images'
@@ -68,3 +71,25 @@ def to_numpy(outputs: Any) -> Any:
     if isinstance(outputs, dict):
         return {key: to_numpy(value) for key, value in outputs.items()}
     return outputs
+
+
+def pick_fetches(fetches: Any, outputs: Any, default: Any = None) -> Any:
+    """``fetches`` or batchflow's ``outputs`` (not both), else ``default``."""
+    if fetches is not None and outputs is not None:
+        raise ValueError(f"Expected fetches= or outputs= (the same option), not both. Received: fetches={fetches!r}, "
+                         f"outputs={outputs!r}.")
+    chosen = fetches if fetches is not None else outputs
+    return default if chosen is None else chosen
+
+
+def check_fetches(fetches: Any) -> list[str]:
+    """The fetch names as a list; a ``ValueError`` naming close matches for an unknown one."""
+    if fetches is None:
+        return []
+    names = [fetches] if isinstance(fetches, str) else list(fetches)
+    for name in names:
+        if name not in FETCHES:
+            close = difflib.get_close_matches(str(name), FETCHES, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ''
+            raise ValueError(f"Expected fetches among {list(FETCHES)}. Received: {name!r}.{hint}")
+    return names

@@ -12,7 +12,6 @@ Ready networks (``ResNet18``...) are subclasses that only say how to make their 
 """
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 import threading
@@ -30,20 +29,18 @@ from .batchflow_keys import apply_benchmark, apply_init_weights, check_batchflow
 from .callbacks import make_callbacks
 from .checks import BatchNormCheck, InputCheck, LossCheck
 from .clipping import read_clipping
-from .config import ModelSpec, nest, parse_config, unknown_keys
+from .config import ModelSpec, as_dtype, flat_paths, nest, parse_config, unknown_keys
 from .decay import make_decay
-from .inputs import DEFAULT_INPUT, as_list, by_name, fetch_value, require
+from .inputs import (DEFAULT_INPUT, FETCHES, as_list, by_name, check_fetches, fetch_value, pick_fetches,
+                     require)
 from .losses import make_loss
 from .optimizers import make_optimizer
 from .profiling import OpProfiler, profiled as _profiled
 
 __all__ = ['FETCHES', 'TorchModel', 'check_fetches']
 
-FETCHES = ('loss', 'predictions', 'proba', 'labels')
 #: config keys passed to ``flowpipe.parallel.make_plan`` as they are
 _PLAN_KEYS = ('device', 'microbatch', 'device_weights', 'device_map', 'amp', 'memory_format', 'compile')
-_DTYPES = {'float16': torch.float16, 'bfloat16': torch.bfloat16, 'float32': torch.float32,
-           'float64': torch.float64, 'double': torch.float64, 'float': torch.float32}
 
 
 class TorchModel:
@@ -78,7 +75,7 @@ class TorchModel:
     def __init__(self, config: Mapping | None = None, **overrides: Any):
         self.config = nest(config)
         if overrides:
-            self.config = nest({**_flat_paths(self.config), **overrides})
+            self.config = nest({**flat_paths(self.config), **overrides})
         self.spec: ModelSpec = parse_config(self.config)
         self._warn_unknown_keys()
         self.engine = self.loss_fn = self.optimizer = self.decay = None
@@ -167,7 +164,7 @@ class TorchModel:
         apply_init_weights(network, self.spec.get('init_weights'))
         dtype = self.spec.get('dtype')
         if dtype is not None:
-            network = network.to(_as_dtype(dtype))
+            network = network.to(as_dtype(dtype))
         return network
 
     def build_network(self, spec: ModelSpec) -> nn.Module:
@@ -225,7 +222,7 @@ class TorchModel:
         Returns:
             The fetched values (numpy arrays, the loss as a float), in the order asked; ``None`` without fetches.
         """
-        fetches = _fetches(fetches, outputs)
+        fetches = pick_fetches(fetches, outputs)
         names = check_fetches(fetches)
         net_inputs, net_targets = self._collect(args, inputs, targets, named_inputs, need_targets=True)
         wants_outputs = any(name != 'loss' for name in names)
@@ -268,7 +265,7 @@ class TorchModel:
 
         ``fetches`` (or ``outputs``) is ``'predictions'`` by default; targets are needed only to fetch ``'loss'``.
         """
-        fetches = _fetches(fetches, outputs, 'predictions')
+        fetches = pick_fetches(fetches, outputs, 'predictions')
         names = check_fetches(fetches)
         net_inputs, net_targets = self._collect(args, inputs, targets, named_inputs, need_targets='loss' in names)
         with self._step_lock:
@@ -444,46 +441,6 @@ class TorchModel:
                  f'{clip}trained on {self.iteration} batch{"" if self.iteration == 1 else "es"}',
                  *('  ' + line for line in self.device_plan(self._plan_batch_size()).splitlines())]
         return '\n'.join(lines)
-
-
-def _fetches(fetches: Any, outputs: Any, default: Any = None) -> Any:
-    if fetches is not None and outputs is not None:
-        raise ValueError(f"Expected fetches= or outputs= (the same option), not both. Received: fetches={fetches!r}, "
-                         f"outputs={outputs!r}.")
-    chosen = fetches if fetches is not None else outputs
-    return default if chosen is None else chosen
-
-
-def _flat_paths(config: Mapping, prefix: str = '') -> dict:
-    flat = {}
-    for key, value in config.items():
-        path = f'{prefix}{key}'
-        if isinstance(value, dict) and value and key != 'device_map':
-            flat.update(_flat_paths(value, path + '/'))
-        else:
-            flat[path] = value
-    return flat
-
-
-def _as_dtype(dtype: Any) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if isinstance(dtype, str) and dtype.replace('torch.', '') in _DTYPES:
-        return _DTYPES[dtype.replace('torch.', '')]
-    raise ValueError(f"Expected 'dtype' as a torch dtype or one of {sorted(_DTYPES)}. Received: dtype={dtype!r}.")
-
-
-def check_fetches(fetches: Any) -> list[str]:
-    """The fetch names as a list; a ``ValueError`` naming close matches for an unknown one."""
-    if fetches is None:
-        return []
-    names = [fetches] if isinstance(fetches, str) else list(fetches)
-    for name in names:
-        if name not in FETCHES:
-            close = difflib.get_close_matches(str(name), FETCHES, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ''
-            raise ValueError(f"Expected fetches among {list(FETCHES)}. Received: {name!r}.{hint}")
-    return names
 
 
 def _short(loss_fn: Any) -> str:
