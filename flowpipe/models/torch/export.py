@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .model import TorchModel
 
 __all__ = ['EXTENSIONS', 'META_FORMAT', 'ExportedModule', 'check_save_options', 'export_file', 'file_format',
-           'load_exported', 'model_from_exported', 'read_metadata', 'require']
+           'from_file', 'load', 'require']
 
 #: format -> extension of its file
 EXTENSIONS = {'onnx': '.onnx', 'safetensors': '.safetensors', 'torchscript': '.torchscript.pt', 'export': '.pt2'}
@@ -224,17 +224,7 @@ def file_format(path: str, fmt: str | None = None) -> str | None:
     return next((name for name, extension in EXTENSIONS.items() if path.endswith(extension)), None)
 
 
-def read_metadata(path: str) -> dict | None:
-    """The contents of an export's metadata file, or ``None`` for another flowpipe file."""
-    try:
-        with open(path, 'rb') as file:
-            contents = dill.load(file)
-    except Exception:           # not a pickle: io.read names the problem
-        return None
-    return contents if isinstance(contents, dict) and contents.get('format') == META_FORMAT else None
-
-
-def _exported(path: str, metadata: dict) -> tuple[str, str]:
+def _exported(path: str | os.PathLike, metadata: dict) -> tuple[str, str]:
     exported = metadata['exported']
     return os.path.join(os.path.dirname(os.path.abspath(path)), exported['file']), exported['fmt']
 
@@ -255,15 +245,16 @@ def _state_dict(path: str, fmt: str) -> dict:
                      "(onnxruntime.InferenceSession(path)), or save with fmt='safetensors' or fmt=None to load back.")
 
 
-def load_exported(model: 'TorchModel', path: str, fmt: str | None = None) -> bool:
-    """Load the weights of an exported file (or of the file a metadata file names) into ``model``; ``False`` when
-    ``path`` is flowpipe's own model file (``io`` loads it)."""
+def load(model: 'TorchModel', path: str, fmt: str | None = None) -> None:
+    """Load into ``model`` a file of ``save``: flowpipe's own (the whole state, by ``io``), an export's metadata
+    file or an exported file (the weights of the file)."""
     fmt = file_format(path, fmt)
     if fmt is None:
-        metadata = read_metadata(path)
-        if metadata is None:
-            return False
-        path, fmt = _exported(path, metadata)
+        contents = io.read(path, formats=(io.FORMAT, META_FORMAT))
+        if contents['format'] == io.FORMAT:
+            io.load_into(model, contents)
+            return
+        path, fmt = _exported(path, contents)
     engine = model._built()
     try:
         engine.load_state_dict(_state_dict(path, fmt))
@@ -271,7 +262,6 @@ def load_exported(model: 'TorchModel', path: str, fmt: str | None = None) -> boo
         raise ModelFileError(f"Expected a {fmt} file of the same network as {type(model).__name__}. Received "
                              f"{path!r}, whose weights do not fit: {error}") from error
     engine.sync()
-    return True
 
 
 class ExportedModule(torch.nn.Module):
@@ -295,22 +285,21 @@ def _no_loss(*args: Any) -> torch.Tensor:
                      "which holds no config. Received: no 'loss'. Give it: TorchModel.from_file(path, loss='ce').")
 
 
-def model_from_exported(path: str, model_class: type | None, fmt: str | None = None,
-                        **overrides: Any) -> 'TorchModel | None':
-    """A new model from an export's metadata file or a bare TorchScript/``.pt2`` file; ``None`` for flowpipe's
-    own model file."""
+def from_file(path: str, model_class: type | None, fmt: str | None = None, **overrides: Any) -> 'TorchModel':
+    """A new model from a file of ``save``: flowpipe's own (by ``io``), an export's metadata file (its class and
+    config, the exported weights) or a bare TorchScript/``.pt2`` file (a ``TorchModel`` around its module)."""
     from .model import TorchModel
     fmt = file_format(path, fmt)
     if fmt is None:
-        metadata = read_metadata(path)
-        if metadata is None:
-            return None
-        config = dict(metadata['config'])
-        if metadata.get('module') is not None:
-            config['model'] = metadata['module']
-        model = (model_class or metadata['model_class'])(config, **overrides)
-        load_exported(model, path)
-        model.iteration = metadata.get('iteration', 0)
+        contents = io.read(path, formats=(io.FORMAT, META_FORMAT))
+        if contents['format'] == io.FORMAT:
+            return io.from_payload(contents, model_class, **overrides)
+        config = dict(contents['config'])
+        if contents.get('module') is not None:
+            config['model'] = contents['module']
+        model = (model_class or contents['model_class'])(config, **overrides)
+        load(model, path)
+        model.iteration = contents.get('iteration', 0)
         return model
     if fmt in ('torchscript', 'export'):
         module = (torch.jit.load(path, map_location='cpu') if fmt == 'torchscript'

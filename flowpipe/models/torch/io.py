@@ -97,8 +97,9 @@ def save(model: 'TorchModel', path: str | os.PathLike) -> None:
     dump_atomically(payload(model), path)
 
 
-def read(path: str | os.PathLike) -> dict:
-    """The checked contents of a model file; ``ModelFileError`` when it is corrupt, foreign or too new."""
+def read(path: str | os.PathLike, formats: tuple[str, ...] = (FORMAT,)) -> dict:
+    """The checked contents of a model file (of one of ``formats``: an export's metadata file is another);
+    ``ModelFileError`` when it is corrupt, foreign or too new."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Expected a model file saved by flowpipe. Received: path={path!r}, which does not "
@@ -110,7 +111,7 @@ def read(path: str | os.PathLike) -> dict:
         raise ModelFileError(f"Expected a flowpipe model file. Received: {path!r}, which cannot be unpickled "
                              f"({type(error).__name__}: {error}); it is corrupt, truncated or not a model file. "
                              "Save the model again.") from error
-    if not isinstance(payload, dict) or payload.get('format') != FORMAT:
+    if not isinstance(payload, dict) or payload.get('format') not in formats:
         raise ModelFileError(f"Expected a flowpipe model file (format {FORMAT!r}). Received: {path!r} holding "
                              f"{type(payload).__name__}; it was not written by TorchModel.save.")
     version = payload.get('format_version')

@@ -370,17 +370,14 @@ class TorchModel:
         """Load a file's state into this model, keeping its own placement: a file of ``save`` (weights, optimizer
         and the rest), or the weights of a safetensors, TorchScript or ``torch.export`` file (or of an export's
         metadata file); ``fmt`` names the format where the extension does not."""
-        if not export.load_exported(self, path, fmt):
-            io.load_into(self, io.read(path))
+        export.load(self, path, fmt)
         return self
 
     @classmethod
     def from_file(cls, path: str, fmt: str | None = None, **overrides: Any) -> 'TorchModel':
         """A new model from a file of ``save`` (or an export's metadata file, or a bare TorchScript or ``.pt2``
         file); ``overrides`` change config items such as ``device`` or ``microbatch``."""
-        model_class = None if cls is TorchModel else cls
-        exported = export.model_from_exported(path, model_class, fmt, **overrides)
-        return exported if exported is not None else io.load(path, model_class=model_class, **overrides)
+        return export.from_file(path, None if cls is TorchModel else cls, fmt, **overrides)
 
     def compute_optimal_batch_size(self, method: str = 'train', inputs: Any = None, targets: Any = None,
                                    **options: Any) -> int:
