@@ -259,3 +259,13 @@ def test_amp_on_a_gpu_equals_the_torch_recipe():
     for a, b in zip(engine.module.parameters(), expected.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert engine.precision.state() == {'scaler': scaler.state_dict()}
+
+
+def test_a_model_split_over_devices_takes_the_hand_written_sam_step():
+    from .test_model_parallel import net
+    model, (inputs, targets) = net(), data(9, shape=(4,))
+    expected, _ = sam_reference(model, inputs, targets, False, steps=2)
+    plan = make_plan(device_map={'initial_block': 'CPU:0', 'body': 'CPU:1', 'head': 'CPU:1'}, microbatch=4,
+                     num_gpus=0)
+    actual, _, _ = sam_engine(model, plan, inputs, targets, False, steps=2)
+    assert_close(actual, expected)
