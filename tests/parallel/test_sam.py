@@ -217,8 +217,8 @@ def amp_sam_reference(model, inputs, targets, device, steps):
 
 
 def amp_sam_engine(model, inputs, targets, device, steps):
-    engine = SingleEngine(copy.deepcopy(model).float(), make_plan(str(device), num_gpus=int(device.type == 'cuda')),
-                          MixedPrecision(device))
+    plan = make_plan(str(device), num_gpus=None if device.type == 'cuda' else 0)
+    engine = SingleEngine(copy.deepcopy(model).float(), plan, MixedPrecision(device))
     optimizer = torch.optim.SGD(engine.parameters(), lr=0.5)
     for _ in range(steps):
         engine.train_step([inputs.to(device)], [targets.to(device)], F.cross_entropy, optimizer, sam=make_sam(RHO))

@@ -25,9 +25,10 @@ buffer per step.
 from __future__ import annotations
 
 import contextlib
+import math
 import numbers
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -54,7 +55,7 @@ def make_sam(rho: Any, individual_norm: Any = True) -> Sam | None:
     if isinstance(rho, bool) or not isinstance(rho, numbers.Real):
         raise TypeError(f'Expected sam_rho as a non-negative number (the radius of the perturbation) or None. '
                         f'Received: {rho!r} of type {type(rho).__name__}.')
-    if not rho > 0 or rho != rho or rho == float('inf'):
+    if not (math.isfinite(rho) and rho > 0):
         raise ValueError(f'Expected sam_rho as a finite non-negative number. Received: sam_rho={rho!r}. Use 0 or '
                          f'None to turn SAM off, or e.g. 0.05.')
     if not isinstance(individual_norm, bool):
@@ -81,7 +82,7 @@ def _scale(rho: float, norm: torch.Tensor) -> torch.Tensor:
     return torch.where(norm > 0, rho / norm, torch.zeros_like(norm))
 
 
-def sharpness_pass(engine: 'Engine', sam: Sam, optimizer: torch.optim.Optimizer, run_pass: Any,
+def sharpness_pass(engine: 'Engine', sam: Sam, optimizer: torch.optim.Optimizer, run_pass: Callable[[], Any],
                    check_nonfinite: bool) -> bool:
     """Steps 2 to 5 of the module docstring, after the first pass left the full-batch gradient on the primary;
     ``run_pass()`` runs every piece and reduces (returns the ``StepResult``). Whether the optimizer may step: ``False``
