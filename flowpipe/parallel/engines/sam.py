@@ -35,7 +35,7 @@ import torch
 if TYPE_CHECKING:
     from .base import Engine
 
-__all__ = ['Sam', 'make_sam', 'perturbation']
+__all__ = ['Sam', 'make_sam', 'perturbation', 'sharpness_pass']
 
 
 @dataclass(frozen=True)
