@@ -54,7 +54,9 @@ def test_train_keywords_override_the_config_for_one_step():
     model.train(x=x, y=y, sam_rho=sam_jobs.RHO, sam_individual_norm=False)
     for a, b in zip(model.model.parameters(), expected.parameters()):
         torch.testing.assert_close(a.detach(), b, rtol=1e-12, atol=1e-12)
-    assert model.sam is None
+    assert model.sam is None and 'sam=' not in repr(model)
+    assert 'sam=Sam(rho=0.05, individual_norm=False)' in repr(TorchModel(model_config(sam_rho=0.05,
+                                                                                     sam_individual_norm=False)))
     with pytest.raises(ValueError, match='sam_rho'):
         TorchModel(model_config(sam_rho=-1))
 

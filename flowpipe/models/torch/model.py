@@ -420,7 +420,8 @@ class TorchModel:
         targets = ', '.join(f'{name} ({self.spec.classes[name]} classes)' if name in self.spec.classes else name
                             for name in self.spec.target_names)
         parameters = sum(p.numel() for p in self.model.parameters())
-        clips = (('clip_grad_value', self.clip_grad_value), ('clip_grad_norm', self.clip_grad_norm))
+        clips = (('clip_grad_value', self.clip_grad_value), ('clip_grad_norm', self.clip_grad_norm),
+                 ('sam', self.sam), ('averaging', self.averaging))
         clip = ''.join(f'{key}={value}, ' for key, value in clips if value is not None)
         lines = [f'{type(self).__name__}(network={type(self.model).__name__}, {parameters:,} parameters, '
                  f'inputs: {inputs or "?"} -> targets: {targets or "?"})',
