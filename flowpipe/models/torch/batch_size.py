@@ -191,7 +191,7 @@ class _Session:
             return lambda: engine.predict(inputs)
         return lambda: engine.train_step(inputs, targets, model.loss_fn, model.optimizer, return_outputs=False,
                                          clip_grad_norm=model.clip_grad_norm, clip_grad_value=model.clip_grad_value,
-                                         seed=0)
+                                         seed=0, sam=model.sam)       # SAM's second pass counts too
 
     def percent(self, size: int) -> float:
         """The peak of one step on ``size`` items, in percent; infinite when it runs out of memory (or, on the CPU,
