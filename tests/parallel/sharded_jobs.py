@@ -41,3 +41,38 @@ def train(batch_size, sharding=None, microbatch=None, n_epochs=2, overrides=None
 def scenarios(runs):
     """``train(**kwargs)`` for each ``(name, kwargs)``."""
     return {name: train(**kwargs) for name, kwargs in runs}
+
+
+def train_and_predict(sharding=None):
+    """Train on global batches of 2 (an idle rank among 3) fetching predictions, then predict every item in global
+    batches of 5 (the last of 1); the predicted losses, the predictions gathered in dataset order, and the shapes of
+    the training predictions each rank got."""
+    data = dataset(11)
+    trainer = (Pipeline()
+               .init_variable('shapes', [])
+               .init_model('net', config=config(sharding))
+               .train_model('net', x=B.x, y=B.y, fetches='predictions', save_to=V('shapes', mode='a'))) << data
+    trainer.run(2, n_epochs=1, shuffle=True, seed=3)
+    predictor = (Pipeline().import_model('net', trainer)
+                 .init_variable('predictions', []).init_variable('loss', [])
+                 .predict_model('net', x=B.x, y=B.y, fetches=['predictions', 'loss'],
+                                save_to=[V('predictions', mode='a'), V('loss', mode='a')])) << data
+    predictor.run(5, n_epochs=1)
+    return {'gathered': distributed.gather_batches(predictor.v('predictions'), dst=None),
+            'loss': list(predictor.v('loss')), 'shapes': [value.shape for value in trainer.v('shapes')]}
+
+
+def skip_poisoned_batch(sharding=None):
+    """Three steps on a global batch of 6, the second with an inf in the last item (the last rank's shard); the
+    skipped count and the full parameters."""
+    from flowpipe.models.torch import TorchModel
+    rng = torch.Generator().manual_seed(0)
+    x, y = torch.randn(6, N_FEATURES, generator=rng, dtype=torch.float64), torch.arange(6) % N_CLASSES
+    poisoned = x.clone()
+    poisoned[-1, 0] = float('inf')
+    world, rank = distributed.world_size(), distributed.rank()
+    shard = slice(rank * 6 // world, (rank + 1) * 6 // world)
+    with TorchModel(config(sharding, nonfinite_loss='skip')) as model:
+        for inputs in (x, poisoned, x):
+            model.train(x=inputs[shard], y=y[shard], seed=1)
+        return model.skipped_steps, [full(p) for p in model.model.parameters()]

@@ -72,3 +72,23 @@ def test_hybrid_on_a_2_by_2_mesh_equals_one_process():
         for name, _ in HYBRID:
             assert _rel(result[name]['params'], reference[name]['params']) < 1e-10
         assert 'mesh: 2-D, 2 replicas x 2 shards' in result['hybrid']['plan']
+
+
+@pytest.mark.parametrize('world', [3])
+def test_predictions_and_an_idle_ranks_outputs_under_sharding_are_one_process_s(world):
+    alone = sharded_jobs.train_and_predict()
+    for result in launch(sharded_jobs.train_and_predict, world, args=('full',), timeout=TIMEOUT):
+        np.testing.assert_allclose(np.concatenate(result['gathered']), np.concatenate(alone['gathered']), rtol=1e-10)
+        np.testing.assert_allclose(result['loss'], alone['loss'], rtol=1e-10)
+        assert result['shapes'][-1] in ((1, 3), (0, 3))       # 11 items: the last global batch of 1
+
+
+def test_every_rank_skips_the_step_whose_loss_is_not_finite_on_one_rank():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        skipped, params = sharded_jobs.skip_poisoned_batch()
+    assert skipped == 1 and all(np.isfinite(p).all() for p in params)
+    for rank_skipped, rank_params in launch(sharded_jobs.skip_poisoned_batch, 2, args=('full',), timeout=TIMEOUT):
+        assert rank_skipped == 1
+        assert _rel(rank_params, params) < 1e-10
