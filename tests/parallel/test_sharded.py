@@ -3,6 +3,7 @@ whole batch, with micro-batches, an uneven last batch, a global batch smaller th
 global norm, and a 2 x 2 hybrid mesh (SPEC §9)."""
 import numpy as np
 import pytest
+from torch import nn
 
 from flowpipe.parallel import launch
 
@@ -12,10 +13,12 @@ pytestmark = pytest.mark.slow      # several processes each: CI or FLOWPIPE_SLOW
 
 # 23 items: batches of 7 end with one of 2 (uneven, and smaller than 3 ranks: one rank idle)
 RUNS = [('full', {'batch_size': 7, 'sharding': 'full'}),
-        ('full_micro', {'batch_size': 7, 'microbatch': 2, 'sharding': 'full'}),
+        ('full_micro', {'batch_size': 7, 'microbatch': 2, 'sharding': 'full',
+                        'overrides': {'sharding_offload': True}}),      # on the CPU: accepted, changes nothing
         ('grad_op', {'batch_size': 7, 'sharding': 'grad_op'}),
         ('grad_op_micro', {'batch_size': 5, 'microbatch': 2, 'sharding': 'grad_op'}),
-        ('small', {'batch_size': 2, 'n_epochs': 1, 'sharding': 'full'}),
+        ('small', {'batch_size': 2, 'n_epochs': 1, 'sharding': 'full', 'overrides': {'sharding_units': nn.Linear}}),
+        ('units', {'batch_size': 5, 'n_epochs': 1, 'sharding': 'grad_op', 'overrides': {'sharding_units': 30}}),
         ('clip', {'batch_size': 7, 'microbatch': 3, 'sharding': 'full',
                   'overrides': {'clip_grad_norm': 0.05, 'clip_grad_value': 0.2}})]
 HYBRID = [('hybrid', {'batch_size': 7, 'sharding': 'hybrid', 'overrides': {'sharding_group': 2}}),
@@ -32,7 +35,7 @@ def _reference(runs):
     """One process on whole batches: the same config without sharding."""
     return sharded_jobs.scenarios([(name, {**kwargs, 'sharding': None,
                                            'overrides': {key: value for key, value in kwargs.get('overrides', {}).items()
-                                                         if key != 'sharding_group'}})
+                                                         if not key.startswith('sharding')}})
                                    for name, kwargs in runs])
 
 

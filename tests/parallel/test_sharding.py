@@ -90,3 +90,11 @@ def test_model_config_keys_reach_the_plan():
     assert model.plan.sharding == Sharding('hybrid', offload=True)
     with pytest.raises(ValueError, match='Received: sharding='):
         MLP({'inputs/x/shape': (5,), 'inputs/y/classes': 3, 'sharding': 'ful'})
+
+
+def test_amp_under_sharding_is_bfloat16_autocast_on_a_cpu_as_without_sharding():
+    from flowpipe.parallel import make_precision
+    plan = make_plan('cpu', world=WORLD, sharding='full', amp=True)
+    precision = make_precision(plan)
+    assert plan.amp == 'bfloat16' and precision.dtype == torch.bfloat16 and precision.device_type == 'cpu'
+    assert make_precision(make_plan('cpu', world=WORLD, sharding='full')).__class__.__name__ == 'Precision'
