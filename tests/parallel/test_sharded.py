@@ -33,10 +33,10 @@ def _rel(a, b):
 
 def _reference(runs):
     """One process on whole batches: the same config without sharding."""
-    return sharded_jobs.scenarios([(name, {**kwargs, 'sharding': None,
-                                           'overrides': {key: value for key, value in kwargs.get('overrides', {}).items()
-                                                         if not key.startswith('sharding')}})
-                                   for name, kwargs in runs])
+    def alone(kwargs):
+        overrides = {key: value for key, value in kwargs.get('overrides', {}).items() if not key.startswith('sharding')}
+        return {**kwargs, 'sharding': None, 'overrides': overrides}
+    return sharded_jobs.scenarios([(name, alone(kwargs)) for name, kwargs in runs])
 
 
 @pytest.fixture(scope='module')

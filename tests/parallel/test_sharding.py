@@ -98,3 +98,9 @@ def test_amp_under_sharding_is_bfloat16_autocast_on_a_cpu_as_without_sharding():
     precision = make_precision(plan)
     assert plan.amp == 'bfloat16' and precision.dtype == torch.bfloat16 and precision.device_type == 'cpu'
     assert make_precision(make_plan('cpu', world=WORLD, sharding='full')).__class__.__name__ == 'Precision'
+
+
+def test_make_sharding_without_a_world_keeps_the_group_unchecked_and_none_is_no_sharding():
+    assert make_sharding(None) is None and make_sharding(False) is None
+    assert make_sharding('hybrid', group=3) == Sharding('hybrid', group=3)      # checked once the world is known
+    assert make_sharding('full', units=(nn.Linear, nn.Conv2d)).units == (nn.Linear, nn.Conv2d)

@@ -168,8 +168,12 @@ class ShardedEngine(DistributedEngine):
                 with self.precision.autocast(device):
                     outputs = forward(*[move(t, device, batch.dtype, piece, self.memory_format)
                                         for t in batch.inputs])
-                zero = sum(out.sum() for out in _floating(outputs))
-                zero.backward()
+                floating = _floating(outputs)
+                if not floating:
+                    raise TypeError(f'Expected floating outputs of the network under sharding (a rank without items '
+                                    f'backwards their sum, zero, to join the collectives). Received: outputs of '
+                                    f'type {type(outputs).__name__} without a floating tensor.')
+                sum(out.sum() for out in floating).backward()
         finally:
             for sub, training in modes:
                 sub.training = training
