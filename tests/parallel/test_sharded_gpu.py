@@ -1,7 +1,6 @@
 """Sharding on GPUs: FSDP's mixed precision for ``amp`` and ``sharding_offload`` (``CPUOffloadPolicy``) on one GPU
 (a one-rank NCCL group made here), and NCCL on two GPUs equal to one GPU on the whole batch."""
 import dataclasses
-import os
 
 import numpy as np
 import pytest
@@ -20,10 +19,14 @@ from . import sharded_jobs
 pytestmark = pytest.mark.gpu
 
 
-def _one_rank_group():
-    os.environ.setdefault('MASTER_ADDR', '127.0.0.1')
-    os.environ['MASTER_PORT'] = str(_free_port())
+@pytest.fixture
+def one_rank_group(monkeypatch):
+    """A NCCL group of one rank on cuda:0, destroyed afterwards."""
+    monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
+    monkeypatch.setenv('MASTER_PORT', str(_free_port()))
     torch.distributed.init_process_group('nccl', rank=0, world_size=1)
+    yield
+    torch.distributed.destroy_process_group()
 
 
 def _train(sharding, amp, dtype, steps=3):
@@ -42,32 +45,23 @@ def _train(sharding, amp, dtype, steps=3):
     try:
         for _ in range(steps):
             result = engine.train_step([x], [y], nn.functional.cross_entropy, optimizer, return_outputs=True)
-        params = [getattr(p, 'full_tensor', lambda p=p: p)().detach().cpu() for p in engine.parameters()]
-        local = [getattr(p, 'to_local', lambda p=p: p)() for p in engine.parameters()]
-        return engine, result, params, local
+        local = [getattr(p, 'to_local', lambda p=p: p)() for p in engine.parameters()]    # one rank: whole
+        return engine, result, [tensor.detach().cpu() for tensor in local], local
     finally:
         engine.close()
 
 
-def test_offloaded_shards_live_on_the_cpu_and_train_as_one_gpu_does():
+def test_offloaded_shards_live_on_the_cpu_and_train_as_one_gpu_does(one_rank_group):
     _, _, alone, _ = _train(None, False, torch.float64)
-    _one_rank_group()
-    try:
-        engine, result, params, local = _train(Sharding('full', offload=True), False, torch.float64)
-    finally:
-        torch.distributed.destroy_process_group()
+    engine, result, params, local = _train(Sharding('full', offload=True), False, torch.float64)
     assert all(tensor.device.type == 'cpu' for tensor in local)
     assert 'offload: shards and the optimizer step on the CPU' in engine.describe()
     for got, want in zip(params, alone):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10)
 
 
-def test_amp_is_fsdp_mixed_precision_bfloat16_compute_float32_parameters():
-    _one_rank_group()
-    try:
-        engine, result, params, local = _train(Sharding('full'), True, torch.float32)
-    finally:
-        torch.distributed.destroy_process_group()
+def test_amp_is_fsdp_mixed_precision_bfloat16_compute_float32_parameters(one_rank_group):
+    engine, result, params, local = _train(Sharding('full'), True, torch.float32)
     assert engine.plan.amp == 'bfloat16' and type(engine.precision).__name__ == 'Precision'
     assert result.outputs.dtype == torch.bfloat16           # computed with bfloat16 parameters
     assert all(tensor.dtype == torch.float32 for tensor in local)
