@@ -76,3 +76,28 @@ def skip_poisoned_batch(sharding=None):
         for inputs in (x, poisoned, x):
             model.train(x=inputs[shard], y=y[shard], seed=1)
         return model.skipped_steps, [full(p) for p in model.model.parameters()]
+
+
+def batchnorm_idle(sharding=None, microbatch=None):
+    """Three steps of a BatchNorm network on a global batch of 4 that rank 0 holds alone (with ``microbatch``,
+    the other ranks run as many pieces without items); the running statistics and the full parameters."""
+    from torch import nn
+
+    from flowpipe.parallel.factory import build_engine
+    from flowpipe.parallel.plan import make_plan
+    torch.manual_seed(0)
+    # no bias before BatchNorm: its gradient is zero but for rounding, which Adam would scale up to whole steps
+    network = nn.Sequential(nn.Linear(3, 4, bias=False), nn.BatchNorm1d(4), nn.Tanh(), nn.Linear(4, 2)).double()
+    engine = build_engine(network, make_plan('cpu', microbatch, world=distributed.init(), sharding=sharding))
+    optimizer = torch.optim.Adam(engine.parameters(), lr=0.05)
+    x, y = torch.randn(4, 3, dtype=torch.double), torch.tensor([0, 1, 1, 0])
+    if distributed.rank() != 0:
+        x, y = x[:0], y[:0]
+    try:
+        for _ in range(3):
+            engine.train_step([x], [y], nn.functional.cross_entropy, optimizer, seed=1)
+        batch_norm = engine.module[1]
+        return ([batch_norm.running_mean.numpy().copy(), batch_norm.running_var.numpy().copy()],
+                [full(p) for p in engine.parameters()])
+    finally:
+        engine.close()

@@ -95,3 +95,12 @@ def test_every_rank_skips_the_step_whose_loss_is_not_finite_on_one_rank():
     for rank_skipped, rank_params in launch(sharded_jobs.skip_poisoned_batch, 2, args=('full',), timeout=TIMEOUT):
         assert rank_skipped == 1
         assert _rel(rank_params, params) < 1e-10
+
+
+@pytest.mark.parametrize('microbatch', [None, 2])
+def test_idle_ranks_leave_batchnorm_statistics_as_the_rank_that_saw_the_batch_computed_them(microbatch):
+    stats, params = sharded_jobs.batchnorm_idle(microbatch=microbatch)
+    for rank_stats, rank_params in launch(sharded_jobs.batchnorm_idle, 2, args=('full', microbatch),
+                                          timeout=TIMEOUT):
+        assert _rel(rank_stats, stats) < 1e-12
+        assert _rel(rank_params, params) < 1e-10
