@@ -29,10 +29,13 @@ def one_rank_group(monkeypatch):
     torch.distributed.destroy_process_group()
 
 
-def _train(sharding, amp, dtype, steps=3):
-    """A few Adam steps of a small network on cuda:0: the engine's plan, first output, parameters (whole)."""
+def _train(sharding, amp, dtype, steps=3, seen=None):
+    """A few Adam steps of a small network on cuda:0: the engine, the last step's result, the parameters (whole on
+    one rank) on the CPU and where they are; ``seen`` collects the first layer's weight and output dtypes."""
     torch.manual_seed(0)
     network = nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 3)).to(dtype)
+    if seen is not None:
+        network[0].register_forward_hook(lambda layer, args, out: seen.append((layer.weight.dtype, out.dtype)))
     if sharding is None:
         plan = make_plan('cuda:0', amp=amp)
     else:       # the plan of a one-rank job: make_plan plans a distributed job for two ranks or more
@@ -61,9 +64,11 @@ def test_offloaded_shards_live_on_the_cpu_and_train_as_one_gpu_does(one_rank_gro
 
 
 def test_amp_is_fsdp_mixed_precision_bfloat16_compute_float32_parameters(one_rank_group):
-    engine, result, params, local = _train(Sharding('full'), True, torch.float32)
+    seen = []
+    engine, result, params, local = _train(Sharding('full'), True, torch.float32, seen=seen)
     assert engine.plan.amp == 'bfloat16' and type(engine.precision).__name__ == 'Precision'
-    assert result.outputs.dtype == torch.bfloat16           # computed with bfloat16 parameters
+    assert seen and set(seen) == {(torch.bfloat16, torch.bfloat16)}     # gathered weights and compute in bfloat16
+    assert result.outputs.dtype == torch.float32            # outputs (and the loss) back in float32
     assert all(tensor.dtype == torch.float32 for tensor in local)
     assert np.isfinite(float(result.loss)) and all(torch.isfinite(p).all() for p in params)
 

@@ -104,8 +104,9 @@ class ShardedEngine(DistributedEngine):
                                      mesh_dim_names=('shard',) if len(shape) == 1 else ('replicate', 'shard'))
         cuda = device.type == 'cuda'
         options = {'mesh': self.mesh, 'reshard_after_forward': sharding.reshard_after_forward,
+                   # outputs back in float32: the loss and its weighting by piece_size / n are not rounded to bfloat16
                    'mp_policy': (MixedPrecisionPolicy(param_dtype=getattr(torch, self.plan.amp),
-                                                      reduce_dtype=torch.float32)
+                                                      reduce_dtype=torch.float32, output_dtype=torch.float32)
                                  if cuda and self.plan.amp else MixedPrecisionPolicy()),
                    'offload_policy': CPUOffloadPolicy() if cuda and sharding.offload else OffloadPolicy()}
         for unit in sharding_units(module, sharding.units):
