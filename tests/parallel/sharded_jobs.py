@@ -101,3 +101,25 @@ def batchnorm_idle(sharding=None, microbatch=None):
                 [full(p) for p in engine.parameters()])
     finally:
         engine.close()
+
+
+def nonfinite_on_one_shard():
+    """After a step, the engine's non-finite check with clean gradients, then with an inf written into rank 1's
+    shard of the first weight's gradient only (the loss finite): what each rank decides."""
+    from torch import nn
+
+    from flowpipe.parallel.factory import build_engine
+    from flowpipe.parallel.plan import make_plan
+    torch.manual_seed(0)
+    network = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    engine = build_engine(network, make_plan('cpu', world=distributed.init(), sharding='full'))
+    optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+    x, y = torch.randn(4, 3, dtype=torch.double), torch.tensor([0, 1, 1, 0])
+    try:
+        loss = engine.train_step([x], [y], nn.functional.cross_entropy, optimizer).loss
+        clean = engine.nonfinite(loss, optimizer)
+        if distributed.rank() == 1:
+            engine.module[0].weight.grad.to_local()[0, 0] = float('inf')
+        return clean, engine.nonfinite(loss, optimizer)
+    finally:
+        engine.close()

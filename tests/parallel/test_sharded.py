@@ -104,3 +104,7 @@ def test_idle_ranks_leave_batchnorm_statistics_as_the_rank_that_saw_the_batch_co
                                           timeout=TIMEOUT):
         assert _rel(rank_stats, stats) < 1e-12
         assert _rel(rank_params, params) < 1e-10
+
+
+def test_a_non_finite_gradient_in_one_ranks_shard_is_seen_by_every_rank():
+    assert launch(sharded_jobs.nonfinite_on_one_shard, 2, timeout=TIMEOUT) == [(False, True), (False, True)]
