@@ -20,7 +20,10 @@ RUNS = [('full', {'batch_size': 7, 'sharding': 'full'}),
         ('small', {'batch_size': 2, 'n_epochs': 1, 'sharding': 'full', 'overrides': {'sharding_units': nn.Linear}}),
         ('units', {'batch_size': 5, 'n_epochs': 1, 'sharding': 'grad_op', 'overrides': {'sharding_units': 30}}),
         ('clip', {'batch_size': 7, 'microbatch': 3, 'sharding': 'full',
-                  'overrides': {'clip_grad_norm': 0.05, 'clip_grad_value': 0.2}})]
+                  'overrides': {'clip_grad_norm': 0.05, 'clip_grad_value': 0.2}}),
+        ('sam', {'batch_size': 7, 'microbatch': 2, 'sharding': 'full', 'overrides': {'sam_rho': 0.05}}),
+        ('sam_one_norm', {'batch_size': 5, 'sharding': 'grad_op',
+                          'overrides': {'sam_rho': 0.05, 'sam_individual_norm': False}})]
 HYBRID = [('hybrid', {'batch_size': 7, 'sharding': 'hybrid', 'overrides': {'sharding_group': 2}}),
           ('hybrid_micro', {'batch_size': 3, 'microbatch': 2, 'n_epochs': 1, 'sharding': 'hybrid',
                             'overrides': {'sharding_group': 2, 'clip_grad_norm': 0.05}})]
