@@ -111,3 +111,8 @@ def test_idle_ranks_leave_batchnorm_statistics_as_the_rank_that_saw_the_batch_co
 
 def test_a_non_finite_gradient_in_one_ranks_shard_is_seen_by_every_rank():
     assert launch(sharded_jobs.nonfinite_on_one_shard, 2, timeout=TIMEOUT) == [(False, True), (False, True)]
+
+
+def test_weight_averaging_of_a_sharded_model_is_refused_with_the_fix():
+    for message in launch(sharded_jobs.averaging_refused, 2, timeout=TIMEOUT):
+        assert "'weights_averaging' without 'sharding'" in message and "'sharding': None" in message
