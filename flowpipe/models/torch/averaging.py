@@ -64,6 +64,10 @@ def make_averaging(config: Mapping, engine: Any, optimizer: torch.optim.Optimize
         raise ValueError(f"Expected one of {list(AVERAGING_KEYS)} (names of the same key). Received: "
                          f"{sorted(given)}. Keep one of them.")
     key, options = given.popitem()
+    if getattr(engine.plan, 'engine', None) == 'sharded':
+        raise ValueError(f"Expected {key!r} without 'sharding': the averaged copy of a sharded network is not built "
+                         f"(FSDP modules cannot be copied). Received: {key!r} with sharding="
+                         f"{engine.plan.sharding.mode!r}. Train with 'sharding': None (DDP) to average weights.")
     if not isinstance(options, Mapping):
         raise TypeError(f"Expected {key!r} as a dict with 'start_iter', 'last_iter' and 'frequency'. Received: "
                         f"{options!r}. Use e.g. {{'start_iter': 10, 'last_iter': 100, 'frequency': 5}}.")

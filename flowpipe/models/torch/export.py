@@ -127,6 +127,11 @@ def _in_place(path: str, write: Callable[[str], None]) -> None:
 
 
 def _network(model: 'TorchModel') -> torch.nn.Module:
+    if any(hasattr(p, 'placements') for p in model.model.parameters()):        # DTensor shards
+        raise ValueError("Expected a whole network to export. Received: a model sharded over the ranks "
+                         f"(sharding={model.spec.get('sharding')!r}), whose module holds only shards. Save it with "
+                         "fmt=None (or fmt='safetensors'), then export a model loaded from that file in one "
+                         "process: TorchModel.from_file(path, sharding=None).save(..., fmt=...).")
     return io._cpu_copy(model.model).eval()
 
 

@@ -432,7 +432,7 @@ class Engine:
 
     def gradient_norms(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """The 2-norm of each full-batch gradient in ``grads`` (0-dim tensors), which SAM's perturbation divides by;
-        an engine whose gradients are shards overrides it to give each whole gradient's norm."""
+        for a sharded engine's ``DTensor`` gradients, each whole gradient's norm."""
         return list(torch._foreach_norm(grads))
 
     def share_parameters(self) -> None:

@@ -10,8 +10,8 @@ step of :meth:`Engine.train_step <flowpipe.parallel.engines.base.Engine.train_st
    overflows;
 3. the perturbation ``e = rho * g / ||g||``, where ``||g||`` is the 2-norm of the whole gradient, or, with
    ``individual_norm``, ``e_p = rho * g_p / ||g_p||`` for each parameter ``p`` on its own (a parameter whose
-   gradient is zero is not moved); the engine's ``gradient_norms`` gives the norms (a sharded engine combines its
-   shards' there);
+   gradient is zero is not moved); the engine's ``gradient_norms`` gives the norms (a sharded engine's gradients are
+   ``DTensor`` shards, whose norms are the whole gradients'; the weights move shard by shard);
 4. the weights become ``w + e`` (``share_parameters`` gives them to the other replicas), the gradients are
    cleared and the same pieces, with the same random streams (dropout masks), run forward and backward again and
    are reduced: the full-batch gradient at ``w + e``;
@@ -103,11 +103,18 @@ def sharpness_pass(engine: 'Engine', sam: Sam, optimizer: torch.optim.Optimizer,
         return not (check_nonfinite and engine.nonfinite(result.loss, optimizer))
 
 
+def _local(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    # a sharded parameter (a DTensor) as its local shard, which shares its storage: the elementwise steps of SAM
+    # need no communication, and DTensor has no sharding rule for every foreach operation
+    return [tensor.to_local() if hasattr(tensor, 'to_local') else tensor for tensor in tensors]
+
+
 @contextlib.contextmanager
 def _perturbed(engine: 'Engine', params: list[torch.Tensor], shift: list[torch.Tensor]) -> Iterator[None]:
     """The primary's ``params`` moved by ``shift`` (and shared with the replicas) inside; on the way out the weights
     and every replica's buffers exactly as they were, also after an error (then shared again)."""
     with torch.no_grad():
+        params, shift = _local(params), _local(shift)
         weights = [param.detach().clone() for param in params]
         buffers = [buffer for replica in engine.replicas for buffer in replica.buffers()]
         saved = [buffer.detach().clone() for buffer in buffers]
