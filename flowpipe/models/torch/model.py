@@ -403,19 +403,9 @@ class TorchModel:
         file); ``overrides`` change config items such as ``device`` or ``microbatch``."""
         return export.from_file(path, None if cls is TorchModel else cls, fmt, **overrides)
 
-    def compute_optimal_batch_size(self, method: str = 'train', inputs: Any = None, targets: Any = None,
-                                   **options: Any) -> int:
-        """The largest batch size whose step fits in ``max_memory`` percent of the device's memory (batchflow's
-        arguments and search; see ``flowpipe.models.torch.batch_size``). The model's state is left as it was."""
-        return batch_size_module.compute_optimal_batch_size(self, method=method, inputs=inputs, targets=targets,
-                                                     **options)
-
-    def get_memory_utilization(self, batch_size: int, method: str = 'train', inputs: Any = None,
-                               targets: Any = None, **options: Any) -> dict:
-        """The peak device memory (percent of the device's) of ``method`` steps on ``batch_size`` items: batchflow's
-        ``{'memory': ..., 'n': ..., 'monitor': ...}`` (see ``flowpipe.models.torch.batch_size``)."""
-        return batch_size_module.get_memory_utilization(self, batch_size, method=method, inputs=inputs,
-                                                        targets=targets, **options)
+    # batchflow's batch-size finder, with its signatures (the model is the first argument)
+    compute_optimal_batch_size = batch_size_module.compute_optimal_batch_size
+    get_memory_utilization = batch_size_module.get_memory_utilization
 
     def __reduce__(self) -> tuple:
         """Pickle (and dill, and copy) through the contents of a model file: a built model travels as ``save``
