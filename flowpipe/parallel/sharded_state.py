@@ -19,9 +19,11 @@ when a process group is started: every rank calls it, in the same order.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from typing import Any, Mapping
+import warnings
+from typing import Any, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -46,6 +48,14 @@ def _distributed() -> bool:
 
 def _rank() -> int:
     return torch.distributed.get_rank() if _distributed() else 0
+
+
+@contextlib.contextmanager
+def _one_process() -> Iterator[None]:
+    """Silence DCP's warning that it runs in one process: outside a job, that is what is meant."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='torch.distributed is disabled')
+        yield
 
 
 def parameter_names(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
@@ -157,7 +167,8 @@ def save_shards(folder: str, states: Mapping[str, dict]) -> None:
         shutil.rmtree(temporary)
     if _distributed():
         torch.distributed.barrier()
-    dcp.save(dict(states), checkpoint_id=temporary, no_dist=not _distributed())        # every rank returns once the metadata is written
+    with _one_process():            # every rank returns once the metadata is written
+        dcp.save(dict(states), checkpoint_id=temporary, no_dist=not _distributed())
     if _rank() == 0:
         if os.path.exists(folder):
             shutil.rmtree(folder)
@@ -174,7 +185,8 @@ def load_shards(folder: str, states: Mapping[str, dict]) -> None:
         raise FileNotFoundError(f"Expected a folder of shards written by a sharded checkpoint. Received: {folder!r}, "
                                 "which holds no DCP metadata. Resume from a complete checkpoint, or start afresh.")
     try:
-        dcp.load(states, checkpoint_id=folder, no_dist=not _distributed())
+        with _one_process():
+            dcp.load(states, checkpoint_id=folder, no_dist=not _distributed())
     except Exception as error:  # DCP raises a CheckpointException wrapping each rank's failure
         raise ValueError(f"Expected shards of the same networks and optimizers as this run's. Received: {folder!r}, "
                          f"which does not fit ({type(error).__name__}: {error}). Resume with the pipeline that "

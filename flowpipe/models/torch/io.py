@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .model import TorchModel
 
 __all__ = ['FORMAT', 'FORMAT_VERSION', 'from_payload', 'load', 'load_into', 'payload', 'read', 'restore',
-           'restore_pending', 'save']
+           'restore_pending', 'save', 'write']
 
 FORMAT = 'flowpipe-model'
 FORMAT_VERSION = 1
@@ -69,8 +69,13 @@ def _cpu_copy(module: torch.nn.Module) -> torch.nn.Module:
     return remove_move_hooks(copy.deepcopy(module, memo)).to('cpu')
 
 
-def payload(model: 'TorchModel') -> dict:
-    """What a model file holds: format, versions, class, config, network and the training state (CPU tensors)."""
+def payload(model: 'TorchModel', tensors: bool = True) -> dict:
+    """What a model file holds: format, versions, class, config, network and the training state (CPU tensors).
+
+    ``tensors=False`` leaves the network's and the optimizer's state out (``None``): a sharded checkpoint writes
+    them one shard per rank beside it. Under an engine whose ``collective_state`` is set, every rank calls this
+    (the gathering is collective) and only rank 0's holds the state.
+    """
     engine = model._built()
     config = dict(model.config)
     module = None
@@ -83,8 +88,8 @@ def payload(model: 'TorchModel') -> dict:
         'format': FORMAT, 'format_version': FORMAT_VERSION,
         'flowpipe_version': _flowpipe_version(), 'torch_version': torch.__version__,
         'model_class': type(model), 'config': config, 'module': module,
-        'state': {'network': _to_cpu(engine.state_dict()),
-                  'optimizer': _to_cpu(engine.optimizer_state_dict(model.optimizer)),
+        'state': {'network': _to_cpu(engine.state_dict()) if tensors else None,
+                  'optimizer': _to_cpu(engine.optimizer_state_dict(model.optimizer)) if tensors else None,
                   'decay': model.decay.state() if model.decay is not None else None,
                   'precision': engine.precision.state(),
                   'iteration': model.iteration, 'skipped_steps': model.skipped_steps,
@@ -94,7 +99,12 @@ def payload(model: 'TorchModel') -> dict:
 
 def save(model: 'TorchModel', path: str | os.PathLike) -> None:
     """Write ``model`` to ``path``: a temporary file in the same folder, fsync, then ``os.replace``."""
-    dump_atomically(payload(model), path)
+    write(payload(model), path)
+
+
+def write(contents: dict, path: str | os.PathLike) -> None:
+    """Write a model's ``payload`` to ``path`` atomically (as ``save``)."""
+    dump_atomically(contents, path)
 
 
 def read(path: str | os.PathLike) -> dict:
@@ -125,6 +135,19 @@ def load_into(model: 'TorchModel', payload: dict) -> None:
     """Copy the saved weights, optimizer and scheduler state into ``model`` and re-place its replicas."""
     engine = model._built()
     state = payload['state']
+    if state['network'] is not None:        # None: a sharded checkpoint's, whose shards are read after this
+        _load_tensors(model, engine, state)
+    if model.decay is not None and state.get('decay') is not None:
+        model.decay.load_state(state['decay'])
+    engine.precision.load_state(state.get('precision') or {})
+    model.iteration = state.get('iteration', 0)
+    model._loss_check.skipped = state.get('skipped_steps', 0)
+    _load_callbacks(model, state.get('callbacks') or [])
+    engine.sync()
+
+
+def _load_tensors(model: 'TorchModel', engine: Any, state: dict) -> None:
+    """The saved network and optimizer state into the engine; a clear error when they do not fit."""
     try:
         engine.load_state_dict(state['network'])
     except RuntimeError as error:
@@ -136,13 +159,6 @@ def load_into(model: 'TorchModel', payload: dict) -> None:
     except (ValueError, KeyError) as error:
         raise ModelFileError(f"Expected optimizer state for {type(model.optimizer).__name__} with the same "
                              f"parameter groups. Received state that does not fit: {error}") from error
-    if model.decay is not None and state.get('decay') is not None:
-        model.decay.load_state(state['decay'])
-    engine.precision.load_state(state.get('precision') or {})
-    model.iteration = state.get('iteration', 0)
-    model._loss_check.skipped = state.get('skipped_steps', 0)
-    _load_callbacks(model, state.get('callbacks') or [])
-    engine.sync()
 
 
 def _load_callbacks(model: 'TorchModel', saved: list) -> None:

@@ -343,12 +343,17 @@ class TorchModel:
     def save(self, path: str) -> None:
         """Write the model (network, optimizer, scheduler, config) to ``path`` atomically, with dill.
 
-        In a distributed job rank 0 writes, after every rank has arrived (they hold the same weights), and every
-        rank returns once the file is there: a ``load`` right after it finds the file on every rank.
+        In a distributed job every rank calls it and rank 0 writes, after every rank has arrived (replicas hold
+        the same weights; a sharded engine's ranks first gather the whole state on rank 0), and every rank returns
+        once the file is there: a ``load`` right after it finds the file on every rank.
         """
-        self._built()
+        engine = self._built()
         distributed.barrier()
-        if distributed.is_main():
+        if engine.collective_state:
+            contents = io.payload(self)         # every rank takes part in gathering; rank 0 receives the state
+            if distributed.is_main():
+                io.write(contents, path)
+        elif distributed.is_main():
             io.save(self, path)
         distributed.barrier()
 
