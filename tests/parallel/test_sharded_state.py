@@ -7,7 +7,7 @@ import torch
 
 from flowpipe.parallel import launch, sharded_state
 
-from . import sharded_jobs
+from . import sharded_state_jobs as sharded_jobs
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 240
