@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from .engines import DistributedEngine, Engine, ModelParallelEngine, ReplicaEngine, SingleEngine
-from .plan import DISTRIBUTED, MODEL_PARALLEL, REPLICAS, SINGLE, DevicePlan
+from .engines import DistributedEngine, Engine, ModelParallelEngine, ReplicaEngine, ShardedEngine, SingleEngine
+from .plan import DISTRIBUTED, MODEL_PARALLEL, REPLICAS, SHARDED, SINGLE, DevicePlan
 from .precision import make_precision
 
 __all__ = ['ENGINES', 'build_engine']
@@ -19,6 +19,7 @@ ENGINES: dict[str, type[Engine]] = {
     REPLICAS: ReplicaEngine,
     MODEL_PARALLEL: ModelParallelEngine,
     DISTRIBUTED: DistributedEngine,
+    SHARDED: ShardedEngine,
 }
 
 

@@ -9,7 +9,9 @@ execute it. Its ``engine`` field names the kind of engine that runs it, chosen h
 - ``'replicas'``: several devices, one model replica each, every batch split across them;
 - ``'model_parallel'``: one model whose top-level children live on different devices (``device_map``);
 - ``'distributed'``: one replica per process of a distributed job (``world``), every global batch sharded over
-  the ranks before it reaches the model.
+  the ranks before it reaches the model;
+- ``'sharded'``: as ``'distributed'``, with the model's parameters, gradients and optimizer state sharded over the
+  ranks (``sharding``, see ``flowpipe.parallel.sharding``).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from .devices import LogicalDevice, cuda_device_count, parse_devices
 from .distributed import World
+from .sharding import Sharding, make_sharding
 from .speed import check_amp, check_compile, check_memory_format, check_pin_memory, describe_speed
 from .split import Piece, chunk_sizes, shard_sizes, split_batch
 
@@ -27,6 +30,7 @@ __all__ = ['DevicePlan', 'make_plan']
 
 AUTO = 'auto'
 SINGLE, REPLICAS, MODEL_PARALLEL, DISTRIBUTED = 'single', 'replicas', 'model_parallel', 'distributed'
+SHARDED = 'sharded'
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ class DevicePlan:
         pin_memory: batch tensors on the host go through pinned memory to CUDA devices; by keyword.
         world: this process's rank, the world size and the backend in a distributed job, else ``None``; by
             keyword.
+        sharding: how a distributed job shards the model (engine ``'sharded'``), or ``None``; in one process a
+            sharding asked for is kept here, and the one device holds the whole model; by keyword.
     """
 
     devices: tuple[LogicalDevice, ...]
@@ -60,14 +66,16 @@ class DevicePlan:
     compile: tuple[tuple[str, Any], ...] | None = field(default=None, kw_only=True)
     pin_memory: bool = field(default=False, kw_only=True)
     world: World | None = field(default=None, kw_only=True)
+    sharding: Sharding | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, str) or not self.engine:
             raise TypeError(f'Expected engine as the name of an engine kind, such as {SINGLE!r}. '
                             f'Received: engine={self.engine!r}.')
         mismatch = ((self.engine == MODEL_PARALLEL) != (self.device_map is not None)
-                    or self.engine in (SINGLE, DISTRIBUTED) and len(self.devices) != 1
-                    or (self.engine == DISTRIBUTED) != (self.world is not None))
+                    or self.engine in (SINGLE, DISTRIBUTED, SHARDED) and len(self.devices) != 1
+                    or (self.engine in (DISTRIBUTED, SHARDED)) != (self.world is not None)
+                    or (self.engine == SHARDED) != (self.sharding is not None and self.world is not None))
         if mismatch:
             raise ValueError(f'Expected a plan whose engine fits its devices. Received: engine={self.engine!r} with '
                              f'{len(self.devices)} devices, device_map={self.device_map!r} and world={self.world}. '
@@ -96,13 +104,15 @@ class DevicePlan:
         return split_batch(batch_size, self.num_replicas, self.microbatch, self.device_weights)
 
     def describe(self, batch_size: int | None = None, *, parameter_bytes: int | None = None,
-                 buffer_bytes: int = 0) -> str:
+                 buffer_bytes: int = 0, rank_bytes: Mapping[str, int | None] | None = None) -> str:
         """A few readable lines: devices, replicas per device, shard sizes, chunks and the weighting rule.
 
         With ``parameter_bytes`` (and ``buffer_bytes``) of the module, a device holding several replicas also
-        shows what the copies cost there (``shared_device_memory``).
+        shows what the copies cost there (``shared_device_memory``). ``rank_bytes``: what this rank holds of
+        ``{'parameters': ..., 'gradients': ..., 'optimizer state': ...}`` under sharding (``None``: not known yet).
         """
         lines = [f'DevicePlan: {self._placement()}']
+        lines.extend(self._sharding_lines(rank_bytes))
         lines.extend(self.shared_device_memory(parameter_bytes, buffer_bytes))
         lines.extend(describe_speed(self))
         if batch_size is None:
@@ -158,6 +168,19 @@ class DevicePlan:
                          f'state once, on the primary')
         return lines
 
+    def _sharding_lines(self, rank_bytes: Mapping[str, int | None] | None) -> list[str]:
+        if self.sharding is None:
+            return []
+        if self.engine != SHARDED:
+            return [f'  sharding {self.sharding.mode!r} asked for, in one process: nothing to shard over, the device '
+                    f'holds the whole model (sharding applies across the ranks of a distributed job)']
+        lines = self.sharding.describe(self.world)
+        if rank_bytes:
+            held = ', '.join(f'{name} {"not made yet" if size is None else _size(size)}'
+                             for name, size in rank_bytes.items())
+            lines.append(f'  this rank holds: {held}')
+        return lines
+
     def _world_lines(self, batch_size: int) -> list[str]:
         if self.world is None:
             return []
@@ -169,9 +192,9 @@ class DevicePlan:
         names = ', '.join(d.name for d in self.devices)
         if self.engine == SINGLE:
             return f'single device {names}'
-        if self.engine == DISTRIBUTED:
-            world = self.world
-            return (f'distributed, rank {world.rank} of {world.size} (local rank {world.local_rank}), backend '
+        if self.engine in (DISTRIBUTED, SHARDED):
+            world, kind = self.world, 'sharded data parallel' if self.engine == SHARDED else 'distributed'
+            return (f'{kind}, rank {world.rank} of {world.size} (local rank {world.local_rank}), backend '
                     f'{world.backend or "not initialized"}, device {names}')
         if self.engine == MODEL_PARALLEL:
             if self.device_map == AUTO:
@@ -188,6 +211,10 @@ class DevicePlan:
 
 def _mib(size: int) -> str:
     return f'{size / 2 ** 20:.1f} MiB'
+
+
+def _size(size: int) -> str:
+    return _mib(size) if size >= 2 ** 20 else f'{size:,} bytes'
 
 
 def _check_microbatch(microbatch: Any) -> int | None:
@@ -265,7 +292,8 @@ def _distributed_plan(device: Any, chunk: int | None, device_weights: Any, devic
 
 def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = None, device_map: Any = None,
               amp: bool | str = False, *, memory_format: Any = None, compile: Any = None, pin_memory: Any = 'auto',
-              num_gpus: int | None = None, world: World | None = None) -> DevicePlan:
+              num_gpus: int | None = None, world: World | None = None, sharding: Any = None,
+              sharding_units: Any = None, sharding_group: Any = None, sharding_offload: Any = False) -> DevicePlan:
     """Turn the user's flags into a frozen :class:`DevicePlan`, the engine kind included.
 
     The kind: ``'distributed'`` in a distributed job (``world``), else ``'model_parallel'`` with a ``device_map``,
@@ -285,15 +313,40 @@ def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = 
         pin_memory: ``'auto'`` (pinned when a device is a GPU), ``True`` (needs a GPU) or ``False``.
         num_gpus: visible GPU count, ``None`` to ask torch (tests pass a number).
         world: this process's place in a distributed job (``flowpipe.parallel.distributed.current()``), or ``None``.
+        sharding, sharding_units, sharding_group, sharding_offload: shard the model over the ranks of a distributed
+            job (kind ``'sharded'``; see ``flowpipe.parallel.sharding``). In one process a sharding is kept in the
+            plan and changes nothing (one device holds the whole model); with several devices it is an error.
+            Under sharding ``amp=True`` on a GPU is ``'bfloat16'`` (FSDP's mixed precision: bfloat16 compute,
+            float32 reduction); ``'float16'`` is refused.
 
     Raises:
         TypeError, ValueError: malformed flags; ``DeviceError``: a device that is not available.
     """
     chunk = _check_microbatch(microbatch)
     plan = _placement(device, chunk, device_weights, device_map, num_gpus, world)
+    shards = make_sharding(sharding, sharding_units, sharding_group, sharding_offload, world)
     options = {'amp': check_amp(amp, plan.devices), 'memory_format': check_memory_format(memory_format),
                'compile': check_compile(compile), 'pin_memory': check_pin_memory(pin_memory, plan.devices)}
+    if shards is not None:
+        options.update(_sharded(plan, shards, amp, options['amp']))
     return dataclasses.replace(plan, **options)
+
+
+def _sharded(plan: DevicePlan, shards: Sharding, amp: Any, checked_amp: bool | str) -> dict[str, Any]:
+    """The plan's fields under sharding: its kind in a distributed job, and amp as FSDP's precision takes it."""
+    if plan.engine not in (SINGLE, DISTRIBUTED):
+        names = [dev.name for dev in plan.devices]
+        raise ValueError(f'Expected sharding in a distributed job (one device per process) or one process on one '
+                         f'device. Received: sharding={shards.mode!r} with {plan.engine} on {names}. Start one '
+                         f'process per device (torchrun, flowpipe.parallel.launch) with device=\'GPU:*\'.')
+    cuda = plan.primary.device.type == 'cuda'
+    if cuda and checked_amp == 'float16':
+        if amp is not True:
+            raise ValueError(f"Expected amp=True or 'bfloat16' under sharding (FSDP's mixed precision computes in "
+                             f"bfloat16 and reduces in float32; no loss scaling). Received: amp={amp!r}.")
+        checked_amp = 'bfloat16'
+    kind = SHARDED if plan.engine == DISTRIBUTED else plan.engine
+    return {'engine': kind, 'sharding': shards, 'amp': checked_amp}
 
 
 def _placement(device: Any, chunk: int | None, device_weights: Any, device_map: Any,

@@ -137,9 +137,10 @@ def make_precision(plan: DevicePlan) -> Precision:
 
     With a CUDA device in the plan, autocast is CUDA's and the scale lives on the first CUDA device, even when the
     primary is the CPU (``['CPU:0', 'GPU:0']``: the CPU pieces compute in full precision); on CPU devices only,
-    autocast is the CPU's, in bfloat16.
+    autocast is the CPU's, in bfloat16. A sharded plan on a GPU computes in full precision here: FSDP's own mixed
+    precision casts the gathered parameters (``engines.sharded``); on a CPU it autocasts as any CPU plan.
     """
-    if not plan.amp:
+    if not plan.amp or plan.engine == 'sharded' and plan.primary.device.type == 'cuda':
         return Precision()
     gpus = [dev.device for dev in plan.devices if dev.device.type == 'cuda']
     return MixedPrecision(gpus[0] if gpus else plan.primary.device, getattr(torch, plan.amp))

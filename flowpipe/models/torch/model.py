@@ -2,7 +2,8 @@
 
 Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_loss`` the ``loss`` key,
 ``optimizers`` the ``optimizer`` key, ``decay`` the ``decay`` key, ``flowpipe.parallel`` the ``device``,
-``microbatch``, ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile`` and ``pin_memory`` keys
+``microbatch``, ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile``, ``pin_memory`` and
+``sharding*`` keys
 (one plan, one engine: every step is delegated to ``self.engine``), ``clipping`` the ``clip_grad_value``,
 ``clip_grad_norm`` and ``gradient_clipping`` keys (applied in the engine's step), ``callbacks`` the ``callbacks``
 key (called here after every step), ``io`` saving and loading.
@@ -38,7 +39,8 @@ __all__ = ['FETCHES', 'TorchModel', 'check_fetches']
 
 FETCHES = ('loss', 'predictions', 'proba', 'labels')
 #: config keys passed to ``flowpipe.parallel.make_plan`` as they are
-_PLAN_KEYS = ('device', 'microbatch', 'device_weights', 'device_map', 'amp', 'memory_format', 'compile')
+_PLAN_KEYS = ('device', 'microbatch', 'device_weights', 'device_map', 'amp', 'memory_format', 'compile', 'sharding',
+              'sharding_units', 'sharding_group', 'sharding_offload')
 _DTYPES = {'float16': torch.float16, 'bfloat16': torch.bfloat16, 'float32': torch.float32,
            'float64': torch.float64, 'double': torch.float64, 'float': torch.float32}
 

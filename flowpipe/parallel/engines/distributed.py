@@ -118,10 +118,9 @@ class DistributedEngine(Engine):
             torch.cuda.set_device(device)       # NCCL's collectives (and object gathers) run on the rank's GPU
         module = module.to(device)
         super().__init__(plan, [module], [device], precision)
-        self.ddp = nn.parallel.DistributedDataParallel(
-            module, device_ids=[device] if device.type == 'cuda' else None, **_NO_BUFFER_SYNC)
-        self.replicas = [self.ddp]
-        self.forwards = [compiled(self.ddp, plan.compile)]     # pieces run through DDP's forward
+        wrapper = self.wrap(module, device)
+        self.replicas = [wrapper]
+        self.forwards = [compiled(wrapper, plan.compile)]      # pieces run through the wrapper's forward
         self._inner = module
         self._rank = dist.get_rank()
         self._group_device = device if dist.get_backend() == 'nccl' else torch.device('cpu')
@@ -134,6 +133,12 @@ class DistributedEngine(Engine):
         self._idle_rank = False
         self.steps = 0
         self._phase, self._batch = '', -1
+
+    def wrap(self, module: nn.Module, device: torch.device) -> nn.Module:
+        """The module pieces run through: ``module`` wrapped in ``DistributedDataParallel`` (kept as ``ddp``)."""
+        self.ddp = nn.parallel.DistributedDataParallel(
+            module, device_ids=[device] if device.type == 'cuda' else None, **_NO_BUFFER_SYNC)
+        return self.ddp
 
     def close(self) -> None:
         """Release the count exchange's own group (if any) while the job's group lives."""
@@ -164,9 +169,7 @@ class DistributedEngine(Engine):
     def before_step(self, inputs: Any, targets: Any) -> None:
         """Exchange the ranks' item counts: the global batch size the pieces are weighted by, and whether a rank
         is idle (its shard is empty), which decides how the gradients are all-reduced."""
-        self.counts = self._exchange_counts(inputs)
-        if not sum(self.counts):
-            raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
+        self.take_counts(inputs)
         self._idle_rank = min(self.counts) == 0
         # DDP's own all-reduce (C++, no Python callback on gloo's threads) averages over the ranks; a step with an
         # idle rank sums its gradients itself (reduce_gradients)
@@ -175,6 +178,12 @@ class DistributedEngine(Engine):
             # DDP rebuilds its gradient buckets (a broadcast) in the first forward after its first synchronized
             # backward; a rank that runs no forward joins it here, as torch's own join hook does
             self.ddp.reducer._rebuild_buckets()
+
+    def take_counts(self, inputs: Any) -> None:
+        """Exchange the ranks' item counts into ``counts``; an error when every rank has none."""
+        self.counts = self._exchange_counts(inputs)
+        if not sum(self.counts):
+            raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
 
     def step_seed(self, seed: int | None) -> int:
         """The step seed (the same on every rank in a seeded run) mixed with the shard's offset in the global

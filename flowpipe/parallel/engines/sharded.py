@@ -1,0 +1,242 @@
+"""One shard of the model per process: the distributed engine's step on a module sharded with torch's FSDP2.
+
+``fully_shard`` (``torch.distributed.fsdp``) is applied to each unit (``flowpipe.parallel.sharding`` says which) and
+to the root; the parameters become ``DTensor`` shards, and the optimizer is built on them. A step is the distributed
+engine's (item counts exchanged, pieces weighted by ``piece_size / n`` of the global batch), with three differences:
+
+1. gradients are summed, not averaged: every unit's reduction divides by 1 and uses sums only
+   (``set_gradient_divide_factor(1)``, ``set_force_sum_reduction_for_comms``), so the weighted piece losses give
+   the global batch's gradient exactly, whatever the world size;
+2. every forward and backward takes part in collectives (a unit's all-gather, the last backward's
+   reduce-scatter), so every rank runs the same number of pieces: as many as the rank with the most micro-batches.
+   A rank with fewer (an idle rank: none) runs pieces without items: a forward in evaluation mode (BatchNorm
+   statistics untouched) on an empty slice of its inputs and a backward of the outputs' sum, which is zero: its
+   gradients are zeros, and its part in the collectives is done;
+3. gradient synchronization waits for the last piece (``set_requires_gradient_sync``); clipping by norm is
+   torch's ``clip_grad_norm_`` on ``DTensor`` gradients (the norm over every shard); the non-finite check reads
+   every rank's local shards and takes the maximum over the ranks.
+
+Prediction is collective too: every rank must call it alike (for each global batch of a sharded run, or the whole
+set on every rank).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ...torchutils import NO_CONTEXT
+from .. import distributed
+from ..sharding import Sharding
+from ..split import Piece, chunk_sizes, split_batch
+from .base import StepResult, _optimized
+from .distributed import DistributedEngine, _coalesced, _from_rank_0, _kept
+from .tensors import BatchTensors, concat, device_of, move, to_device
+
+__all__ = ['ShardedEngine', 'sharding_units']
+
+
+def sharding_units(module: nn.Module, units: tuple[type, ...] | int | None) -> list[nn.Module]:
+    """The submodules of ``module`` that become FSDP units, inner ones first (the root is not among them)."""
+    if units is None:
+        names = ('initial_block', 'body', 'head')
+        children = dict(module.named_children())
+        if all(name in children for name in names):
+            blocks = [children['initial_block'], *children['body'].children(), children['head']]
+        else:
+            blocks = list(children.values())
+        return [block for block in blocks if any(True for _ in block.parameters())]
+    found, owned = [], set()
+    for sub in _post_order(module):
+        if sub is module:
+            continue
+        if isinstance(units, int):
+            free = [p for p in sub.parameters() if id(p) not in owned]
+            chosen = sum(p.numel() for p in free) >= units
+        else:
+            free, chosen = list(sub.parameters()), isinstance(sub, units)
+        if chosen:
+            found.append(sub)
+            owned.update(id(p) for p in free)
+    return found
+
+
+def _post_order(module: nn.Module) -> Iterable[nn.Module]:
+    for child in module.children():
+        yield from _post_order(child)
+    yield module
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """A ``DTensor``'s local shard; another tensor as it is."""
+    to_local = getattr(tensor, 'to_local', None)
+    return tensor if to_local is None else to_local()
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the storages behind ``tensors`` (each storage once, padding included): what they hold in memory."""
+    seen: dict[tuple[str, int], int] = {}
+    for tensor in tensors:
+        storage = _local(tensor).untyped_storage()
+        seen[(str(tensor.device), storage.data_ptr())] = storage.nbytes()
+    return sum(seen.values())
+
+
+class ShardedEngine(DistributedEngine):
+    """Runs every step on ``module`` sharded with FSDP2 over the ranks of the job (see the module docstring).
+
+    Attributes:
+        mesh: the ``DeviceMesh`` of the shards: 1-D, or ``(replicate, shard)`` for ``'hybrid'``.
+    """
+
+    def wrap(self, module: nn.Module, device: torch.device) -> nn.Module:
+        """Shard ``module`` in place: each unit, then the root; reductions sum (no division by the world size)."""
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy
+        from torch.distributed.fsdp import fully_shard
+        sharding: Sharding = self.plan.sharding
+        shape = sharding.mesh_shape(self.plan.world.size)
+        self.mesh = init_device_mesh(device.type, shape,
+                                     mesh_dim_names=('shard',) if len(shape) == 1 else ('replicate', 'shard'))
+        cuda = device.type == 'cuda'
+        options = {'mesh': self.mesh, 'reshard_after_forward': sharding.reshard_after_forward,
+                   'mp_policy': (MixedPrecisionPolicy(param_dtype=getattr(torch, self.plan.amp),
+                                                      reduce_dtype=torch.float32)
+                                 if cuda and self.plan.amp else MixedPrecisionPolicy()),
+                   'offload_policy': CPUOffloadPolicy() if cuda and sharding.offload else OffloadPolicy()}
+        for unit in sharding_units(module, sharding.units):
+            fully_shard(unit, **options)
+        fully_shard(module, **options)
+        for sub in module.modules():
+            if isinstance(sub, FSDPModule):
+                sub.set_gradient_divide_factor(1.0)
+                sub.set_force_sum_reduction_for_comms(True)
+        self._optimizer: torch.optim.Optimizer | None = None
+        return module
+
+    def before_step(self, inputs: Any, targets: Any) -> None:
+        """Exchange the ranks' item counts: the global batch size and the number of pieces every rank runs."""
+        self.take_counts(inputs)
+
+    def after_step(self, inputs: Any, result: StepResult, return_outputs: bool) -> StepResult:
+        """The step's result: an idle rank's outputs are its pieces' (empty, of the busy ranks' shape)."""
+        return result
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Clear the gradients (``set_to_none``); the optimizer is kept for ``describe``."""
+        self._optimizer = optimizer
+        optimizer.zero_grad(set_to_none=True)
+
+    def pieces(self, size: int, counts: Sequence[int]) -> tuple[Piece, ...]:
+        """This rank's pieces of ``size`` items, weighted by their share of the global batch (``counts``), then
+        pieces without items up to the most pieces of a rank."""
+        total, micro = sum(counts), self.plan.microbatch
+        own = tuple(replace(piece, weight=piece.size / total) for piece in split_batch(size, 1, micro)) if size else ()
+        most = max(len(chunk_sizes(count, micro)) for count in counts if count)
+        return own + tuple(Piece(len(own) + i, 0, size, size, 0.0) for i in range(most - len(own)))
+
+    def groups(self, batch_size: int) -> dict[int, tuple[Piece, ...]]:
+        """This rank's pieces: as many as any rank's (see ``pieces``)."""
+        key = (batch_size, self.counts)
+        groups = self._groups.get(key)
+        if groups is None:
+            groups = self._groups[key] = {0: self.pieces(batch_size, self.counts)}
+        return groups
+
+    def backward_sync(self, last: bool) -> contextlib.AbstractContextManager:
+        """Every unit reduce-scatters its gradients in the backward of the last piece only."""
+        self._inner.set_requires_gradient_sync(last)
+        return NO_CONTEXT
+
+    def reduce_gradients(self, active: tuple[int, ...]) -> None:
+        """Nothing: the last piece's backward left each rank its shard of the global batch's gradient."""
+
+    def run_piece(self, replica: int, piece: Piece, batch: BatchTensors, loss_fn: Callable, keep_outputs: bool,
+                  last: bool, seed: int) -> tuple[torch.Tensor, Any]:
+        """A piece with items as in every engine; one without items joins the collectives with a zero gradient."""
+        if piece.size:
+            return super().run_piece(replica, piece, batch, loss_fn, keep_outputs, last, seed)
+        forward, device = self.forwards[replica], self.devices[replica]
+        modes = [(sub, sub.training) for sub in self._inner.modules()]
+        self._inner.eval()          # no BatchNorm statistics of no items
+        try:
+            with self.backward_sync(last):
+                with self.precision.autocast(device):
+                    outputs = forward(*[move(t, device, batch.dtype, piece, self.memory_format)
+                                        for t in batch.inputs])
+                zero = sum(out.sum() for out in _floating(outputs))
+                zero.backward()
+        finally:
+            for sub, training in modes:
+                sub.training = training
+        loss = torch.zeros((), device=device)
+        return loss, to_device(outputs, device_of(outputs, device)) if keep_outputs else None
+
+    @torch.no_grad()
+    def nonfinite(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether the global batch's loss or any rank's shard of the gradient holds a nan or an inf (one
+        all-reduce of a flag: every rank takes the same decision)."""
+        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {
+            (loss.device, loss.dtype): [loss.detach().reshape(1)]}
+        for param in _optimized(optimizer):
+            if param.grad is not None:
+                grad = _local(param.grad)
+                groups.setdefault((grad.device, grad.dtype), []).append(grad)
+        flag = torch.zeros(1, dtype=torch.float64, device=self._group_device)
+        for (device, _), tensors in groups.items():
+            found, one = torch.zeros(1, device=device), torch.ones(1, device=device)
+            torch._amp_foreach_non_finite_check_and_unscale_(tensors, found, one)   # multiplies by one: exact
+            flag += found.to(self._group_device, torch.float64)
+        _kept(flag)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag)
+
+    @torch.no_grad()
+    def sync(self) -> None:
+        """Every rank takes rank 0's buffers; the parameters are each rank's own shards."""
+        with distributed.collective("the broadcast of rank 0's buffers"):
+            _coalesced(list(self._inner.buffers()), _from_rank_0)
+
+    def predict(self, inputs: Sequence[torch.Tensor]) -> Any:
+        """This rank's outputs, micro-batch by micro-batch; a collective: the ranks exchange their item counts and
+        run as many pieces each (pieces without items on the ranks with fewer)."""
+        batch = self.prepare(inputs, ())
+        counts = self._exchange_counts(inputs)
+        if not sum(counts):
+            counts = (1,)       # no items anywhere: one empty piece each, for outputs of the right shape
+        device = self.devices[0]
+        modes = [(sub, sub.training) for sub in self._inner.modules()]
+        self._inner.eval()
+        try:
+            with torch.no_grad(), self.precision.autocast(device):
+                return concat([self._inner(*[move(t, device, batch.dtype, piece, self.memory_format)
+                                             for t in batch.inputs]) for piece in self.pieces(batch.size, counts)])
+        finally:
+            for sub, training in modes:
+                sub.training = training
+
+    def rank_bytes(self) -> dict[str, int | None]:
+        """Bytes this rank holds of parameters, gradients and optimizer state (their local shards' storages);
+        ``None`` for what is not made yet (gradients before the first backward, Adam's state before its step)."""
+        params = list(self._inner.parameters())
+        grads = [param.grad for param in params if param.grad is not None]
+        optimizer = self._optimizer
+        state = [] if optimizer is None else [value for values in optimizer.state.values()
+                                              for value in values.values() if isinstance(value, torch.Tensor)]
+        return {'parameters': storage_bytes(params), 'gradients': storage_bytes(grads) if grads else None,
+                'optimizer state': storage_bytes(state) if state else None}
+
+    def describe(self, batch_size: int | None = None) -> str:
+        """The plan's description with the sharding, the mesh and the bytes this rank holds."""
+        return self.plan.describe(batch_size, rank_bytes=self.rank_bytes())
+
+
+def _floating(outputs: Any) -> list[torch.Tensor]:
+    if isinstance(outputs, torch.Tensor):
+        return [outputs] if outputs.is_floating_point() else []
+    values = outputs.values() if isinstance(outputs, dict) else outputs if isinstance(outputs, (list, tuple)) else ()
+    return [tensor for value in values for tensor in _floating(value)]

@@ -1,0 +1,74 @@
+"""Sharded data parallel (FSDP2) on 2, 3 and 4 gloo processes: float64 Adam parameters equal one process on the
+whole batch, with micro-batches, an uneven last batch, a global batch smaller than the world, clipping by the
+global norm, and a 2 x 2 hybrid mesh (SPEC §9)."""
+import numpy as np
+import pytest
+
+from flowpipe.parallel import launch
+
+from . import sharded_jobs
+
+pytestmark = pytest.mark.slow      # several processes each: CI or FLOWPIPE_SLOW=1
+
+# 23 items: batches of 7 end with one of 2 (uneven, and smaller than 3 ranks: one rank idle)
+RUNS = [('full', {'batch_size': 7, 'sharding': 'full'}),
+        ('full_micro', {'batch_size': 7, 'microbatch': 2, 'sharding': 'full'}),
+        ('grad_op', {'batch_size': 7, 'sharding': 'grad_op'}),
+        ('grad_op_micro', {'batch_size': 5, 'microbatch': 2, 'sharding': 'grad_op'}),
+        ('small', {'batch_size': 2, 'n_epochs': 1, 'sharding': 'full'}),
+        ('clip', {'batch_size': 7, 'microbatch': 3, 'sharding': 'full',
+                  'overrides': {'clip_grad_norm': 0.05, 'clip_grad_value': 0.2}})]
+HYBRID = [('hybrid', {'batch_size': 7, 'sharding': 'hybrid', 'overrides': {'sharding_group': 2}}),
+          ('hybrid_micro', {'batch_size': 3, 'microbatch': 2, 'n_epochs': 1, 'sharding': 'hybrid',
+                            'overrides': {'sharding_group': 2, 'clip_grad_norm': 0.05}})]
+TIMEOUT = 300
+
+
+def _rel(a, b):
+    return max(float(np.max(np.abs(x - y)) / max(np.max(np.abs(y)), 1e-300)) for x, y in zip(a, b))
+
+
+def _reference(runs):
+    """One process on whole batches: the same config without sharding."""
+    return sharded_jobs.scenarios([(name, {**kwargs, 'sharding': None,
+                                           'overrides': {key: value for key, value in kwargs.get('overrides', {}).items()
+                                                         if key != 'sharding_group'}})
+                                   for name, kwargs in runs])
+
+
+@pytest.fixture(scope='module')
+def reference():
+    return _reference(RUNS)
+
+
+@pytest.fixture(scope='module', params=[2, 3])
+def launched(request):
+    return request.param, launch(sharded_jobs.scenarios, request.param, args=(RUNS,), timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize('name', [name for name, _ in RUNS])
+def test_parameters_equal_one_process_on_the_whole_batch(launched, reference, name):
+    world, ranks = launched
+    for result in ranks:
+        assert result[name]['world'] == world
+        assert _rel(result[name]['params'], reference[name]['params']) < 1e-10
+        np.testing.assert_allclose(result[name]['loss'], reference[name]['loss'], rtol=1e-10)
+
+
+def test_the_plan_says_sharded_the_mesh_and_the_bytes_each_rank_holds(launched):
+    world, ranks = launched
+    for rank, result in enumerate(ranks):
+        text = result['full']['plan']
+        assert f'sharded data parallel, rank {rank} of {world}' in text
+        assert "sharding 'full': parameters, gradients and optimizer state sharded (ZeRO-3)" in text
+        assert f'mesh: 1-D, {world} ranks, each holds 1/{world} of every unit' in text
+        assert 'this rank holds: parameters ' in text and 'optimizer state ' in text
+        assert "sharding 'grad_op'" in result['grad_op']['plan']
+
+
+def test_hybrid_on_a_2_by_2_mesh_equals_one_process():
+    reference = _reference(HYBRID)
+    for result in launch(sharded_jobs.scenarios, 4, args=(HYBRID,), timeout=TIMEOUT):
+        for name, _ in HYBRID:
+            assert _rel(result[name]['params'], reference[name]['params']) < 1e-10
+        assert 'mesh: 2-D, 2 replicas x 2 shards' in result['hybrid']['plan']
