@@ -20,6 +20,7 @@ when a process group is started: every rank calls it, in the same order.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import shutil
 import warnings
@@ -28,9 +29,9 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import nn
 
-__all__ = ['SHARDS_SUFFIX', 'full_model_state', 'full_optimizer_state', 'load_full_model_state',
-           'load_full_optimizer_state', 'load_sharded_state', 'load_shards', 'parameter_names', 'save_shards',
-           'sharded_state']
+__all__ = ['SHARDS_SUFFIX', 'filled', 'full_model_state', 'full_optimizer_state', 'load_full_model_state',
+           'load_full_optimizer_state', 'load_sharded_state', 'load_shards', 'materialize', 'parameter_names',
+           'save_shards', 'sharded_state', 'skeleton']
 assert __all__ == sorted(__all__)
 
 #: the suffix of the folder of shards beside a checkpoint file (``checkpoint-000000004.shards``)
@@ -56,6 +57,36 @@ def _one_process() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='torch.distributed is disabled')
         yield
+
+
+def skeleton(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` (before it is sharded) whose parameters are on the ``meta`` device (no memory) and whose
+    buffers are CPU copies: what a model file stores of a network given as ``config['model']``."""
+    memo: dict[int, Any] = {id(param): nn.Parameter(torch.empty_like(param, device='meta'), param.requires_grad)
+                            for param in module.parameters()}
+    for buffer in module.buffers():
+        memo[id(buffer)] = buffer.detach().to('cpu', copy=True)
+    return copy.deepcopy(module, memo)
+
+
+def filled(frame: nn.Module, state: Mapping[str, Any]) -> nn.Module | None:
+    """A copy of a ``skeleton`` holding the whole ``state`` (its tensors, not copies); ``None`` for an empty state
+    (a rank other than 0 after gathering)."""
+    if not state:
+        return None
+    module = copy.deepcopy(frame)
+    module.load_state_dict(dict(state), assign=True)
+    return module
+
+
+def materialize(module: nn.Module) -> nn.Module:
+    """Give the ``meta`` parameters of a ``skeleton`` CPU memory (uninitialized: shards are read into them next),
+    in place; ``module`` itself."""
+    for sub in module.modules():
+        for name, param in list(sub._parameters.items()):
+            if param is not None and param.is_meta:
+                sub._parameters[name] = nn.Parameter(torch.empty_like(param, device='cpu'), param.requires_grad)
+    return module
 
 
 def parameter_names(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:

@@ -104,3 +104,40 @@ def load_shards_and_step(folder, n_more):
     for seed in range(100, 100 + n_more):
         step(net, optimizer, seed)
     return {'predictions': predictions, 'params': full_params(net)}
+
+
+# the model files of flowpipe models sharded by the 'sharding' config key
+
+def _predict_and_train(source):
+    """Predict every item (gathered on rank 0), then train one more epoch; the predictions and whole parameters."""
+    from flowpipe import B, Pipeline, V
+
+    from .dist_jobs import dataset
+    from .sharded_jobs import full
+    predictor = (source.init_variable('p', []).predict_model('net', x=B.x, save_to=V('p', mode='a'))) << dataset()
+    predictor.run(4)
+    predictions = distributed.gather_batches(predictor.v('p'))
+    trainer = Pipeline().import_model('net', predictor).train_model('net', x=B.x, y=B.y) << dataset()
+    trainer.run(5, n_epochs=1, shuffle=True, seed=6)
+    model = trainer.m('net')
+    return {'predictions': predictions, 'params': [full(p) for p in model.model.parameters()],
+            'optimizer_steps': sorted({int(s['step']) for s in model.optimizer.state.values()})}
+
+
+def save_sharded_model(path, sharding='full'):
+    """Train a flowpipe model sharded by ``sharding`` one epoch, save it to ``path`` (every rank calls save), then
+    predict and train on (``_predict_and_train``)."""
+    from flowpipe import B, Pipeline
+
+    from .dist_jobs import dataset
+    from .sharded_jobs import config
+    trainer = Pipeline().init_model('net', config=config(sharding)).train_model('net', x=B.x, y=B.y) << dataset()
+    trainer.run(5, n_epochs=1, shuffle=True, seed=5)
+    trainer.m('net').save(path)
+    return _predict_and_train(Pipeline().import_model('net', trainer))
+
+
+def load_model_file(path):
+    """Load a model file (sharded as its config says, over this job's ranks), then ``_predict_and_train``."""
+    from flowpipe import Pipeline
+    return _predict_and_train(Pipeline().load_model('net', path))

@@ -85,3 +85,24 @@ def test_a_folder_without_shards_is_a_clear_error(tmp_path):
     net, optimizer = sharded_jobs.network(shard=False)
     with pytest.raises(FileNotFoundError, match='Expected a folder of shards'):
         sharded_state.load_shards(str(tmp_path), {'net': sharded_state.sharded_state(net, optimizer)})
+
+
+# model files of flowpipe models sharded by the 'sharding' config key
+
+@pytest.fixture(scope='module')
+def saved_model(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp('model') / 'sharded.model')
+    return path, launch(sharded_jobs.save_sharded_model, 2, args=(path,), timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize('world', [1, 3])
+def test_a_model_saved_on_2_sharded_ranks_loads_in_one_process_and_on_3(saved_model, world):
+    path, saved = saved_model
+    loaded = [sharded_jobs.load_model_file(path)] if world == 1 else launch(
+        sharded_jobs.load_model_file, world, args=(path,), timeout=TIMEOUT)
+    np.testing.assert_allclose(loaded[0]['predictions'], saved[0]['predictions'], rtol=1e-12, atol=1e-14)
+    # the optimizer state came too: one more epoch from the file ends where the saving job's next epoch ended
+    assert loaded[0]['optimizer_steps'] == saved[0]['optimizer_steps'] == [10]
+    for rank in loaded:
+        for got, want in zip(rank['params'], saved[0]['params']):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)

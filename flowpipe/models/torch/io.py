@@ -31,6 +31,7 @@ import torch
 from ...atomic import dump_atomically
 from ...errors import ModelFileError
 from ...parallel.model_parallel import remove_move_hooks
+from ...parallel.sharded_state import filled, materialize
 
 if TYPE_CHECKING:
     from .model import TorchModel
@@ -79,16 +80,19 @@ def payload(model: 'TorchModel', tensors: bool = True) -> dict:
     engine = model._built()
     config = dict(model.config)
     module = None
+    network = engine.state_dict() if tensors else None
     if config.get('model') is not None:
         # The config holds the live network (maybe on a GPU, maybe split over devices): store a CPU copy without
-        # the input-moving hooks of its placement; loading places it again as the (new) config says.
-        module = _cpu_copy(model.model)
+        # the input-moving hooks of its placement; loading places it again as the (new) config says. A sharded
+        # network cannot be copied: its skeleton (taken before sharding) is filled with the gathered state.
+        frame = getattr(engine, 'skeleton', None)
+        module = _cpu_copy(model.model) if frame is None else frame if network is None else filled(frame, network)
         config['model'] = None
     return {
         'format': FORMAT, 'format_version': FORMAT_VERSION,
         'flowpipe_version': _flowpipe_version(), 'torch_version': torch.__version__,
         'model_class': type(model), 'config': config, 'module': module,
-        'state': {'network': _to_cpu(engine.state_dict()) if tensors else None,
+        'state': {'network': _to_cpu(network) if tensors else None,
                   'optimizer': _to_cpu(engine.optimizer_state_dict(model.optimizer)) if tensors else None,
                   'decay': model.decay.state() if model.decay is not None else None,
                   'precision': engine.precision.state(),
@@ -186,7 +190,8 @@ def from_payload(contents: dict, model_class: type | None = None, **overrides: A
     """A new model from the contents of a model file (``payload``), as ``load`` makes it."""
     config = dict(contents['config'])
     if contents.get('module') is not None:
-        config['model'] = copy.deepcopy(contents['module'])
+        # a sharded checkpoint's skeleton gets memory here, and its weights from the shards next
+        config['model'] = materialize(copy.deepcopy(contents['module']))
     cls = model_class or contents['model_class']
     model = cls(config, **overrides)
     load_into(model, contents)
