@@ -120,6 +120,10 @@ def report(title, world, results, peak_name):
         print(f'{arm or "DDP":>8} | {held["parameters"] / mb:9.1f} | {held["gradients"] / mb:8.1f} | '
               f'{held["optimizer"] / mb:7.1f} | {total / mb:15.1f} | {total / base:9.3f} | {peak:14.0f} | '
               f'{step * 1e3:7.1f} | {ratio:10.3f}')
+    full = sum(results['full'][0][0]['bytes'].values()) / base
+    print(f"'full' on {world} ranks: parameters + gradients + Adam state per rank / DDP's = {full:.3f} "
+          f"(ideal {1 / world:.3f}; {'within' if full <= 0.6 * 2 / world else 'above'} "
+          f"{0.6 * 2 / world:.2f})")
 
 
 def main():
