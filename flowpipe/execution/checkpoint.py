@@ -3,8 +3,9 @@
 A checkpoint folder holds files ``checkpoint-<batches>.flowpipe``, one dill pickle each, numbered by the batches
 the run had completed. A file is written under a temporary name in the same folder, flushed to disk and renamed
 over its final name (``os.replace``), so a crash while writing leaves the earlier files as they were and never a
-half-written file under a checkpoint's name. Reading runs dill, which can execute code: read only checkpoints
-you trust.
+half-written file under a checkpoint's name. With ``Checkpoint(sharded=True)`` the models' weights and optimizer
+state are in a folder ``checkpoint-<batches>.shards`` beside the file (one shard per rank, written before the file
+and removed with it). Reading runs dill, which can execute code: read only checkpoints you trust.
 """
 from __future__ import annotations
 
