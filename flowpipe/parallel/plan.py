@@ -296,8 +296,8 @@ def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = 
               sharding_units: Any = None, sharding_group: Any = None, sharding_offload: Any = False) -> DevicePlan:
     """Turn the user's flags into a frozen :class:`DevicePlan`, the engine kind included.
 
-    The kind: ``'distributed'`` in a distributed job (``world``), else ``'model_parallel'`` with a ``device_map``,
-    else ``'replicas'`` for several devices, else ``'single'``. In a distributed job each rank has one device: the
+    The kind: ``'sharded'`` in a distributed job (``world``) with ``sharding``, ``'distributed'`` in one without,
+    else ``'model_parallel'`` with a ``device_map``, else ``'replicas'`` for several devices, else ``'single'``. In a distributed job each rank has one device: the
     CPU, or its own GPU (``cuda:LOCAL_RANK`` for one GPU named, the ``LOCAL_RANK``-th of several).
 
     Args:

@@ -41,3 +41,85 @@ def train(batch_size, sharding=None, microbatch=None, n_epochs=2, overrides=None
 def scenarios(runs):
     """``train(**kwargs)`` for each ``(name, kwargs)``."""
     return {name: train(**kwargs) for name, kwargs in runs}
+
+
+def train_and_predict(sharding=None):
+    """Train on global batches of 2 (an idle rank among 3) fetching predictions, then predict every item in global
+    batches of 5 (the last of 1); the predicted losses, the predictions gathered in dataset order, and the shapes of
+    the training predictions each rank got."""
+    data = dataset(11)
+    trainer = (Pipeline()
+               .init_variable('shapes', [])
+               .init_model('net', config=config(sharding))
+               .train_model('net', x=B.x, y=B.y, fetches='predictions', save_to=V('shapes', mode='a'))) << data
+    trainer.run(2, n_epochs=1, shuffle=True, seed=3)
+    predictor = (Pipeline().import_model('net', trainer)
+                 .init_variable('predictions', []).init_variable('loss', [])
+                 .predict_model('net', x=B.x, y=B.y, fetches=['predictions', 'loss'],
+                                save_to=[V('predictions', mode='a'), V('loss', mode='a')])) << data
+    predictor.run(5, n_epochs=1)
+    return {'gathered': distributed.gather_batches(predictor.v('predictions'), dst=None),
+            'loss': list(predictor.v('loss')), 'shapes': [value.shape for value in trainer.v('shapes')]}
+
+
+def skip_poisoned_batch(sharding=None):
+    """Three steps on a global batch of 6, the second with an inf in the last item (the last rank's shard); the
+    skipped count and the full parameters."""
+    from flowpipe.models.torch import TorchModel
+    rng = torch.Generator().manual_seed(0)
+    x, y = torch.randn(6, N_FEATURES, generator=rng, dtype=torch.float64), torch.arange(6) % N_CLASSES
+    poisoned = x.clone()
+    poisoned[-1, 0] = float('inf')
+    world, rank = distributed.world_size(), distributed.rank()
+    shard = slice(rank * 6 // world, (rank + 1) * 6 // world)
+    with TorchModel(config(sharding, nonfinite_loss='skip')) as model:
+        for inputs in (x, poisoned, x):
+            model.train(x=inputs[shard], y=y[shard], seed=1)
+        return model.skipped_steps, [full(p) for p in model.model.parameters()]
+
+
+def batchnorm_idle(sharding=None, microbatch=None):
+    """Three steps of a BatchNorm network on a global batch of 4 that rank 0 holds alone (with ``microbatch``,
+    the other ranks run as many pieces without items); the running statistics and the full parameters."""
+    from torch import nn
+
+    from flowpipe.parallel.factory import build_engine
+    from flowpipe.parallel.plan import make_plan
+    torch.manual_seed(0)
+    # no bias before BatchNorm: its gradient is zero but for rounding, which Adam would scale up to whole steps
+    network = nn.Sequential(nn.Linear(3, 4, bias=False), nn.BatchNorm1d(4), nn.Tanh(), nn.Linear(4, 2)).double()
+    engine = build_engine(network, make_plan('cpu', microbatch, world=distributed.init(), sharding=sharding))
+    optimizer = torch.optim.Adam(engine.parameters(), lr=0.05)
+    x, y = torch.randn(4, 3, dtype=torch.double), torch.tensor([0, 1, 1, 0])
+    if distributed.rank() != 0:
+        x, y = x[:0], y[:0]
+    try:
+        for _ in range(3):
+            engine.train_step([x], [y], nn.functional.cross_entropy, optimizer, seed=1)
+        batch_norm = engine.module[1]
+        return ([batch_norm.running_mean.numpy().copy(), batch_norm.running_var.numpy().copy()],
+                [full(p) for p in engine.parameters()])
+    finally:
+        engine.close()
+
+
+def nonfinite_on_one_shard():
+    """After a step, the engine's non-finite check with clean gradients, then with an inf written into rank 1's
+    shard of the first weight's gradient only (the loss finite): what each rank decides."""
+    from torch import nn
+
+    from flowpipe.parallel.factory import build_engine
+    from flowpipe.parallel.plan import make_plan
+    torch.manual_seed(0)
+    network = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    engine = build_engine(network, make_plan('cpu', world=distributed.init(), sharding='full'))
+    optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+    x, y = torch.randn(4, 3, dtype=torch.double), torch.tensor([0, 1, 1, 0])
+    try:
+        loss = engine.train_step([x], [y], nn.functional.cross_entropy, optimizer).loss
+        clean = engine.nonfinite(loss, optimizer)
+        if distributed.rank() == 1:
+            engine.module[0].weight.grad.to_local()[0, 0] = float('inf')
+        return clean, engine.nonfinite(loss, optimizer)
+    finally:
+        engine.close()

@@ -3,6 +3,7 @@ whole batch, with micro-batches, an uneven last batch, a global batch smaller th
 global norm, and a 2 x 2 hybrid mesh (SPEC §9)."""
 import numpy as np
 import pytest
+from torch import nn
 
 from flowpipe.parallel import launch
 
@@ -12,10 +13,12 @@ pytestmark = pytest.mark.slow      # several processes each: CI or FLOWPIPE_SLOW
 
 # 23 items: batches of 7 end with one of 2 (uneven, and smaller than 3 ranks: one rank idle)
 RUNS = [('full', {'batch_size': 7, 'sharding': 'full'}),
-        ('full_micro', {'batch_size': 7, 'microbatch': 2, 'sharding': 'full'}),
+        ('full_micro', {'batch_size': 7, 'microbatch': 2, 'sharding': 'full',
+                        'overrides': {'sharding_offload': True}}),      # on the CPU: accepted, changes nothing
         ('grad_op', {'batch_size': 7, 'sharding': 'grad_op'}),
         ('grad_op_micro', {'batch_size': 5, 'microbatch': 2, 'sharding': 'grad_op'}),
-        ('small', {'batch_size': 2, 'n_epochs': 1, 'sharding': 'full'}),
+        ('small', {'batch_size': 2, 'n_epochs': 1, 'sharding': 'full', 'overrides': {'sharding_units': nn.Linear}}),
+        ('units', {'batch_size': 5, 'n_epochs': 1, 'sharding': 'grad_op', 'overrides': {'sharding_units': 30}}),
         ('clip', {'batch_size': 7, 'microbatch': 3, 'sharding': 'full',
                   'overrides': {'clip_grad_norm': 0.05, 'clip_grad_value': 0.2}})]
 HYBRID = [('hybrid', {'batch_size': 7, 'sharding': 'hybrid', 'overrides': {'sharding_group': 2}}),
@@ -30,10 +33,10 @@ def _rel(a, b):
 
 def _reference(runs):
     """One process on whole batches: the same config without sharding."""
-    return sharded_jobs.scenarios([(name, {**kwargs, 'sharding': None,
-                                           'overrides': {key: value for key, value in kwargs.get('overrides', {}).items()
-                                                         if key != 'sharding_group'}})
-                                   for name, kwargs in runs])
+    def alone(kwargs):
+        overrides = {key: value for key, value in kwargs.get('overrides', {}).items() if not key.startswith('sharding')}
+        return {**kwargs, 'sharding': None, 'overrides': overrides}
+    return sharded_jobs.scenarios([(name, alone(kwargs)) for name, kwargs in runs])
 
 
 @pytest.fixture(scope='module')
@@ -72,3 +75,36 @@ def test_hybrid_on_a_2_by_2_mesh_equals_one_process():
         for name, _ in HYBRID:
             assert _rel(result[name]['params'], reference[name]['params']) < 1e-10
         assert 'mesh: 2-D, 2 replicas x 2 shards' in result['hybrid']['plan']
+
+
+@pytest.mark.parametrize('world', [3])
+def test_predictions_and_an_idle_ranks_outputs_under_sharding_are_one_process_s(world):
+    alone = sharded_jobs.train_and_predict()
+    for result in launch(sharded_jobs.train_and_predict, world, args=('full',), timeout=TIMEOUT):
+        np.testing.assert_allclose(np.concatenate(result['gathered']), np.concatenate(alone['gathered']), rtol=1e-10)
+        np.testing.assert_allclose(result['loss'], alone['loss'], rtol=1e-10)
+        assert result['shapes'][-1] in ((1, 3), (0, 3))       # 11 items: the last global batch of 1
+
+
+def test_every_rank_skips_the_step_whose_loss_is_not_finite_on_one_rank():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        skipped, params = sharded_jobs.skip_poisoned_batch()
+    assert skipped == 1 and all(np.isfinite(p).all() for p in params)
+    for rank_skipped, rank_params in launch(sharded_jobs.skip_poisoned_batch, 2, args=('full',), timeout=TIMEOUT):
+        assert rank_skipped == 1
+        assert _rel(rank_params, params) < 1e-10
+
+
+@pytest.mark.parametrize('microbatch', [None, 2])
+def test_idle_ranks_leave_batchnorm_statistics_as_the_rank_that_saw_the_batch_computed_them(microbatch):
+    stats, params = sharded_jobs.batchnorm_idle(microbatch=microbatch)
+    for rank_stats, rank_params in launch(sharded_jobs.batchnorm_idle, 2, args=('full', microbatch),
+                                          timeout=TIMEOUT):
+        assert _rel(rank_stats, stats) < 1e-12
+        assert _rel(rank_params, params) < 1e-10
+
+
+def test_a_non_finite_gradient_in_one_ranks_shard_is_seen_by_every_rank():
+    assert launch(sharded_jobs.nonfinite_on_one_shard, 2, timeout=TIMEOUT) == [(False, True), (False, True)]

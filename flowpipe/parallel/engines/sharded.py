@@ -113,8 +113,9 @@ class ShardedEngine(DistributedEngine):
                                      mesh_dim_names=('shard',) if len(shape) == 1 else ('replicate', 'shard'))
         cuda = device.type == 'cuda'
         options = {'mesh': self.mesh, 'reshard_after_forward': sharding.reshard_after_forward,
+                   # outputs back in float32: the loss and its weighting by piece_size / n are not rounded to bfloat16
                    'mp_policy': (MixedPrecisionPolicy(param_dtype=getattr(torch, self.plan.amp),
-                                                      reduce_dtype=torch.float32)
+                                                      reduce_dtype=torch.float32, output_dtype=torch.float32)
                                  if cuda and self.plan.amp else MixedPrecisionPolicy()),
                    'offload_policy': CPUOffloadPolicy() if cuda and sharding.offload else OffloadPolicy()}
         for unit in sharding_units(module, sharding.units):
@@ -194,8 +195,12 @@ class ShardedEngine(DistributedEngine):
                 with self.precision.autocast(device):
                     outputs = forward(*[move(t, device, batch.dtype, piece, self.memory_format)
                                         for t in batch.inputs])
-                zero = sum(out.sum() for out in _floating(outputs))
-                zero.backward()
+                floating = _floating(outputs)
+                if not floating:
+                    raise TypeError(f'Expected floating outputs of the network under sharding (a rank without items '
+                                    f'backwards their sum, zero, to join the collectives). Received: outputs of '
+                                    f'type {type(outputs).__name__} without a floating tensor.')
+                sum(out.sum() for out in floating).backward()
         finally:
             for sub, training in modes:
                 sub.training = training
