@@ -33,25 +33,17 @@ FEATURES, HIDDEN, LAYERS, CLASSES, BATCH = 512, 3072, 4, 10, 64
 ARMS = (None, 'full', 'grad_op')
 
 
-def _storage_bytes(tensors):
-    """Bytes of the distinct storages of ``tensors`` (a DTensor's local shard)."""
-    storages = {}
-    for tensor in tensors:
-        local = tensor.to_local() if hasattr(tensor, 'to_local') else tensor
-        storage = local.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
-
-
 def held_bytes(model):
-    """This rank's bytes of parameters, gradients and optimizer state."""
+    """This rank's bytes of parameters, gradients and optimizer state (each storage once; a shard's local one)."""
     import torch
+
+    from flowpipe.parallel.engines.sharded import storage_bytes
     params = list(model.model.parameters())
     state = [value for values in model.optimizer.state.values() for value in values.values()
              if isinstance(value, torch.Tensor) and value.dim() > 0]      # Adam's step counts are scalars
-    return {'parameters': _storage_bytes(params), 'gradients': _storage_bytes(p.grad for p in params
+    return {'parameters': storage_bytes(params), 'gradients': storage_bytes(p.grad for p in params
                                                                                if p.grad is not None),
-            'optimizer': _storage_bytes(state)}
+            'optimizer': storage_bytes(state)}
 
 
 def job(sharding, steps, device='cpu'):

@@ -131,7 +131,8 @@ without any sharding, with the same weights as one process trained on the whole 
 from flowpipe.models.torch import MLP
 
 train_sharded(os.path.join(folder, 'alone.model'), sharding=None)
-restored, alone_model = MLP.from_file(os.path.join(folder, 'sharded.model')), MLP.from_file(os.path.join(folder, 'alone.model'))
+restored = MLP.from_file(os.path.join(folder, 'sharded.model'))      # saved by the 2 sharded processes
+alone_model = MLP.from_file(os.path.join(folder, 'alone.model'))
 sharded_difference = max(np.max(np.abs(a.detach().numpy() - b.detach().numpy())) / np.max(np.abs(b.detach().numpy()))
                          for a, b in zip(restored.model.parameters(), alone_model.model.parameters()))
 adam_steps = sorted({int(state['step']) for state in restored.optimizer.state.values()})
