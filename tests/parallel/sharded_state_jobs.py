@@ -141,3 +141,16 @@ def load_model_file(path):
     """Load a model file (sharded as its config says, over this job's ranks), then ``_predict_and_train``."""
     from flowpipe import Pipeline
     return _predict_and_train(Pipeline().load_model('net', path))
+
+
+def run_with_sharded_checkpoints(folder, resume=False):
+    """Train a sharded flowpipe model one epoch with ``Checkpoint(folder, sharded=True)``; the folder's names."""
+    import os
+
+    from flowpipe import B, Checkpoint, Pipeline
+
+    from .dist_jobs import dataset
+    from .sharded_jobs import config
+    trainer = Pipeline().init_model('net', config=config('full')).train_model('net', x=B.x, y=B.y) << dataset()
+    trainer.run(5, n_epochs=1, shuffle=True, seed=5, checkpoint=Checkpoint(folder, sharded=True), resume=resume)
+    return sorted(os.listdir(folder))
