@@ -90,10 +90,10 @@ def test_a_folder_without_shards_is_a_clear_error(tmp_path):
 
 # model files of flowpipe models sharded by the 'sharding' config key
 
-@pytest.fixture(scope='module')
-def saved_model(tmp_path_factory):
+@pytest.fixture(scope='module', params=['full', 'grad_op'])
+def saved_model(tmp_path_factory, request):
     path = str(tmp_path_factory.mktemp('model') / 'sharded.model')
-    return path, launch(sharded_jobs.save_sharded_model, 2, args=(path,), timeout=TIMEOUT)
+    return path, launch(sharded_jobs.save_sharded_model, 2, args=(path, request.param), timeout=TIMEOUT)
 
 
 @pytest.mark.parametrize('world', [1, 3])
