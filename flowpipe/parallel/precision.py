@@ -2,7 +2,8 @@
 
 An engine holds one precision object and calls it at fixed points of its loop: ``autocast(device)`` around each
 piece's forward and loss, ``convert_loss`` and ``scale`` before each backward, ``unscale`` before gradients are
-clipped, ``step`` for the one optimizer step of a batch, ``discard_step`` when the step fails between them.
+clipped (``unscale_grads`` for the gradients SAM reads before the step), ``step`` for the one optimizer step of a
+batch, ``discard_step`` when the step fails between them.
 ``state`` / ``load_state`` carry the scaler's state through a model file (flowpipe's own stateful objects, the
 execution nodes and the scheduler wrapper included, name these two methods so; the torch objects they hold keep
 torch's ``state_dict``). :func:`make_precision` chooses the object from the plan (``amp``):
@@ -45,6 +46,11 @@ class Precision:
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring the optimizer's gradients to their true values (before clipping)."""
+
+    def unscale_grads(self, grads: list[torch.Tensor]) -> bool:
+        """Bring ``grads`` (not the optimizer's: SAM's first pass) to their true values in place; whether one holds a
+        nan or an inf there (always ``False`` without loss scaling, where nothing is checked)."""
+        return False
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         """The one optimizer step of a batch."""
@@ -103,6 +109,10 @@ class MixedPrecision(Precision):
         """Divide the optimizer's gradients by the scale (once per step) and note any non-finite value."""
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
+
+    def unscale_grads(self, grads: list[torch.Tensor]) -> bool:
+        """Divide ``grads`` by the scale in place; whether one is not finite (one host synchronization)."""
+        return False if self.scaler is None else self.scaler.unscale_grads(grads)
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         """Step through the scaler (skipped when a gradient is not finite), then update the scale."""

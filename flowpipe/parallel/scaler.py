@@ -54,6 +54,28 @@ class DeviceScaler(torch.amp.GradScaler):
         """Drop what ``unscale_`` and ``step`` recorded for ``optimizer`` in a step that never reached ``update``."""
         self._per_optimizer_states.pop(id(optimizer), None)
 
+    @torch.no_grad()
+    def unscale_grads(self, grads: list[torch.Tensor]) -> bool:
+        """Divide ``grads`` by the current scale in place, outside the optimizer's record (``unscale_`` stays free
+        for the step's own gradients); whether one holds a nan or an inf (one host synchronization).
+
+        SAM unscales its first pass's gradients here: the step then unscales the second pass's as usual.
+        """
+        if not self._enabled or not grads:
+            return False
+        self._make_scale()
+        inverse = self._scale.double().reciprocal().float()
+        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = defaultdict(list)
+        for grad in grads:
+            groups[(grad.device, grad.dtype)].append(grad)
+        found = []
+        for (device, _), tensors in groups.items():
+            flag = torch.zeros(1, dtype=torch.float32, device=device)
+            scale = inverse if device == inverse.device else inverse.to(device)    # a blocking copy elsewhere
+            torch._amp_foreach_non_finite_check_and_unscale_(tensors, flag, scale)
+            found.append(flag.to(self.scale_device))
+        return bool(torch.cat(found).any())
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the scaler's state and drop the copies of the old scale."""
         super().load_state_dict(state_dict)

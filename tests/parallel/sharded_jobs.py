@@ -123,3 +123,12 @@ def nonfinite_on_one_shard():
         return clean, engine.nonfinite(loss, optimizer)
     finally:
         engine.close()
+
+
+def averaging_refused():
+    """The error of a sharded model asked to average its weights: its type and message."""
+    try:
+        train(4, 'full', n_epochs=1, overrides={'weights_averaging': {'start_iter': 1, 'last_iter': 3, 'frequency': 1}})
+    except ValueError as error:
+        return str(error)
+    return None

@@ -20,7 +20,10 @@ RUNS = [('full', {'batch_size': 7, 'sharding': 'full'}),
         ('small', {'batch_size': 2, 'n_epochs': 1, 'sharding': 'full', 'overrides': {'sharding_units': nn.Linear}}),
         ('units', {'batch_size': 5, 'n_epochs': 1, 'sharding': 'grad_op', 'overrides': {'sharding_units': 30}}),
         ('clip', {'batch_size': 7, 'microbatch': 3, 'sharding': 'full',
-                  'overrides': {'clip_grad_norm': 0.05, 'clip_grad_value': 0.2}})]
+                  'overrides': {'clip_grad_norm': 0.05, 'clip_grad_value': 0.2}}),
+        ('sam', {'batch_size': 7, 'microbatch': 2, 'sharding': 'full', 'overrides': {'sam_rho': 0.05}}),
+        ('sam_one_norm', {'batch_size': 5, 'sharding': 'grad_op',
+                          'overrides': {'sam_rho': 0.05, 'sam_individual_norm': False}})]
 HYBRID = [('hybrid', {'batch_size': 7, 'sharding': 'hybrid', 'overrides': {'sharding_group': 2}}),
           ('hybrid_micro', {'batch_size': 3, 'microbatch': 2, 'n_epochs': 1, 'sharding': 'hybrid',
                             'overrides': {'sharding_group': 2, 'clip_grad_norm': 0.05}})]
@@ -108,3 +111,8 @@ def test_idle_ranks_leave_batchnorm_statistics_as_the_rank_that_saw_the_batch_co
 
 def test_a_non_finite_gradient_in_one_ranks_shard_is_seen_by_every_rank():
     assert launch(sharded_jobs.nonfinite_on_one_shard, 2, timeout=TIMEOUT) == [(False, True), (False, True)]
+
+
+def test_weight_averaging_of_a_sharded_model_is_refused_with_the_fix():
+    for message in launch(sharded_jobs.averaging_refused, 2, timeout=TIMEOUT):
+        assert "'weights_averaging' without 'sharding'" in message and "'sharding': None" in message

@@ -16,6 +16,8 @@ Keys read here (everything else is kept for the network classes, e.g. ``body/fil
 - ``model``: a ready ``nn.Module`` (or a class / zero-argument callable that makes one).
 - ``profile``: time every training step per torch operation (``TorchModel.show_profile_info``).
 - ``nonfinite_loss``: what a nan or inf training loss does (``flowpipe.models.torch.checks``).
+- ``sam_rho``, ``sam_individual_norm``: sharpness-aware minimization (``flowpipe.parallel.engines.sam``).
+- ``weights_averaging`` (or ``wa``, ``swa``): weight averaging (``flowpipe.models.torch.averaging``).
 
 Every top-level key flowpipe reads is in ``TOP_KEYS`` (add a key there when code starts reading it). A key close to
 a known one is an error naming it; another unknown key is reported by ``unknown_keys`` (``TorchModel`` warns, unless
@@ -37,7 +39,8 @@ __all__ = ['TOP_KEYS', 'ModelSpec', 'get_path', 'nest', 'parse_config', 'unknown
 TOP_KEYS = ('amp', 'batch_norm', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common', 'compile',
             'decay', 'device', 'device_map', 'device_weights', 'dtype', 'gradient_clipping', 'head', 'initial_block',
             'inputs', 'loss', 'memory_format', 'microbatch', 'model', 'name', 'nonfinite_loss', 'optimizer',
-            'pin_memory', 'profile', 'sharding', 'sharding_group', 'sharding_offload', 'sharding_units')
+            'pin_memory', 'profile', 'sam_individual_norm', 'sam_rho', 'sharding', 'sharding_group',
+            'sharding_offload', 'sharding_units', 'swa', 'wa', 'weights_averaging')
 #: Where a few keys that are often put at the top level belong.
 _KEY_HINTS = {'lr': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
               'learning_rate': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",

@@ -3,10 +3,10 @@
 A model file is one dill pickle of a dict: a format tag and version, the flowpipe and torch versions, the model
 class, the config (a ready ``nn.Module`` given as ``config['model']`` is stored as a CPU copy), and the state:
 network weights and buffers, optimizer and scheduler state, the precision's state (the gradient scaler under
-``amp``), the batch counter, the count of steps skipped for a non-finite loss and the state of the model's
-callbacks (``callbacks``). Every tensor is on the CPU and a stored module carries no placement hooks, so a file
-saved from any device layout (GPUs, model parallel) loads into any other: the engine places the module and the
-weights again (``engine.sync``).
+``amp``), the batch counter, the count of steps skipped for a non-finite loss, the state of the model's
+callbacks (``callbacks``) and the averaged network of ``weights_averaging`` with its updates (``averaging``).
+Every tensor is on the CPU and a stored module carries no placement hooks, so a file saved from any device layout
+(GPUs, model parallel) loads into any other: the engine places the module and the weights again (``engine.sync``).
 
 The network's and the optimizer's state go through the engine (``engine.state_dict()``,
 ``engine.optimizer_state_dict(optimizer)`` and their ``load_`` counterparts), which gives them as one process holds
@@ -97,7 +97,8 @@ def payload(model: 'TorchModel', tensors: bool = True) -> dict:
                   'decay': model.decay.state() if model.decay is not None else None,
                   'precision': engine.precision.state(),
                   'iteration': model.iteration, 'skipped_steps': model.skipped_steps,
-                  'callbacks': [(type(callback).__name__, callback.state()) for callback in model.callbacks]},
+                  'callbacks': [(type(callback).__name__, callback.state()) for callback in model.callbacks],
+                  'averaging': model.averaging.state() if model.averaging is not None else None},
     }
 
 
@@ -147,6 +148,8 @@ def load_into(model: 'TorchModel', payload: dict) -> None:
     model.iteration = state.get('iteration', 0)
     model._loss_check.skipped = state.get('skipped_steps', 0)
     _load_callbacks(model, state.get('callbacks') or [])
+    if model.averaging is not None and state.get('averaging') is not None:
+        model.averaging.load_state(state['averaging'])
     engine.sync()
 
 

@@ -6,7 +6,8 @@ Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_l
 ``sharding*`` keys
 (one plan, one engine: every step is delegated to ``self.engine``), ``clipping`` the ``clip_grad_value``,
 ``clip_grad_norm`` and ``gradient_clipping`` keys (applied in the engine's step), ``callbacks`` the ``callbacks``
-key (called here after every step), ``io`` saving and loading.
+key (called here after every step), ``io`` saving and loading, ``averaging`` the ``weights_averaging`` (``wa``,
+``swa``) key; the ``sam_rho`` and ``sam_individual_norm`` keys go to every training step (``engines.sam``).
 Ready networks (``ResNet18``...) are subclasses that only say how to make their ``nn.Module``.
 """
 from __future__ import annotations
@@ -23,8 +24,10 @@ import torch
 from torch import nn
 
 from ...parallel import build_engine, distributed, make_plan
+from ...parallel.engines.sam import make_sam
 from ...torchutils import to_tensor
 from . import io
+from .averaging import make_averaging
 from .callbacks import make_callbacks
 from .checks import BatchNormCheck, InputCheck, LossCheck
 from .clipping import read_clipping
@@ -65,6 +68,8 @@ class TorchModel:
         last_loss: the last training step's full-batch loss, a 0-dim tensor left on the device (``None``
             before one).
         callbacks: the model's own copies of the config's ``callbacks``, called after every training step.
+        sam: sharpness-aware minimization from ``sam_rho`` and ``sam_individual_norm`` (``None``: off).
+        averaging: the averaged network of ``weights_averaging`` (``flowpipe.models.torch.averaging``), or ``None``.
     """
 
     #: ``(input_shape, num_outputs, **options) -> nn.Module`` for ready networks; ``None`` needs ``config['model']``.
@@ -80,7 +85,8 @@ class TorchModel:
             self.config = nest({**_flat_paths(self.config), **overrides})
         self.spec: ModelSpec = parse_config(self.config)
         self._warn_unknown_keys()
-        self.engine = self.loss_fn = self.optimizer = self.decay = None
+        self.engine = self.loss_fn = self.optimizer = self.decay = self.averaging = None
+        self.sam = make_sam(self.spec.get('sam_rho'), self.spec.get('sam_individual_norm', True))
         self.clip_grad_value, self.clip_grad_norm = read_clipping(self.spec)
         self._loss_check = LossCheck(self.spec.get('nonfinite_loss'))
         self._input_check = InputCheck(self.spec.shapes, self.spec.classes)   # as declared, not as inferred
@@ -127,6 +133,7 @@ class TorchModel:
         self.loss_fn = make_loss(self.spec.get('loss'), has_classes=bool(self.spec.classes))
         self.optimizer = make_optimizer(self.spec.get('optimizer'), self.engine.parameters())
         self.decay = make_decay(self.spec.get('decay'), self.optimizer)
+        self.averaging = make_averaging(self.spec.config, self.engine, self.optimizer)
 
     def _make_plan(self, world: Any = None) -> Any:
         return make_plan(**{key: self.spec.get(key) for key in _PLAN_KEYS},
@@ -205,7 +212,8 @@ class TorchModel:
     # steps
 
     def train(self, *args: Any, fetches: Any = None, inputs: Any = None, targets: Any = None,
-              outputs: Any = None, seed: int | None = None, **named_inputs: Any) -> Any:
+              outputs: Any = None, seed: int | None = None, sam_rho: float | None = None,
+              sam_individual_norm: bool | None = None, **named_inputs: Any) -> Any:
         """One optimizer step on a batch.
 
         Args:
@@ -216,6 +224,7 @@ class TorchModel:
             outputs: batchflow's name for ``fetches``.
             seed: the step seed the random streams of the step's pieces (dropout masks) derive from; ``None``
                 draws one from torch's global generator (``train_model`` in a seeded run passes one).
+            sam_rho, sam_individual_norm: SAM for this step instead of the config's (``sam_rho=0``: off).
             **named_inputs: inputs and targets by their config names (``images=..., labels=...``).
 
         Returns:
@@ -225,6 +234,9 @@ class TorchModel:
         names = check_fetches(fetches)
         net_inputs, net_targets = self._collect(args, inputs, targets, named_inputs, need_targets=True)
         wants_outputs = any(name != 'loss' for name in names)
+        sam = self.sam if sam_rho is None and sam_individual_norm is None else make_sam(
+            self.spec.get('sam_rho') if sam_rho is None else sam_rho,
+            self.spec.get('sam_individual_norm', True) if sam_individual_norm is None else sam_individual_norm)
         with self._step_lock, _profiled(self.profiler, self.iteration):
             if self.engine is None:
                 self._build_for(net_inputs)
@@ -236,7 +248,7 @@ class TorchModel:
             try:
                 result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
                                                 return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm,
-                                                clip_grad_value=self.clip_grad_value, seed=seed)
+                                                clip_grad_value=self.clip_grad_value, seed=seed, sam=sam)
             except ValueError as error:
                 self._batch_norm_check.explain(error, batch_size)
                 raise
@@ -246,6 +258,8 @@ class TorchModel:
             loss = functools.cache(lambda: float(result.loss))     # read from the device once, if at all
             if self.decay is not None:
                 self.decay.after_batch(self.iteration, self._plan_batch_size(), loss)
+            if self.averaging is not None:
+                self.averaging.after_batch(self.iteration)
             if self.callbacks:
                 self._call_callbacks(loss(), net_inputs, net_targets)
         return self._fetch(fetches, names, loss, result.outputs)
@@ -259,10 +273,11 @@ class TorchModel:
             callback.on_iter_end(loss, **info)
 
     def predict(self, *args: Any, fetches: Any = None, inputs: Any = None, targets: Any = None,
-                outputs: Any = None, **named_inputs: Any) -> Any:
+                outputs: Any = None, use_averaged: bool = False, **named_inputs: Any) -> Any:
         """Outputs for a batch in evaluation mode, without gradients; arguments as in ``train``.
 
         ``fetches`` (or ``outputs``) is ``'predictions'`` by default; targets are needed only to fetch ``'loss'``.
+        ``use_averaged=True`` predicts with the averaged network of ``weights_averaging``.
         """
         fetches = _fetches(fetches, outputs, 'predictions')
         names = check_fetches(fetches)
@@ -271,7 +286,7 @@ class TorchModel:
             if self.engine is None:
                 self._build_for(net_inputs)
             self._input_check(self._named(net_inputs, net_targets), self.loss_fn)
-            outputs = self.engine.predict(net_inputs)
+            outputs = self._averaged().predict(net_inputs) if use_averaged else self.engine.predict(net_inputs)
 
         def loss() -> float:
             """The batch's loss; in a distributed run the global batch's, whose shards the ranks hold."""
@@ -284,6 +299,13 @@ class TorchModel:
                     value = float(self.loss_fn(outputs, *moved))
             return self.engine.batch_mean(value, count)
         return self._fetch(fetches, names, loss, outputs)
+
+    def _averaged(self) -> Any:
+        if self.averaging is None:
+            raise ValueError(f"Expected a model with 'weights_averaging' in its config for use_averaged=True. "
+                             f"Received: a {type(self).__name__} without it. Add e.g. 'weights_averaging': "
+                             "{'start_iter': 10, 'last_iter': 100, 'frequency': 5}, or predict without use_averaged.")
+        return self.averaging
 
     # inputs and outputs
 
@@ -405,7 +427,8 @@ class TorchModel:
         targets = ', '.join(f'{name} ({self.spec.classes[name]} classes)' if name in self.spec.classes else name
                             for name in self.spec.target_names)
         parameters = sum(p.numel() for p in self.model.parameters())
-        clips = (('clip_grad_value', self.clip_grad_value), ('clip_grad_norm', self.clip_grad_norm))
+        clips = (('clip_grad_value', self.clip_grad_value), ('clip_grad_norm', self.clip_grad_norm),
+                 ('sam', self.sam), ('averaging', self.averaging))
         clip = ''.join(f'{key}={value}, ' for key, value in clips if value is not None)
         lines = [f'{type(self).__name__}(network={type(self.model).__name__}, {parameters:,} parameters, '
                  f'inputs: {inputs or "?"} -> targets: {targets or "?"})',

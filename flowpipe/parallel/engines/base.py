@@ -16,6 +16,8 @@ needs (each is a no-op or the one-replica case here):
 - ``broadcast(active)``: send the primary's new state to the replicas after the optimizer step;
 - ``step_result(ordered, keep_outputs)``: the loss (a tensor, left on the device) and outputs the step returns;
 - ``clip_gradients(params, norm, value)``: clip the full-batch gradient (a sharded engine by the global norm);
+- ``gradient_norms(grads)``, ``share_parameters()``: SAM's norms of the full-batch gradient, and its perturbed
+  weights given to the replicas (``engines.sam``);
 - ``state_dict()`` / ``load_state_dict(state)``, ``optimizer_state_dict(optimizer)`` /
   ``load_optimizer_state_dict(optimizer, state)``: the state saved in model files, as one process holds it
   (collectives every rank calls when ``collective_state``: a sharded engine gathers it on rank 0);
@@ -49,6 +51,7 @@ from ..randomness import draw_step_seed, piece_random, piece_seed
 from ..speed import compiled, resolve_memory_format, torch_memory_format
 from ..split import Piece
 from .cuda import device_context
+from .sam import Sam, sharpness_pass
 from .tensors import (BatchTensors, concat, device_of, first_floating, move, prepare_batch, set_mode, target_devices,
                       to_device)
 
@@ -206,7 +209,8 @@ class Engine:
 
     def train_step(self, inputs: Tensors, targets: Tensors, loss_fn: Callable, optimizer: torch.optim.Optimizer,
                    *, return_outputs: bool = False, clip_grad_norm: float | None = None,
-                   clip_grad_value: float | Callable | None = None, seed: int | None = None) -> StepResult:
+                   clip_grad_value: float | Callable | None = None, seed: int | None = None,
+                   sam: Sam | None = None) -> StepResult:
         """One optimizer step on the whole batch, however the plan splits it.
 
         The step runs in ``step_context()``, from ``before_step`` to ``after_step``; the full-batch gradient is
@@ -223,6 +227,8 @@ class Engine:
                 ``grad -> grad`` to each parameter's full-batch gradient; before ``clip_grad_norm``.
             seed: the step seed each piece's random stream derives from (see ``flowpipe.parallel.randomness``);
                 ``None`` draws one from torch's global generator.
+            sam: sharpness-aware minimization (``engines.sam.make_sam``): a second pass at weights perturbed along
+                the first pass's full-batch gradient gives the gradient the optimizer steps with; ``None``: off.
         """
         max_norm = check_max_norm(clip_grad_norm)
         clip_value = check_clip_value(clip_grad_value)
@@ -231,28 +237,37 @@ class Engine:
             step_seed = self.step_seed(seed)
             batch = self.prepare(inputs, targets)
             groups = self.groups(batch.size)        # {replica: its pieces}; a piece is one shard of one chunk
-            active = tuple(groups)
             set_mode(self.replicas, True)
             self.zero_grad(optimizer)
             skip_nonfinite = self.skip_nonfinite
             saved = self.save_buffers() if skip_nonfinite else None
-
-            def work(replica: int, pieces: Sequence[Piece]) -> list[tuple[torch.Tensor, Any]]:
-                # each piece's loss is weighted by its share of the batch, so the gradients accumulated over all
-                # pieces add up to the full-batch gradient
-                return [self.run_piece(replica, piece, batch, loss_fn, return_outputs, last=piece is pieces[-1],
-                                       seed=step_seed) for piece in pieces]
-
-            results = self.run_replicas(groups, work)
-            result = self.step_result(in_batch_order(groups, results), return_outputs)
-            self.reduce_gradients(active)           # the full-batch gradient, on the primary
-            if skip_nonfinite and self.nonfinite(result.loss, optimizer):
+            result = self.gradient_pass(batch, groups, loss_fn, step_seed, return_outputs)
+            stepped = not (skip_nonfinite and self.nonfinite(result.loss, optimizer))
+            if stepped and sam is not None:         # the gradient at the perturbed weights replaces this one
+                stepped = sharpness_pass(self, sam, optimizer, lambda: self.gradient_pass(
+                    batch, groups, loss_fn, step_seed, False), skip_nonfinite)
+            if stepped:
+                self.optimizer_step(optimizer, max_norm, clip_value)     # one optimizer step per batch
+                self.broadcast(tuple(groups))       # the new weights (and buffers) to the replicas
+            else:
                 self.skip_step(optimizer, saved)
                 result = replace(result, stepped=False)
-            else:
-                self.optimizer_step(optimizer, max_norm, clip_value)     # one optimizer step per batch
-                self.broadcast(active)              # the new weights (and buffers) to the replicas
             return self.after_step(inputs, result, return_outputs)
+
+    def gradient_pass(self, batch: BatchTensors, groups: Groups, loss_fn: Callable, seed: int,
+                      keep_outputs: bool) -> StepResult:
+        """Forward and backward of every piece, then ``reduce_gradients``: the full-batch gradient on the primary;
+        returns the full-batch loss (and outputs when ``keep_outputs``)."""
+        def work(replica: int, pieces: Sequence[Piece]) -> list[tuple[torch.Tensor, Any]]:
+            # each piece's loss is weighted by its share of the batch, so the gradients accumulated over all
+            # pieces add up to the full-batch gradient
+            return [self.run_piece(replica, piece, batch, loss_fn, keep_outputs, last=piece is pieces[-1],
+                                   seed=seed) for piece in pieces]
+
+        results = self.run_replicas(groups, work)
+        result = self.step_result(in_batch_order(groups, results), keep_outputs)
+        self.reduce_gradients(tuple(groups))        # the full-batch gradient, on the primary
+        return result
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, max_norm: float | None,
                        clip_value: float | Callable | None) -> None:
@@ -433,6 +448,15 @@ class Engine:
             torch.nn.utils.clip_grad_value_(params, value)
         if norm is not None:
             torch.nn.utils.clip_grad_norm_(params, norm)
+
+    def gradient_norms(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The 2-norm of each full-batch gradient in ``grads`` (0-dim tensors), which SAM's perturbation divides by;
+        for a sharded engine's ``DTensor`` gradients, each whole gradient's norm."""
+        return list(torch._foreach_norm(grads))
+
+    def share_parameters(self) -> None:
+        """Give the primary's parameters (SAM's perturbed weights) to the replicas for the step's second pass: a
+        no-op where every replica moved its own (one module, or each rank from the same all-reduced gradient)."""
 
     def run_replicas(self, groups: Groups, work: Callable[[int, Sequence[Piece]], list]) -> dict[int, list]:
         """``{replica: work(replica, its pieces)}`` for every replica in ``groups``: here in turn, in this thread,

@@ -95,6 +95,10 @@ class ReplicaEngine(Engine):
         """Sum the active replicas' gradients onto the primary, in replica order, coalesced (``engines.reduce``)."""
         reduce.reduce_gradients(self._params, active, self.devices)
 
+    def share_parameters(self) -> None:
+        """Copy the primary's parameters (SAM's perturbed weights) to every replica, coalesced."""
+        reduce.broadcast(self._params, self.devices)
+
     def broadcast(self, active: tuple[int, ...]) -> None:
         """Average floating buffers over ``active`` replicas onto the primary, then copy the primary everywhere.
 
