@@ -216,8 +216,12 @@ def test_06_model_parallel():
 def test_07_distributed():
     facts = run_notebook('07_distributed.ipynb', seen="[len(ranks[rank]['seen'][0]) for rank in (0, 1)]",
                          difference='difference', uneven_difference='uneven_difference',
-                         rank_loss="ranks[1]['loss']", alone_loss="alone['loss']", failure='str(failure)')
+                         rank_loss="ranks[1]['loss']", alone_loss="alone['loss']", failure='str(failure)',
+                         sharded_difference='sharded_difference', adam_steps='adam_steps',
+                         sharded_plan="sharded[0]['plan']")
     assert facts['seen'] == [25, 25]
+    assert facts['sharded_difference'] < 1e-10 and facts['adam_steps'] == [5]
+    assert "sharding 'full'" in facts['sharded_plan']
     assert facts['difference'] < 1e-10 and facts['uneven_difference'] < 1e-10
     np.testing.assert_allclose(facts['rank_loss'], facts['alone_loss'], rtol=1e-10)
     assert 'rank 1 failed: ValueError: rank 1 cannot read its data' in facts['failure']

@@ -88,6 +88,61 @@ uneven_difference = max(np.max(np.abs(a - b)) / np.max(np.abs(b))
 print(uneven[2]['plan'])
 print(f'largest relative difference from one process: {uneven_difference:.1e}')"""),
     ('md', """
+## Sharding the model over the processes
+
+Above, every process holds the whole model, its gradients and its optimizer state. With `'sharding': 'full'` in
+the model config each process holds only its share of them (torch's FSDP2, `docs/distributed.md`), and the
+update is still that of one process on the whole batch. `save` is called by every process: the processes gather
+the whole state on rank 0, which writes one file, with the optimizer state, and that file loads in one plain
+process (this one) or in any number of processes. The files go to a temporary folder."""),
+    ('code', """
+import os
+import tempfile
+
+def train_sharded(path, sharding='full'):
+    import torch
+    from flowpipe import B, D, V, Pipeline
+    from flowpipe.models.torch import MLP
+    from flowpipe.opensets import Digits
+
+    config = {'inputs/images/shape': B.image_shape, 'inputs/labels/classes': D.num_classes,
+              'initial_block/inputs': 'images', 'body/units': (256, 256), 'sharding': sharding,
+              'dtype': 'float64', 'optimizer': 'Adam'}
+    torch.manual_seed(0)
+    pipeline = (Pipeline()
+                .init_variable('loss', [])
+                .init_model('net', MLP, config=config)
+                .to_array().multiply(1 / 255)
+                .train_model('net', images=B.images, labels=B.labels, fetches='loss',
+                             save_to=V('loss', mode='a'))) << Digits().train
+    pipeline.run(64, n_iters=5, shuffle=True, seed=7)
+    model = pipeline.m('net')
+    model.save(path)            # every process calls it; rank 0 writes the whole state once
+    return {'plan': model.device_plan(64), 'loss': pipeline.v('loss')}
+
+folder = tempfile.mkdtemp()
+sharded = launch(train_sharded, 2, args=(os.path.join(folder, 'sharded.model'),), timeout=300)
+print(sharded[0]['plan'])"""),
+    ('md', """
+The plan names the sharding, the mesh and what this rank holds: half of each. The file loads here, in one process
+without any sharding, with the same weights as one process trained on the whole batches, and with Adam's state
+(its step count is 5):"""),
+    ('code', """
+from flowpipe.models.torch import MLP
+
+train_sharded(os.path.join(folder, 'alone.model'), sharding=None)
+restored = MLP.from_file(os.path.join(folder, 'sharded.model'))      # saved by the 2 sharded processes
+alone_model = MLP.from_file(os.path.join(folder, 'alone.model'))
+sharded_difference = max(np.max(np.abs(a.detach().numpy() - b.detach().numpy())) / np.max(np.abs(b.detach().numpy()))
+                         for a, b in zip(restored.model.parameters(), alone_model.model.parameters()))
+adam_steps = sorted({int(state['step']) for state in restored.optimizer.state.values()})
+print(f'largest relative difference from one process: {sharded_difference:.1e}; Adam steps: {adam_steps}')"""),
+    ('md', """
+Under torchrun the same lines run as a script (SPEC §9 is such a script). For checkpoints of models too big to
+gather in one process, `run(..., checkpoint=Checkpoint(folder, sharded=True))` writes one shard per process
+beside each checkpoint file, and `resume=True` reads them back (`docs/distributed.md`, "Saving and resuming
+sharded models")."""),
+    ('md', """
 ## When a process fails
 
 An error in any process ends the whole job and comes back here, naming the process; nothing hangs."""),

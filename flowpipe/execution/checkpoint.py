@@ -3,14 +3,16 @@
 A checkpoint folder holds files ``checkpoint-<batches>.flowpipe``, one dill pickle each, numbered by the batches
 the run had completed. A file is written under a temporary name in the same folder, flushed to disk and renamed
 over its final name (``os.replace``), so a crash while writing leaves the earlier files as they were and never a
-half-written file under a checkpoint's name. Reading runs dill, which can execute code: read only checkpoints
-you trust.
+half-written file under a checkpoint's name. With ``Checkpoint(sharded=True)`` the models' weights and optimizer
+state are in a folder ``checkpoint-<batches>.shards`` beside the file (one shard per rank, written before the file
+and removed with it). Reading runs dill, which can execute code: read only checkpoints you trust.
 """
 from __future__ import annotations
 
 import numbers
 import os
 import re
+import shutil
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +24,7 @@ from ..errors import add_note
 from .nodes import CheckpointError
 
 __all__ = ['Checkpoint', 'FORMAT', 'as_checkpoint', 'differences', 'fingerprint', 'latest', 'latest_in', 'read',
-           'stable_repr', 'write']
+           'shards_of', 'shards_path', 'stable_repr', 'write']
 
 FORMAT = 'flowpipe-checkpoint'
 FORMAT_VERSION = 1
@@ -43,12 +45,16 @@ class Checkpoint:
         keep: how many of the newest files to keep; older ones are removed after a successful write.
         on_interrupt: on Ctrl-C (or leaving a ``gen_batch`` loop early) between two batches, write one for the
             last completed batch if it has none yet.
+        sharded: write the models' weights and optimizer state one shard per rank (``torch.distributed.checkpoint``)
+            into a folder ``checkpoint-<batches>.shards`` beside the file, instead of gathering them into the file:
+            for sharded models too big for one process.
     """
     path: str
     every: int | None = None
     seconds: float | None = None
     keep: int = 1
     on_interrupt: bool = True
+    sharded: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, (str, os.PathLike)) or not os.fspath(self.path):
@@ -59,6 +65,8 @@ class Checkpoint:
         if self.seconds is not None and (isinstance(self.seconds, bool) or not isinstance(self.seconds, numbers.Real)
                                          or not self.seconds > 0):
             raise ValueError(f"Expected seconds as a positive number or None. Received: seconds={self.seconds!r}")
+        if not isinstance(self.sharded, bool):
+            raise TypeError(f"Expected sharded as True or False. Received: sharded={self.sharded!r}")
         if self.every is None and self.seconds is None:
             object.__setattr__(self, 'every', 1)
 
@@ -73,7 +81,7 @@ def _check_int(name: str, value: Any, allow_none: bool) -> None:
 
 def as_checkpoint(value: Any) -> Checkpoint | None:
     """``checkpoint=`` as a ``Checkpoint``: a path, a dict of its fields, or an object with ``path`` (and maybe
-    ``every``, ``seconds``, ``keep``, ``on_interrupt`` attributes); ``None`` for none."""
+    ``every``, ``seconds``, ``keep``, ``on_interrupt``, ``sharded`` attributes); ``None`` for none."""
     if value is None or isinstance(value, Checkpoint):
         return value
     if isinstance(value, (str, os.PathLike)):
@@ -82,10 +90,10 @@ def as_checkpoint(value: Any) -> Checkpoint | None:
         try:
             return Checkpoint(**value)
         except TypeError as error:
-            raise TypeError(f"Expected checkpoint= as a dict of path, every, seconds, keep, on_interrupt. "
+            raise TypeError(f"Expected checkpoint= as a dict of path, every, seconds, keep, on_interrupt, sharded. "
                             f"Received: {value!r} ({error})") from None
     if hasattr(value, 'path'):
-        fields = ('every', 'seconds', 'keep', 'on_interrupt')
+        fields = ('every', 'seconds', 'keep', 'on_interrupt', 'sharded')
         return Checkpoint(value.path, **{name: getattr(value, name) for name in fields if hasattr(value, name)})
     raise TypeError(f"Expected checkpoint= as a folder path, a dict or a Checkpoint(path, every=, seconds=, keep=). "
                     f"Received: checkpoint={value!r}")
@@ -97,7 +105,8 @@ def write(folder: str, number: int, payload: dict, keep: int) -> str:
     """Write ``payload`` as checkpoint ``number`` in ``folder`` atomically, then keep the ``keep`` newest files.
 
     Files numbered after ``number`` are a run's that this one resumed before their batches: they are removed too,
-    so that they neither count as the newest nor are what ``resume=True`` takes next.
+    so that they neither count as the newest nor are what ``resume=True`` takes next. A removed file's folder of
+    shards (``shards_of``) goes with it.
     """
     path = os.path.join(folder, f'checkpoint-{number:09d}.flowpipe')
     try:
@@ -109,7 +118,20 @@ def write(folder: str, number: int, payload: dict, keep: int) -> str:
     later = [old for found, old in files if found > number]
     for old in later + [old for found, old in files if found <= number][keep:]:
         os.unlink(old)
+        if os.path.isdir(shards_of(old)):
+            shutil.rmtree(shards_of(old))
     return path
+
+
+def shards_of(path: str) -> str:
+    """The folder of shards of the checkpoint file ``path`` (``checkpoint-<batches>.shards``), written by
+    ``Checkpoint(sharded=True)`` before the file."""
+    return path[:-len('.flowpipe')] + '.shards' if path.endswith('.flowpipe') else path + '.shards'
+
+
+def shards_path(folder: str, number: int) -> str:
+    """The folder of shards of checkpoint ``number`` in ``folder``."""
+    return shards_of(os.path.join(folder, f'checkpoint-{number:09d}.flowpipe'))
 
 
 def _not_written(path: str, earlier: list[str]) -> str:

@@ -5,6 +5,10 @@ started (a run with ``checkpoint=`` runs its stateful actions in the caller's th
 the workers prefetch the rest). It holds the run's nodes' state (the position in the index), the root seed, the
 variables, every built model (weights, optimizer, scheduler, scaler, step count) and the global random states
 (Python's, numpy's, torch's), so the resumed run draws, trains and writes exactly what the uninterrupted one would.
+
+The models' weights and optimizer state go into the file, gathered on rank 0 (every rank takes part when an engine
+shards them), or, with ``Checkpoint(sharded=True)``, one shard per rank into a folder beside the file
+(``torch.distributed.checkpoint``, written before the file, so a file always has its shards).
 """
 from __future__ import annotations
 
@@ -59,6 +63,7 @@ class RunCheckpoints:
         self.spec = as_checkpoint(args.checkpoint)
         self.pipeline, self.world = pipeline, world
         self.fingerprint = files.fingerprint(pipeline, args, 1 if world is None else world.size)
+        self.path: str | None = None          # the checkpoint file resumed from
         self.saved = self._read(args.resume)
         found = files.latest_in(self.spec.path) if self.saved is None and self.spec is not None else None
         if found is not None:
@@ -89,6 +94,7 @@ class RunCheckpoints:
             path = _distributed().broadcast(path)         # every rank resumes from the file rank 0 found
         if path is None:
             return None
+        self.path = path
         saved = files.read(path)
         changed = files.differences(saved['fingerprint'], self.fingerprint)
         if changed:
@@ -110,6 +116,8 @@ class RunCheckpoints:
         with state.variables.lock:
             state.variables.update(own['variables'])
         _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}))
+        if self.saved.get('shards') is not None:
+            _load_shards(state.models, files.shards_of(self.path), self.saved['shards'])
         stream.load_state(self.saved['nodes'])
         if self.events is not None:
             if self.saved.get('events') is None:
@@ -155,12 +163,16 @@ class RunCheckpoints:
             variables = dict(state.variables)
         own = {'variables': variables, 'random': _random_states()}
         ranks = None if self.world is None else _distributed().gather(own, dst=0)
-        if self.world is not None and self.world.rank != 0:
+        main, sharded = self.world is None or self.world.rank == 0, self.spec.sharded
+        shards = _save_shards(state.models, files.shards_path(self.spec.path, self.done)) if sharded else None
+        models = _model_states(state.models, tensors=not sharded) if main or (
+            not sharded and _collective(state.models)) else None     # a sharded engine gathers on every rank
+        if not main:
             self.written, self._clock = self.done, time.monotonic()
             return
         payload = {'fingerprint': self.fingerprint, 'root': root[0], 'given': root[1], 'batches': self.done,
                    'pipeline_batches': state.batches, 'nodes': stream.state(), **own, 'ranks': ranks,
-                   'models': _model_states(state.models), 'loaded': loaded_files(state.models),
+                   'models': models, 'shards': shards, 'loaded': loaded_files(state.models),
                    'events': None if self.events is None else self.events.state()}
         try:
             files.write(self.spec.path, self.done, payload, self.spec.keep)
@@ -186,8 +198,47 @@ def _unpicklable(variables: dict) -> str:
     return "a value that does not pickle"
 
 
-def _model_states(models: Any) -> dict[str, Any]:
-    """``{name: model file payload}`` of built models; ``None`` for one not built yet."""
+def _built_models(models: Any) -> list[tuple[str, Any]]:
+    """``(name, model)`` of the built models, by name (the same order on every rank)."""
+    with models.lock:
+        items = sorted(models.items())
+    return [(name, model) for name, model in items
+            if not isinstance(model, PendingModel) and getattr(model, 'engine', None) is not None]
+
+
+def _collective(models: Any) -> bool:
+    """Whether a built model's state is gathered by every rank (``Engine.collective_state``)."""
+    return any(getattr(model.engine, 'collective_state', False) for _, model in _built_models(models))
+
+
+def _save_shards(models: Any, folder: str) -> dict[str, bool]:
+    """Write the built models' weights and optimizer state, one shard per rank, into ``folder`` (every rank);
+    ``{name: whether its optimizer state was written}``."""
+    from ..parallel import sharded_state
+    states = {name: model.engine.sharded_state_dict(model.optimizer) for name, model in _built_models(models)}
+    sharded_state.save_shards(folder, states)
+    return {name: 'optimizer' in state for name, state in states.items()}
+
+
+def _load_shards(models: Any, folder: str, saved: dict[str, bool]) -> None:
+    """Read the shards of ``saved``'s models from ``folder`` into the store's models (every rank)."""
+    from ..parallel import sharded_state
+    built = dict(_built_models(models))
+    missing = sorted(set(saved) - set(built))
+    if missing:
+        raise CheckpointError(f"Expected the models {sorted(saved)} built to resume from {folder!r}. Received: "
+                              f"{missing} not built. Resume with the pipeline that wrote the checkpoint.")
+    states = {name: built[name].engine.sharded_state_dict(built[name].optimizer, with_optimizer=optimizer)
+              for name, optimizer in saved.items()}
+    sharded_state.load_shards(folder, states)
+    for name, state in states.items():
+        built[name].engine.load_sharded_state_dict(built[name].optimizer, state)
+        built[name].engine.sync()
+
+
+def _model_states(models: Any, tensors: bool = True) -> dict[str, Any]:
+    """``{name: model file payload}`` of built models (``tensors=False``: without the weights and optimizer
+    state, which shards hold); ``None`` for one not built yet."""
     states = {}
     with models.lock:
         items = list(models.items())
@@ -199,7 +250,7 @@ def _model_states(models: Any) -> dict[str, Any]:
         if not isinstance(model, TorchModel):
             raise CheckpointError(f"Expected TorchModel models to checkpoint. Received: model {name!r} of type "
                                   f"{type(model).__name__}. Checkpoints keep TorchModel models only.")
-        states[name] = io.payload(model) if model.engine is not None else None
+        states[name] = io.payload(model, tensors) if model.engine is not None else None
     return states
 
 

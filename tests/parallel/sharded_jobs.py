@@ -132,3 +132,19 @@ def averaging_refused():
     except ValueError as error:
         return str(error)
     return None
+
+
+def export_refused(path):
+    """A sharded model asked for a safetensors export: the error's message; then its own file, written once."""
+    pipeline = (Pipeline()
+                .init_model('net', config=config('full'))
+                .train_model('net', x=B.x, y=B.y)) << dataset()
+    pipeline.run(4, n_epochs=1)
+    model = pipeline.m('net')
+    try:
+        model.save(path + '.export', fmt='safetensors')
+        message = None
+    except ValueError as error:
+        message = str(error)
+    model.save(path)
+    return message

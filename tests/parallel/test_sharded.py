@@ -1,6 +1,7 @@
 """Sharded data parallel (FSDP2) on 2, 3 and 4 gloo processes: float64 Adam parameters equal one process on the
 whole batch, with micro-batches, an uneven last batch, a global batch smaller than the world, clipping by the
 global norm, and a 2 x 2 hybrid mesh (SPEC §9)."""
+import os
 import numpy as np
 import pytest
 from torch import nn
@@ -116,3 +117,10 @@ def test_a_non_finite_gradient_in_one_ranks_shard_is_seen_by_every_rank():
 def test_weight_averaging_of_a_sharded_model_is_refused_with_the_fix():
     for message in launch(sharded_jobs.averaging_refused, 2, timeout=TIMEOUT):
         assert "'weights_averaging' without 'sharding'" in message and "'sharding': None" in message
+
+
+def test_an_export_of_a_sharded_model_is_refused_on_every_rank_and_its_own_file_saves(tmp_path):
+    path = str(tmp_path / 'net.model')
+    for message in launch(sharded_jobs.export_refused, 2, args=(path,), timeout=TIMEOUT):
+        assert 'Expected a whole network to export' in message and 'TorchModel.from_file(path)' in message
+    assert os.path.exists(path) and not os.path.exists(path + '.export')

@@ -4,7 +4,8 @@ log), and writes each rank's final state.
 
 Usage: ``torchrun ... tests/parallel/torchrun_resume_script.py CHECKPOINTS OUT_DIR`` (the repository root on
 ``PYTHONPATH``). With ``KILL_RANK`` and ``KILL_AT`` set, that rank kills itself with ``SIGKILL`` at that batch in the
-job's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0); torchrun then restarts every rank.
+job's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0); torchrun then restarts every rank. ``SHARDING`` (``'full'``,
+``'grad_op'``) shards the model; ``SHARDED_CHECKPOINT=1`` writes the checkpoints one shard per rank.
 """
 import os
 import signal
@@ -13,7 +14,7 @@ import sys
 import dill
 import numpy as np
 
-from flowpipe import B, I, Pipeline, V
+from flowpipe import B, Checkpoint, I, Pipeline, V
 from flowpipe.callbacks import CSVLogger, ModelCheckpoint, ReduceLROnPlateau, Validate
 from flowpipe.parallel import distributed
 from tests.parallel import dist_jobs
@@ -26,11 +27,22 @@ def die(number):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def config():
+    """The jobs' model config, sharded as ``SHARDING`` says."""
+    sharding = os.environ.get('SHARDING')
+    return {**dist_jobs.config(), **({'sharding': sharding} if sharding else {})}
+
+
+def whole(param):
+    """A parameter's whole value (a sharded one's gathered: every rank calls it, in the same order)."""
+    return param.full_tensor() if hasattr(param, 'full_tensor') else param
+
+
 def train(folder, out):
     pipeline = (Pipeline()
                 .init_variable('loss', [])
                 .init_variable('ids', [])
-                .init_model('net', config=dist_jobs.config())
+                .init_model('net', config=config())
                 .call(die, I('c'))
                 .update(V('ids', mode='a'), B.indices)
                 .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << dist_jobs.dataset()
@@ -40,9 +52,11 @@ def train(folder, out):
     callbacks = [Validate(val, batch_size=4, metrics={'loss': lambda p: float(np.mean(p.v('losses')))}),
                  ReduceLROnPlateau('net', factor=0.5, patience=0, threshold=0.05), best,
                  CSVLogger(os.path.join(out, 'logs'))]
-    pipeline.run(5, n_epochs=3, shuffle=True, seed=11, prefetch=1, checkpoint=folder, resume=True, callbacks=callbacks)
+    checkpoint = Checkpoint(folder, sharded=os.environ.get('SHARDED_CHECKPOINT') == '1')
+    pipeline.run(5, n_epochs=3, shuffle=True, seed=11, prefetch=1, checkpoint=checkpoint, resume=True,
+                 callbacks=callbacks)
     model = pipeline.m('net')
-    return {'params': [p.detach().numpy().copy() for p in model.model.parameters()], 'loss': pipeline.v('loss'),
+    return {'params': [whole(p).detach().numpy().copy() for p in model.model.parameters()], 'loss': pipeline.v('loss'),
             'ids': [ids.tolist() for ids in pipeline.v('ids')], 'attempt': os.environ.get('TORCHELASTIC_RESTART_COUNT'),
             'lrs': [group['lr'] for group in model.optimizer.param_groups], 'best': os.path.basename(best.best_path)}
 

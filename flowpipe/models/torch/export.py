@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .model import TorchModel
 
 __all__ = ['EXTENSIONS', 'META_FORMAT', 'ExportedModule', 'check_save_options', 'export_file', 'file_format',
-           'from_file', 'load', 'require']
+           'from_file', 'load', 'refuse_sharded', 'require']
 
 #: format -> extension of its file
 EXTENSIONS = {'onnx': '.onnx', 'safetensors': '.safetensors', 'torchscript': '.torchscript.pt', 'export': '.pt2'}
@@ -126,12 +126,17 @@ def _in_place(path: str, write: Callable[[str], None]) -> None:
             os.remove(temporary)
 
 
+def refuse_sharded(model: 'TorchModel') -> None:
+    """The error for an export of a model sharded over the ranks: its module holds only this rank's shards."""
+    raise ValueError("Expected a whole network to export. Received: a model sharded over the ranks "
+                     f"(sharding={model.spec.get('sharding')!r}), whose module holds only shards. Save it with "
+                     "fmt=None (the whole state is gathered into one file), then export it in one process: "
+                     "TorchModel.from_file(path).save(..., fmt=...).")
+
+
 def _network(model: 'TorchModel') -> torch.nn.Module:
     if any(hasattr(p, 'placements') for p in model.model.parameters()):        # DTensor shards
-        raise ValueError("Expected a whole network to export. Received: a model sharded over the ranks "
-                         f"(sharding={model.spec.get('sharding')!r}), whose module holds only shards. Save it with "
-                         "fmt=None (or fmt='safetensors'), then export a model loaded from that file in one "
-                         "process: TorchModel.from_file(path, sharding=None).save(..., fmt=...).")
+        refuse_sharded(model)
     return io._cpu_copy(model.model).eval()
 
 

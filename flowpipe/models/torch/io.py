@@ -31,12 +31,13 @@ import torch
 from ...atomic import dump_atomically
 from ...errors import ModelFileError
 from ...parallel.model_parallel import remove_move_hooks
+from ...parallel.sharded_state import filled, materialize
 
 if TYPE_CHECKING:
     from .model import TorchModel
 
 __all__ = ['FORMAT', 'FORMAT_VERSION', 'from_payload', 'load', 'load_into', 'payload', 'read', 'restore',
-           'restore_pending', 'save']
+           'restore_pending', 'save', 'write']
 
 FORMAT = 'flowpipe-model'
 FORMAT_VERSION = 1
@@ -69,22 +70,30 @@ def _cpu_copy(module: torch.nn.Module) -> torch.nn.Module:
     return remove_move_hooks(copy.deepcopy(module, memo)).to('cpu')
 
 
-def payload(model: 'TorchModel') -> dict:
-    """What a model file holds: format, versions, class, config, network and the training state (CPU tensors)."""
+def payload(model: 'TorchModel', tensors: bool = True) -> dict:
+    """What a model file holds: format, versions, class, config, network and the training state (CPU tensors).
+
+    ``tensors=False`` leaves the network's and the optimizer's state out (``None``): a sharded checkpoint writes
+    them one shard per rank beside it. Under an engine whose ``collective_state`` is set, every rank calls this
+    (the gathering is collective) and only rank 0's holds the state.
+    """
     engine = model._built()
     config = dict(model.config)
     module = None
+    network = engine.state_dict() if tensors else None
     if config.get('model') is not None:
         # The config holds the live network (maybe on a GPU, maybe split over devices): store a CPU copy without
-        # the input-moving hooks of its placement; loading places it again as the (new) config says.
-        module = _cpu_copy(model.model)
+        # the input-moving hooks of its placement; loading places it again as the (new) config says. A sharded
+        # network cannot be copied: its skeleton (taken before sharding) is filled with the gathered state.
+        frame = getattr(engine, 'skeleton', None)
+        module = _cpu_copy(model.model) if frame is None else frame if network is None else filled(frame, network)
         config['model'] = None
     return {
         'format': FORMAT, 'format_version': FORMAT_VERSION,
         'flowpipe_version': _flowpipe_version(), 'torch_version': torch.__version__,
         'model_class': type(model), 'config': config, 'module': module,
-        'state': {'network': _to_cpu(engine.state_dict()),
-                  'optimizer': _to_cpu(engine.optimizer_state_dict(model.optimizer)),
+        'state': {'network': _to_cpu(network) if tensors else None,
+                  'optimizer': _to_cpu(engine.optimizer_state_dict(model.optimizer)) if tensors else None,
                   'decay': model.decay.state() if model.decay is not None else None,
                   'precision': engine.precision.state(),
                   'iteration': model.iteration, 'skipped_steps': model.skipped_steps,
@@ -95,7 +104,12 @@ def payload(model: 'TorchModel') -> dict:
 
 def save(model: 'TorchModel', path: str | os.PathLike) -> None:
     """Write ``model`` to ``path``: a temporary file in the same folder, fsync, then ``os.replace``."""
-    dump_atomically(payload(model), path)
+    write(payload(model), path)
+
+
+def write(contents: dict, path: str | os.PathLike) -> None:
+    """Write a model's ``payload`` to ``path`` atomically (as ``save``)."""
+    dump_atomically(contents, path)
 
 
 def read(path: str | os.PathLike, formats: tuple[str, ...] = (FORMAT,)) -> dict:
@@ -127,6 +141,21 @@ def load_into(model: 'TorchModel', payload: dict) -> None:
     """Copy the saved weights, optimizer and scheduler state into ``model`` and re-place its replicas."""
     engine = model._built()
     state = payload['state']
+    if state['network'] is not None:        # None: a sharded checkpoint's, whose shards are read after this
+        _load_tensors(model, engine, state)
+    if model.decay is not None and state.get('decay') is not None:
+        model.decay.load_state(state['decay'])
+    engine.precision.load_state(state.get('precision') or {})
+    model.iteration = state.get('iteration', 0)
+    model._loss_check.skipped = state.get('skipped_steps', 0)
+    _load_callbacks(model, state.get('callbacks') or [])
+    if model.averaging is not None and state.get('averaging') is not None:
+        model.averaging.load_state(state['averaging'])
+    engine.sync()
+
+
+def _load_tensors(model: 'TorchModel', engine: Any, state: dict) -> None:
+    """The saved network and optimizer state into the engine; a clear error when they do not fit."""
     try:
         engine.load_state_dict(state['network'])
     except RuntimeError as error:
@@ -138,15 +167,6 @@ def load_into(model: 'TorchModel', payload: dict) -> None:
     except (ValueError, KeyError) as error:
         raise ModelFileError(f"Expected optimizer state for {type(model.optimizer).__name__} with the same "
                              f"parameter groups. Received state that does not fit: {error}") from error
-    if model.decay is not None and state.get('decay') is not None:
-        model.decay.load_state(state['decay'])
-    engine.precision.load_state(state.get('precision') or {})
-    model.iteration = state.get('iteration', 0)
-    model._loss_check.skipped = state.get('skipped_steps', 0)
-    _load_callbacks(model, state.get('callbacks') or [])
-    if model.averaging is not None and state.get('averaging') is not None:
-        model.averaging.load_state(state['averaging'])
-    engine.sync()
 
 
 def _load_callbacks(model: 'TorchModel', saved: list) -> None:
@@ -174,7 +194,8 @@ def from_payload(contents: dict, model_class: type | None = None, **overrides: A
     """A new model from the contents of a model file (``payload``), as ``load`` makes it."""
     config = dict(contents['config'])
     if contents.get('module') is not None:
-        config['model'] = copy.deepcopy(contents['module'])
+        # a sharded checkpoint's skeleton gets memory here, and its weights from the shards next
+        config['model'] = materialize(copy.deepcopy(contents['module']))
     cls = model_class or contents['model_class']
     model = cls(config, **overrides)
     load_into(model, contents)

@@ -375,14 +375,21 @@ class TorchModel:
         or ``'export'`` (``flowpipe.models.torch.export``: ``batch_size`` fixes the exported batch size,
         ``opset_version`` the ONNX opset, ``pickle_metadata`` adds the metadata file, ``kwargs`` go to the exporter).
 
-        In a distributed job rank 0 writes, after every rank has arrived (they hold the same weights), and every
-        rank returns once the file is there: a ``load`` right after it finds the file on every rank.
+        In a distributed job every rank calls it and rank 0 writes, after every rank has arrived (replicas hold
+        the same weights; a sharded engine's ranks first gather the whole state on rank 0), and every rank returns
+        once the file is there: a ``load`` right after it finds the file on every rank.
         """
-        self._built()
+        engine = self._built()
         export.check_save_options(fmt, pickle_module, ignore_attributes, pickle_metadata, batch_size,
                                   opset_version, kwargs)
+        if fmt is not None and engine.collective_state:
+            export.refuse_sharded(self)         # on every rank, before any rank waits for the others
         distributed.barrier()
-        if distributed.is_main():
+        if engine.collective_state:
+            contents = io.payload(self)         # every rank takes part in gathering; rank 0 receives the state
+            if distributed.is_main():
+                io.write(contents, path)
+        elif distributed.is_main():
             if fmt is None:
                 io.save(self, path)
             else:

@@ -19,7 +19,10 @@ needs (each is a no-op or the one-replica case here):
 - ``gradient_norms(grads)``, ``share_parameters()``: SAM's norms of the full-batch gradient, and its perturbed
   weights given to the replicas (``engines.sam``);
 - ``state_dict()`` / ``load_state_dict(state)``, ``optimizer_state_dict(optimizer)`` /
-  ``load_optimizer_state_dict(optimizer, state)``: the state saved in model files, as one process holds it;
+  ``load_optimizer_state_dict(optimizer, state)``: the state saved in model files, as one process holds it
+  (collectives every rank calls when ``collective_state``: a sharded engine gathers it on rank 0);
+- ``sharded_state_dict(optimizer)`` / ``load_sharded_state_dict(optimizer, state)``: this rank's part of the state,
+  for a checkpoint written one shard per rank (``Checkpoint(sharded=True)``);
 - ``close()``: release threads or process groups.
 
 Every piece goes through :meth:`Engine.run_piece` (training) or :meth:`Engine.predict_piece` (prediction).
@@ -125,10 +128,13 @@ class Engine:
         backward_factor: what each weighted piece loss is multiplied by for its backward only (the returned
             losses keep their weights): 1 here; a distributed engine whose all-reduce averages gradients over
             the ranks makes it the number of ranks, so the averaged gradients are the weighted sums.
+        collective_state: whether ``state_dict()`` and ``optimizer_state_dict()`` are collectives that every rank
+            calls (a sharded engine gathers the whole state on rank 0, the other ranks get ``{}``): ``False`` here.
     """
 
     skip_nonfinite: bool = False
     backward_factor: float = 1.0
+    collective_state: bool = False
 
     def __init__(self, plan: DevicePlan, replicas: Sequence[nn.Module], devices: Sequence[torch.device],
                  precision: Precision | None = None):
@@ -173,6 +179,19 @@ class Engine:
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
         """Load an ``optimizer_state_dict`` into ``optimizer``."""
         optimizer.load_state_dict(state)
+
+    def sharded_state_dict(self, optimizer: torch.optim.Optimizer, with_optimizer: bool | None = None) -> dict:
+        """This rank's part of the network's and optimizer's state for ``torch.distributed.checkpoint``
+        (``sharded_state.sharded_state``): a sharded module's slices, a replicated one's whole tensors (written
+        once)."""
+        from ..sharded_state import sharded_state
+        return sharded_state(self.module, optimizer, with_optimizer)
+
+    def load_sharded_state_dict(self, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
+        """Put a ``sharded_state_dict`` read back by ``torch.distributed.checkpoint`` into the network and
+        optimizer; ``sync()`` then copies it to the replicas."""
+        from ..sharded_state import load_sharded_state
+        load_sharded_state(self.module, optimizer, state)
 
     def compute_dtype(self) -> torch.dtype | None:
         """The dtype floating inputs and targets are cast to: the primary's first floating parameter's.

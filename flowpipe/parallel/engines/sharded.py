@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from ...torchutils import NO_CONTEXT
-from .. import distributed
+from .. import distributed, sharded_state
 from ..sharding import Sharding
 from ..split import Piece, chunk_sizes, split_batch
 from .base import StepResult, _optimized
@@ -89,9 +89,17 @@ def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
 class ShardedEngine(DistributedEngine):
     """Runs every step on ``module`` sharded with FSDP2 over the ranks of the job (see the module docstring).
 
+    Saving: ``state_dict()`` and ``optimizer_state_dict()`` gather the whole state on rank 0 (every rank calls
+    them: ``collective_state``), in the layout of one process, so a model file saved here loads in one process and
+    on any number of ranks; the ``load_`` hooks take the whole state on every rank and keep each rank's shard
+    (``flowpipe.parallel.sharded_state``).
+
     Attributes:
         mesh: the ``DeviceMesh`` of the shards: 1-D, or ``(replicate, shard)`` for ``'hybrid'``.
+        skeleton: the network before sharding, parameters on the ``meta`` device (``sharded_state.skeleton``).
     """
+
+    collective_state = True
 
     def wrap(self, module: nn.Module, device: torch.device) -> nn.Module:
         """Shard ``module`` in place: each unit, then the root; reductions sum (no division by the world size)."""
@@ -99,6 +107,7 @@ class ShardedEngine(DistributedEngine):
         from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy
         from torch.distributed.fsdp import fully_shard
         sharding: Sharding = self.plan.sharding
+        self.skeleton = sharded_state.skeleton(module)      # what a model file stores of a network in the config
         shape = sharding.mesh_shape(self.plan.world.size)
         self.mesh = init_device_mesh(device.type, shape,
                                      mesh_dim_names=('shard',) if len(shape) == 1 else ('replicate', 'shard'))
@@ -118,6 +127,23 @@ class ShardedEngine(DistributedEngine):
                 sub.set_force_sum_reduction_for_comms(True)
         self._optimizer: torch.optim.Optimizer | None = None
         return module
+
+    def state_dict(self) -> dict:
+        """The whole network's ``state_dict`` on rank 0 (CPU tensors), ``{}`` on the others: a collective."""
+        return sharded_state.full_model_state(self._inner)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load the whole network's ``state_dict`` (given on every rank): each rank keeps its shards."""
+        sharded_state.load_full_model_state(self._inner, state)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+        """The whole ``optimizer`` state on rank 0, as ``Optimizer.state_dict()`` lays it out; ``{}`` on the
+        others: a collective."""
+        return sharded_state.full_optimizer_state(self._inner, optimizer)
+
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
+        """Load a whole optimizer state (given on every rank): each rank keeps the state of its shards."""
+        sharded_state.load_full_optimizer_state(self._inner, optimizer, state)
 
     def before_step(self, inputs: Any, targets: Any) -> None:
         """Exchange the ranks' item counts: the global batch size and the number of pieces every rank runs."""
