@@ -2,6 +2,7 @@
 whole batch, with micro-batches, an uneven last batch, a global batch smaller than the world, clipping by the
 global norm, and a 2 x 2 hybrid mesh (SPEC §9)."""
 import os
+
 import numpy as np
 import pytest
 from torch import nn
