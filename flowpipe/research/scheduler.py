@@ -33,10 +33,13 @@ def make_executor(executor: Any, workers: int) -> tuple[concurrent.futures.Execu
     """``(executor, owned)``: the executor to submit tasks to, and whether the research made it (and stops it)."""
     if executor is None:
         return _local(workers), True
+    from . import dask_backend            # no Dask import unless the executor names a Dask cluster
+    if dask_backend.is_dask(executor):
+        return dask_backend.open_dask(executor, workers), True
     if isinstance(executor, str):
         if executor not in EXECUTORS:
-            raise ValueError(f"Expected executor to be one of {sorted(EXECUTORS)} or a concurrent.futures.Executor. "
-                             f"Received: executor={executor!r}.")
+            raise ValueError(f"Expected executor to be one of {sorted(EXECUTORS)}, 'dask', a Dask scheduler address "
+                             f"('tcp://host:8786') or a concurrent.futures.Executor. Received: executor={executor!r}.")
         return EXECUTORS[executor](workers), True
     if not callable(getattr(executor, 'submit', None)):
         raise TypeError(f"Expected executor to have submit(fn, *args) -> Future (a concurrent.futures.Executor). "
