@@ -145,6 +145,7 @@ class DaskExecutor(Executor):
     def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
         """Run ``fn(*args, **kwargs)`` on a worker of the cluster (a research task: on a worker that declares its
         devices as resources, when the cluster's workers declare any of them)."""
+        self._check_open()
         return self.submit_with(fn, args, kwargs, resources=self.resources_for(args[0] if len(args) == 1 else None))
 
     def resources_for(self, task: Any) -> dict | None:
@@ -152,16 +153,14 @@ class DaskExecutor(Executor):
         shares = getattr(task, 'devices', None) or []
         names = {str(device) for share in shares if share is not None
                  for device in (share if isinstance(share, (list, tuple)) else [share])}
-        wanted = sorted(names & self.declared_resources())
+        wanted = sorted(names & self.declared_resources()) if names else []
         return {name: 1 for name in wanted} or None
 
     def submit_with(self, fn: Callable, args: Sequence = (), kwargs: dict | None = None,
                     resources: dict | None = None, name: str = 'flowpipe-experiment') -> Future:
         """Like ``submit``, with Dask resources the task needs on its worker and a readable task name."""
         with self._lock:
-            if self._shutdown:
-                raise RuntimeError("Expected a DaskExecutor that is not shut down. Received: a submit after "
-                                   "shutdown(); open a new executor.")
+            self._check_open()
             key = f'{name}-{uuid.uuid4().hex}'
             task = self.client.submit(fn, *args, key=key, pure=False, resources=resources or None,
                                       **(kwargs or {}))
@@ -170,6 +169,11 @@ class DaskExecutor(Executor):
         future.add_done_callback(lambda done: self._cancel_if_cancelled(key, done))
         self.client.loop.add_callback(self._transfer, key)
         return future
+
+    def _check_open(self) -> None:
+        if self._shutdown:
+            raise RuntimeError("Expected a DaskExecutor that is not shut down. Received: a submit after shutdown(); "
+                               "open a new executor.")
 
     def _cancel_if_cancelled(self, key: str, future: Future) -> None:
         if future.cancelled():
