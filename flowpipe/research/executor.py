@@ -31,7 +31,8 @@ def experiment_id(config: ConfigAlias, occurrence: int = 0) -> str:
 
 def experiment_seed(entropy: int, experiment_key: str) -> np.random.SeedSequence:
     """The experiment's seed: the research's entropy and a key from the experiment's id (never from run order)."""
-    words = [int(experiment_key[i:i + 8], 16) for i in range(0, len(experiment_key), 8)]
+    digest = experiment_key.rsplit('_', 1)[-1]            # without create_id_prefix's codes
+    words = [int(digest[i:i + 8], 16) for i in range(0, len(digest), 8)]
     return np.random.SeedSequence(entropy, spawn_key=tuple(words))
 
 
@@ -83,8 +84,11 @@ class Executor:
         for running in self.experiments:
             running.storage.info(f"{task_name}[{running.index}] has been started with config:\n {running.config_alias!r}")
 
-    def run(self) -> list[RunningExperiment]:
-        """Run every iteration; return the experiments (their ``results``, ``exception``, ``storage``)."""
+    def run(self, on_iteration: Any = None) -> list[RunningExperiment]:
+        """Run every iteration; return the experiments (their ``results``, ``exception``, ``storage``).
+
+        ``on_iteration(experiments)`` is called after each iteration with the experiments that ran it.
+        """
         iterations = range(self.n_iters) if self.n_iters else itertools.count()
         with contextlib.ExitStack() as stack:
             pool = stack.enter_context(ThreadPoolExecutor(len(self.experiments), thread_name_prefix='research')) \
@@ -100,6 +104,8 @@ class Executor:
                     else:
                         for running in self.experiments:
                             self._call(running, name, iteration)
+                if on_iteration is not None:
+                    on_iteration([running for running in self.experiments if running.iteration == iteration])
                 if not any(running.is_alive for running in self.experiments):
                     break
         for running in self.experiments:

@@ -31,6 +31,7 @@ class Task:
         options: the ``Executor``'s keyword arguments (target, debug, finalize, profile, loglevel, redirects).
         paths: the experiments' folders (``EP()``), ``None`` entries without one.
         number: the task's number in the research (for the log).
+        threads: torch's number of threads (the caller's: some kernels' bits depend on it), ``None`` to leave it.
     """
 
     experiment: Any
@@ -42,6 +43,7 @@ class Task:
     options: dict
     paths: list
     number: int = 0
+    threads: int | None = None
 
 
 def seed_globals(seed: np.random.SeedSequence) -> None:
@@ -52,8 +54,9 @@ def seed_globals(seed: np.random.SeedSequence) -> None:
     import torch                       # imported here even when no unit needs it: a fresh worker and a reused one
     torch.manual_seed(int(state[0]))   # must start each experiment from the same torch state
 
-def execute_task(task: Task) -> Executor:
-    """Run ``task`` in this process; return its ``Executor`` (its ``experiments`` hold the results)."""
+def execute_task(task: Task, on_iteration: Any = None) -> Executor:
+    """Run ``task`` in this process; return its ``Executor`` (its ``experiments`` hold the results);
+    ``on_iteration`` as in ``Executor.run``."""
     configs = []
     for config, devices in zip(task.configs, task.devices):
         config = ConfigAlias(config)
@@ -61,9 +64,12 @@ def execute_task(task: Task) -> Executor:
             config['device'] = devices
         configs.append(config)
     seed_globals(task.seeds[0])
+    if task.threads is not None:
+        import torch
+        torch.set_num_threads(task.threads)
     executor = Executor(task.experiment, configs=configs, n_iters=task.n_iters, ids=task.ids, seeds=task.seeds,
                         paths=task.paths, task_name=f'Task {task.number}', **task.options)
-    executor.run()
+    executor.run(on_iteration)
     return executor
 
 

@@ -101,12 +101,19 @@ class Research:
         self.storage.save_research(self)
         done = self.storage.finished()
         self.storage.info(f"Research is starting: {len(done)} experiments already finished")
-        total = self.domain.size
-        progress = make_progress(bar, None if total is None else max(total - len(done), 0))
+        progress = make_progress(bar, self._bar_total(len(done)))
+        live: dict[str, int] = {}
+
+        def on_iteration(experiments: list) -> None:      # in this process only: a live count of iterations
+            for running in experiments:
+                live[running.id] = live.get(running.id, 0) + 1
+            if self.n_iters:
+                progress.update(len(experiments))
+
         try:
             shares = split_devices(devices, workers, branches)
-            run_tasks(self._tasks(done), shares, lambda task, records: self._handle(records, progress),
-                      parallel, executor)
+            run_tasks(self._tasks(done), shares, lambda task, records: self._handle(records, progress, live),
+                      parallel, executor, on_iteration)
         except KeyboardInterrupt:
             self.storage.info("Research has been stopped by KeyboardInterrupt.")
             raise
@@ -161,19 +168,30 @@ class Research:
             yield self._task(batch, number)
 
     def _task(self, batch: list, number: int) -> Task:
+        import torch
         ids = [key for key, _ in batch]
         return Task(self.experiment, [config for _, config in batch], ids,
                     [experiment_seed(self.entropy, key) for key in ids], [None] * len(batch), self.n_iters,
-                    dict(self._options), [self.storage.path(key) for key in ids], number)
+                    dict(self._options), [self.storage.path(key) for key in ids], number, torch.get_num_threads())
 
-    def _handle(self, records: list[dict], progress: Any) -> None:
+    def _bar_total(self, done: int) -> int | None:
+        """The bar counts iterations (``n_iters`` given) or experiments; ``None`` for an endless domain."""
+        size = self.domain.size
+        if size is None or self.domain.updates:
+            return None
+        return max(size - done, 0) * (self.n_iters or 1)
+
+    def _handle(self, records: list[dict], progress: Any, live: dict[str, int]) -> None:
         for record in records:
             self.storage.write(record)
             self.monitor.add(record)
             self.profiler.add(record.get('profile', []))
             if record.get('exception'):
                 self.storage.info(f"Experiment {record['id']} failed:\n{record['exception']}")
-            progress.update(1)
+                if getattr(progress, 'bar', None) is not None:
+                    progress.bar.set_description_str(f'Exceptions: {len(self.monitor.exceptions)}')
+            # iterations a parallel run could not report live (a stopped experiment counts its iterations left)
+            progress.update((self.n_iters or 1) - live.pop(record['id'], 0) if self.n_iters else 1)
 
     # ----- reading -----
     @property

@@ -103,8 +103,13 @@ class RunningExperiment:
         self.iteration: int | None = None
         self.last = self.is_failed = False
         self.is_alive = True
+        self.stopped_at: int | None = None
         self.exception: str | None = None
         self.storage = ExperimentStorage(self, loglevel, path)
+
+    def pipeline_seed(self) -> int:
+        """The seed a pipeline unit runs with (from the experiment's seed: repetitions differ, reruns agree)."""
+        return int(self.random_seed.generate_state(1)[0])
 
     @property
     def results(self) -> dict:
@@ -124,7 +129,10 @@ class RunningExperiment:
              profile: int = 0) -> None:
         """Run unit ``name`` at ``iteration``; an exception fails the experiment (raised when ``debug``);
         ``profile``: 1 times the unit, 2 adds cProfile's rows."""
-        if not (self.is_alive or name.startswith('__')) or (self.is_failed and not finalize and not name.startswith('__')):
+        # a stopped experiment runs only the saving units ('__save', '__dump') of the iteration it stopped at
+        if not self.is_alive and not (name.startswith('__') and iteration == self.stopped_at):
+            return
+        if self.is_failed and not finalize and not name.startswith('__'):
             return
         self.last = self.last or (n_iters is not None and iteration + 1 == n_iters)
         self.iteration = iteration
@@ -152,8 +160,8 @@ class RunningExperiment:
             self.storage.info(f"Fail '{name}' [{iteration}/{n_iters}]: Exception\n{self.exception}")
         if profile:
             self._profile(name, iteration, time.perf_counter() - started, done, profiler)
-        if self.is_failed and (name == list(self.actions)[-1] or not finalize):
-            self.is_alive = False
+        if self.is_alive and self.is_failed and (name == list(self.actions)[-1] or not finalize):
+            self.is_alive, self.stopped_at = False, iteration
 
     def _profile(self, name: str, iteration: int, total: float, done: Any, profiler: Any) -> None:
         row = {'experiment': self.id, 'unit': name, 'iter': iteration, 'total_time': total,
@@ -171,4 +179,5 @@ class RunningExperiment:
         if name in root.outputs:
             self.outputs[name] = root.outputs[name]
         self.is_alive, self.is_failed, self.iteration = root.is_alive, root.is_failed, root.iteration
+        self.stopped_at = root.stopped_at
         self.last = root.last

@@ -56,16 +56,17 @@ def failure_records(task: Task, error: BaseException) -> list[dict]:
 
 
 def run_tasks(tasks: Iterator[Task], shares: list[list[Any]], handle: Callable[[Task, list[dict]], None],
-              parallel: bool, executor: Any = None) -> None:
+              parallel: bool, executor: Any = None, on_iteration: Any = None) -> None:
     """Run every task, each in a free worker slot with that slot's device ``shares``; ``handle`` its records.
 
     ``parallel=False`` runs the tasks one after another in this process (exceptions raise when the task's
-    ``debug`` option is on).
+    ``debug`` option is on; ``on_iteration`` hears of each iteration, as in ``Executor.run``).
     """
     if not parallel:
         for number, task in enumerate(tasks):
             task.devices = shares[number % len(shares)][:len(task.configs)]
-            handle(task, [experiment.storage.record() for experiment in execute_task(task).experiments])
+            experiments = execute_task(task, on_iteration).experiments
+            handle(task, [experiment.storage.record() for experiment in experiments])
         return
     pool, owned = make_executor(executor, len(shares))
     in_flight: dict[concurrent.futures.Future, tuple[Task, int]] = {}

@@ -64,9 +64,16 @@ class PipelineSource:
 
     def __call__(self, config: Any, experiment: Any = None, **kwargs: Any) -> Any:
         pipeline = self.bind(experiment, {**config, **kwargs})
+        options = {} if _seeded(pipeline) or experiment is None else {'seed': experiment.pipeline_seed()}
         if self.mode == 'func':
-            return (pipeline.run(), *self.values())
-        return ((batch, *self.values()) for batch in pipeline.gen_batch())
+            return (pipeline.run(**options), *self.values())
+        return ((batch, *self.values()) for batch in pipeline.gen_batch(**options))
+
+
+def _seeded(pipeline: Any) -> bool:
+    """Whether the pipeline's ``run_later`` gave ``seed=`` (then it is kept, else the experiment's seed is used)."""
+    args = getattr(pipeline, 'run_args', None)
+    return getattr(args, 'seed', None) is not None
 
 
 class Unit:
