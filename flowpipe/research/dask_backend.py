@@ -42,6 +42,9 @@ def _distributed() -> Any:
     except ImportError as error:
         raise ImportError(f"Expected dask's 'distributed' package for a research on a Dask cluster. Received: "
                           f"{error}. Install the dask extra: {_INSTALL}") from error
+    if not hasattr(distributed, 'Client'):
+        raise ImportError(f"Expected dask's 'distributed' package. Received: {getattr(distributed, '__file__', None)!r}"
+                          f", another module of that name first on sys.path. Rename it, or run from another folder.")
     return distributed
 
 
