@@ -10,6 +10,8 @@ import pytest
 from flowpipe.research import dask_backend
 from flowpipe.research.dask_backend import is_dask, open_dask
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def test_is_dask_names_the_three_forms_without_importing_dask():
     assert is_dask('dask') and is_dask('tcp://127.0.0.1:8786') and is_dask('tls://10.0.0.5:8786')
@@ -167,3 +169,62 @@ def test_shutdown_cancels_what_waits_and_fails_a_submit_after_it():
     assert all(future.cancelled() for future in futures)
     with pytest.raises(RuntimeError, match='after shutdown'):
         executor.submit(time.sleep, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_digits_grid_gives_the_same_table_on_dask_as_on_the_local_pool(tmp_path):
+    pytest.importorskip('distributed')
+    from tests.research import grid
+    tables = []
+    for executor in (None, 'dask'):
+        research = grid.make_research(str(tmp_path / str(executor)))
+        research.run(n_iters=grid.N_ITERS, workers=2, devices=['CPU:0', 'CPU:1'], seed=grid.SEED, bar=False,
+                     executor=executor)
+        tables.append(grid.table(research))
+    assert len(tables[1]) == 8 * grid.N_ITERS and tables[1] == tables[0]
+
+
+_INTERRUPTED = """
+import sys, time
+from flowpipe.research import Option, Research
+def pause(lr):
+    time.sleep(60)
+research = Research(name=sys.argv[1], domain=Option('lr', [0.1, 0.2, 0.3])).add_callable('pause', pause, lr=0.1)
+print('starting', flush=True)
+research.run(n_iters=1, workers=2, bar=False, executor='dask')
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_ctrl_c_stops_a_research_on_dask_and_its_cluster(tmp_path):
+    pytest.importorskip('distributed')
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+    script = tmp_path / 'interrupted.py'
+    script.write_text(_INTERRUPTED, encoding='utf-8')
+    process = subprocess.Popen([sys.executable, str(script), str(tmp_path / 'research')], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, 'PYTHONPATH': _ROOT})
+    try:
+        assert process.stdout.readline().strip() == 'starting'
+        deadline = time.monotonic() + 120
+        tree = []
+        while time.monotonic() < deadline and len(tree) < 2:      # the cluster's worker processes have started
+            time.sleep(0.5)
+            tree = [child for child in psutil.Process(process.pid).children(recursive=True)
+                    if 'resource_tracker' not in ' '.join(child.cmdline())]
+        assert len(tree) >= 2
+        time.sleep(3)                                               # the tasks are running
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode != 0 and 'KeyboardInterrupt' in err
+    time.sleep(1)
+    assert not [child.pid for child in tree if child.is_running() and child.status() != psutil.STATUS_ZOMBIE]
