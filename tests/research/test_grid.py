@@ -54,7 +54,7 @@ def _wait(predicate, seconds=240.0):
 
 
 def test_killed_caller_then_rerun_ends_with_same_table(tmp_path):
-    import psutil
+    psutil = pytest.importorskip('psutil')
     folder = str(tmp_path / 'grid')
     caller = subprocess.Popen([sys.executable, GRID, folder, '2', '1.5'], env=_env())
     try:

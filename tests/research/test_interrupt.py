@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_sigint_stops_everything(tmp_path):
-    import psutil
+    psutil = pytest.importorskip('psutil')
     folder = str(tmp_path / 'grid')
     caller = subprocess.Popen([sys.executable, GRID, folder, '2', '2.0'], env=_env(), stderr=subprocess.PIPE,
                               text=True)
