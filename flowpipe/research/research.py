@@ -90,11 +90,7 @@ class Research:
         self.n_iters = 1 if n_iters is None and self.experiment.only_callables else n_iters
         self.workers, self.branches, self.devices = workers, branches, devices
         self.storage = ResearchStorage(self.name, dump_results, out, err, loglevel or 'info')
-        stored = ResearchStorage.read_entropy(self.name) if dump_results else None
-        self.entropy = int(np.random.SeedSequence(seed).entropy) if seed is not None else \
-            stored if stored is not None else int(np.random.SeedSequence().entropy)
-        self.domain.set_iter_params(n_items=self.n_configs, n_reps=self.n_reps, repeat_each=self.repeat_each,
-                                    create_id_prefix=create_id_prefix, seed=self.entropy)
+        self._seed(seed, dump_results, create_id_prefix)
         self._options = {'target': executor_target, 'debug': debug, 'finalize': finalize, 'profile': profile,
                          'loglevel': loglevel or 'info', 'redirect_stdout': bool(out), 'redirect_stderr': bool(err)}
         self.monitor, self.profiler = ResearchMonitor(), ResearchProfiler([])
@@ -111,9 +107,8 @@ class Research:
                 progress.update(len(experiments))
 
         try:
-            shares = split_devices(devices, workers, branches)
-            run_tasks(self._tasks(done), shares, lambda task, records: self._handle(records, progress, live),
-                      parallel, executor, on_iteration)
+            run_tasks(self._tasks(done), split_devices(devices, workers, branches),
+                      lambda task, records: self._handle(records, progress, live), parallel, executor, on_iteration)
         except KeyboardInterrupt:
             self.storage.info("Research has been stopped by KeyboardInterrupt.")
             raise
@@ -121,6 +116,16 @@ class Research:
             progress.close()
         self.storage.info("Research has been finished")
         return self
+
+    def _seed(self, seed: Any, dump_results: bool, create_id_prefix: Any) -> None:
+        """The research's entropy (given, else the one a resumed research kept, else fresh); the domain's iteration."""
+        stored = ResearchStorage.read_entropy(self.name) if dump_results else None
+        if isinstance(seed, np.random.SeedSequence):
+            seed = seed.entropy
+        self.entropy = int(np.random.SeedSequence(seed).entropy) if seed is not None else \
+            stored if stored is not None else int(np.random.SeedSequence().entropy)
+        self.domain.set_iter_params(n_items=self.n_configs, n_reps=self.n_reps, repeat_each=self.repeat_each,
+                                    create_id_prefix=create_id_prefix, seed=self.entropy)
 
     def _check(self, workers: Any, branches: Any, debug: bool, parallel: bool, target: str, detach: bool) -> None:
         for label, value in (('workers', workers), ('branches', branches)):
