@@ -18,6 +18,15 @@ def test_is_dask_names_the_three_forms_without_importing_dask():
     assert not is_dask('local') and not is_dask(None) and not is_dask(object()) and not is_dask('127.0.0.1:8786')
 
 
+def test_importing_the_research_package_imports_no_dask():
+    import subprocess
+    code = ("import sys, flowpipe.research, flowpipe.research.scheduler, flowpipe.research.dask_backend; "
+            "print(sorted(name for name in ('dask', 'distributed') if name in sys.modules))")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True,
+                         env={**os.environ, 'PYTHONPATH': _ROOT}).stdout
+    assert out.strip() == '[]'
+
+
 def test_a_missing_distributed_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, 'distributed', None)      # what an environment without it imports
     with pytest.raises(ImportError, match=r"flowpipe\[dask\]"):
