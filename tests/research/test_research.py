@@ -146,3 +146,10 @@ def test_df_without_pandas_names_the_extra(monkeypatch):
     assert research.results.rows()[0]['s'] == 3
     with pytest.raises(ImportError, match=r"flowpipe\[pandas\]"):
         _ = research.results.df
+
+
+def test_builders_and_namespace_functions_return_the_research():
+    research = Research().sum([1, 2], save_to='total')
+    assert isinstance(research, Research) and 'sum' in research.experiment.actions
+    with pytest.raises(AttributeError, match='no attribute'):
+        _ = Research().no_such_thing
