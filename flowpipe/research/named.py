@@ -8,6 +8,7 @@ experiment's folder, ``R()`` the research's results. Attribute access, indexing 
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 __all__ = ['E', 'EC', 'EP', 'O', 'R', 'S', 'eval_expr']
@@ -119,10 +120,14 @@ class S(E):
 
 
 class EP(E):
-    """The experiment's folder (``None`` when results stay in memory)."""
+    """The experiment's folder, made if missing (``None`` when results stay in memory): files a unit writes
+    there are the experiment's artifacts."""
 
     def _transform(self, experiment: Any) -> Any:
-        return experiment.storage.path
+        path = experiment.storage.path
+        if path is not None:
+            os.makedirs(path, exist_ok=True)
+        return path
 
 
 class R(E):

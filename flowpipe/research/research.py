@@ -55,14 +55,16 @@ class Research:
         self._options: dict = {}
 
     def __getattr__(self, name: str) -> Any:
-        if name in _BUILDERS or (not name.startswith('_') and name not in _RUNTIME):
-            method = getattr(self.__dict__.get('experiment') or Experiment(), name)
+        # the experiment's builders (add_callable...) and functions of its namespaces, returning the research
+        experiment = self.__dict__.get('experiment')
+        if experiment is None or name.startswith('_') or (name not in _BUILDERS and experiment._lookup(name) is None):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        method = getattr(experiment, name)
 
-            def build(*args: Any, **kwargs: Any) -> Research:
-                method(*args, **kwargs)
-                return self
-            return build
-        raise AttributeError(name)
+        def build(*args: Any, **kwargs: Any) -> Research:
+            method(*args, **kwargs)
+            return self
+        return build
 
     def update_domain(self, function: Any, when: Any, **kwargs: Any) -> Research:
         """Replace the domain with ``function(**kwargs)`` when ``when`` matches the configs produced so far

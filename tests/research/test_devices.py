@@ -28,3 +28,15 @@ def test_nested_shares_as_given():
 def test_bad_nesting_raises():
     with pytest.raises(ValueError, match='Expected nested devices'):
         split_devices([['CPU:0'], ['CPU:1'], ['CPU:2']], 2, 1)
+
+
+@pytest.mark.gpu
+def test_gpu_pattern_is_expanded_and_given_to_experiments():
+    import torch
+
+    from flowpipe.research import EC, Research
+    count = torch.cuda.device_count()
+    assert split_devices('GPU:*', 1, 1) == [[[f'cuda:{i}' for i in range(count)] if count > 1 else 'cuda:0']]
+    research = Research().add_callable('device', lambda device: str(device), device=EC('device'), save_to='device')
+    research.run(parallel=False, dump_results=False, bar=False, devices='GPU:0')
+    assert research.results.rows()[0]['device'] == 'GPU:0'

@@ -146,3 +146,24 @@ def test_df_without_pandas_names_the_extra(monkeypatch):
     assert research.results.rows()[0]['s'] == 3
     with pytest.raises(ImportError, match=r"flowpipe\[pandas\]"):
         _ = research.results.df
+
+
+def test_builders_and_namespace_functions_return_the_research():
+    research = Research().sum([1, 2], save_to='total')
+    assert isinstance(research, Research) and 'sum' in research.experiment.actions
+    with pytest.raises(AttributeError, match='no attribute'):
+        _ = Research().no_such_thing
+
+
+def test_files_written_to_ep_are_artifacts(tmp_path):
+    pytest.importorskip('pandas')
+    from flowpipe.research import EP
+
+    def write(folder):
+        with open(os.path.join(folder, 'note.txt'), 'w') as file:
+            file.write('hi')
+
+    research = Research(name=str(tmp_path / 'r'), domain=Option('x', [1, 2])).add_callable('w', write, folder=EP())
+    research.run(parallel=False, bar=False)
+    artifacts = research.results.artifacts_to_df(name='note.txt')
+    assert len(artifacts) == 2 and all(open(path).read() == 'hi' for path in artifacts['full_path'])
