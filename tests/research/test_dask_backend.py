@@ -41,6 +41,12 @@ def test_bad_executor_forms_are_refused_before_any_cluster_starts():
         open_dask('dusk', 2)
 
 
+def test_an_unknown_executor_name_lists_the_dask_forms():
+    from flowpipe.research.scheduler import make_executor
+    with pytest.raises(ValueError, match=r"'dask', a Dask scheduler address"):
+        make_executor('dusk', 2)
+
+
 def test_main_hidden_restores_the_script():
     main = sys.modules['__main__']
     before = (main.__dict__.get('__file__'), main.__dict__.get('__spec__'))
@@ -237,3 +243,32 @@ def test_ctrl_c_stops_a_research_on_dask_and_its_cluster(tmp_path):
     assert process.returncode != 0 and 'KeyboardInterrupt' in err
     time.sleep(1)
     assert not [child.pid for child in tree if child.is_running() and child.status() != psutil.STATUS_ZOMBIE]
+
+
+_KILLS_ITS_WORKER = """
+import os, sys
+from flowpipe.research import EC, Option, Research
+print('the script runs', flush=True)               # once: a worker process that ran it again would print too
+def step(lr, marker):
+    if lr == 0.1 and not os.path.exists(marker):
+        open(marker, 'w').close()
+        os._exit(7)
+    return lr
+research = Research(name=sys.argv[1], domain=Option('lr', [0.1, 0.2, 0.3])).add_callable(
+    'step', step, lr=EC('lr'), marker=sys.argv[2], save_to='value')
+research.run(n_iters=1, workers=1, bar=False, executor='dask')
+print('finished', sorted(research.results.df['value']), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_script_without_main_guard_survives_a_restarted_worker(tmp_path):
+    pytest.importorskip('distributed')
+    import subprocess
+    script = tmp_path / 'no_guard.py'
+    script.write_text(_KILLS_ITS_WORKER, encoding='utf-8')
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / 'research'), str(tmp_path / 'marker')],
+                          capture_output=True, text=True, timeout=150, env={**os.environ, 'PYTHONPATH': _ROOT})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ['the script runs', 'finished [0.2, 0.3]']   # one worker, restarted once
