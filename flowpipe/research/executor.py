@@ -82,7 +82,8 @@ class Executor:
         for running in self.experiments:
             running.branches = self.experiments
         for running in self.experiments:
-            running.storage.info(f"{task_name}[{running.index}] has been started with config:\n {running.config_alias!r}")
+            running.storage.info(f"{task_name}[{running.index}] has been started with config:\n "
+                                 f"{running.config_alias!r}")
 
     def run(self, on_iteration: Any = None) -> list[RunningExperiment]:
         """Run every iteration; return the experiments (their ``results``, ``exception``, ``storage``).

@@ -172,7 +172,8 @@ class Experiment:
         self.__dict__.update(state)
 
     def __repr__(self) -> str:
-        instances = ''.join(f'  instance {name}: {creator.creator!r}\n' for name, creator in self.instance_creators.items())
+        instances = ''.join(f'  instance {name}: {creator.creator!r}\n'
+                            for name, creator in self.instance_creators.items())
         units = ''.join(f'  unit {name}: when={unit.when}, root={unit.root}\n' for name, unit in self.actions.items())
         return f'Experiment(\n{instances}{units})'
 

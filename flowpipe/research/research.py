@@ -87,7 +87,8 @@ class Research:
         ``concurrent.futures.Executor``. ``devices`` are divided between worker slots and branches.
         """
         self.name = name or self.name
-        out, err = _redirect(redirect_stdout, dump_results, 'stdout'), _redirect(redirect_stderr, dump_results, 'stderr')
+        out = _redirect(redirect_stdout, dump_results, 'stdout')
+        err = _redirect(redirect_stderr, dump_results, 'stderr')
         self._check(workers, branches, debug, parallel, executor_target, detach)
         self.n_iters = 1 if n_iters is None and self.experiment.only_callables else n_iters
         self.workers, self.branches, self.devices = workers, branches, devices

@@ -25,6 +25,10 @@ def test_sigint_stops_everything(tmp_path):
         if caller.poll() is None:
             caller.kill()
     assert caller.returncode != 0 and 'KeyboardInterrupt' in err
-    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in workers)
+    def alive():
+        return [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+    # the workers are stopped before the caller exits; the resource tracker follows it when its pipe closes
+    assert _wait(lambda: not alive(), 30), [p.cmdline() for p in alive()]
     assert len(_finished(folder)) < 8
     assert all(os.path.exists(os.path.join(folder, 'experiments', key, 'record.dill')) for key in _finished(folder))

@@ -6,6 +6,8 @@ import pytest
 from flowpipe.research import EC, Domain, O, Option, Research
 from flowpipe.research.storage import ResearchStorage
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def add(x, y):
     return x + y
@@ -167,3 +169,12 @@ def test_files_written_to_ep_are_artifacts(tmp_path):
     research.run(parallel=False, bar=False)
     artifacts = research.results.artifacts_to_df(name='note.txt')
     assert len(artifacts) == 2 and all(open(path).read() == 'hi' for path in artifacts['full_path'])
+
+
+def test_import_is_cheap():
+    import subprocess
+    import sys
+    code = "import sys, flowpipe.research; print('torch' in sys.modules, 'pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True,
+                         env={**os.environ, 'PYTHONPATH': ROOT}).stdout
+    assert out.split() == ['False', 'False']
