@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
 VERSION=0.10.1
-FILES="config config_basic dataset datasetindex common_index filesindex named_expr rebatch save_to"
+FILES="config config_basic dataset datasetindex common_index filesindex named_expr rebatch save_to research"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -51,16 +51,22 @@ with zipfile.ZipFile(glob.glob(f'{tmp}/dist/*.whl')[0]) as wheel:
         with open(f'{tmp}/tests/{name.rsplit("/", 1)[1]}', 'wb') as out:
             out.write(wheel.read(name))
 PY
-# named_expr_test needs pandas (flowpipe's optional `pandas` extra): installed into the temporary folder if absent
+# named_expr_test and research_test need pandas (flowpipe's optional `pandas` extra), research_test psutil (it
+# counts child processes): installed into the temporary folder if absent
 EXTRA=""
 if ! "$PY" -c "import pandas" 2>/dev/null; then
     $PIP install --no-deps --target "$TMP/site" pandas python-dateutil six tzdata >"$TMP/pip.log" 2>&1 \
         || { cat "$TMP/pip.log" >&2; exit 1; }
     EXTRA=":$TMP/site"
 fi
+if ! "$PY" -c "import psutil" 2>/dev/null; then
+    $PIP install --no-deps --target "$TMP/site" psutil >"$TMP/pip.log" 2>&1 || { cat "$TMP/pip.log" >&2; exit 1; }
+    EXTRA=":$TMP/site"
+fi
 
 cd "$TMP/tests"
-PYTHONPATH="$ROOT/scripts$EXTRA" "$PY" -m pytest -q -p batchflow_alias -p no:cacheprovider -o timeout=120 \
+# $ROOT first: the checkout's own flowpipe, whatever flowpipe the environment has installed
+PYTHONPATH="$ROOT:$ROOT/scripts$EXTRA" "$PY" -m pytest -q -p batchflow_alias -p no:cacheprovider -o timeout=120 \
     --continue-on-collection-errors --junitxml="$TMP/report.xml" $(for f in $FILES; do echo "${f}_test.py"; done) \
     >"$TMP/pytest.log" 2>&1 || true
 "$PY" "$ROOT/scripts/batchflow_report.py" "$TMP/report.xml" "$FILES" "${1:-}"

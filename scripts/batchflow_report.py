@@ -12,7 +12,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 REFERENCE = {'config': 17, 'config_basic': 15, 'dataset': 13, 'datasetindex': 9, 'common_index': 68,
-             'filesindex': 13, 'named_expr': 56, 'rebatch': 14, 'save_to': 3}
+             'filesindex': 13, 'named_expr': 56, 'rebatch': 14, 'save_to': 3, 'research': 155}
 
 
 def _file_of(case: ET.Element) -> str:

@@ -246,6 +246,21 @@ def test_08_training_run():
     assert facts['tb_tags'] == ['lr', 'step', 'train/loss', 'val/accuracy', 'val/loss']
 
 
+@pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
+@pytest.mark.timeout(300)
+def test_09_research():
+    pytest.importorskip('distributed')
+    facts = run_notebook('09_research.ipynb', rows='len(df)', experiments="df['id'].nunique()",
+                         table='table.values.tolist()', best='best_lr', same='bool(same_on_dask)',
+                         first="float(curves.xs(0, level='iteration').mean())",
+                         final="float(last['loss'].mean())")
+    assert facts['rows'] == 8 * 60 and facts['experiments'] == 8
+    assert len(facts['table']) == 2 and all(len(row) == 2 for row in facts['table'])
+    assert facts['final'] < facts['first']                     # the grid trains
+    assert facts['best'] in (3e-3, 3e-2)
+    assert facts['same'] is True                               # Dask's table is the local pool's
+
+
 def doc_blocks(path):
     """The ```python blocks of a markdown file, in order."""
     return re.findall(r'^```python\n(.*?)^```', path.read_text(encoding='utf-8'), flags=re.S | re.M)

@@ -27,7 +27,8 @@ HERE = Path(__file__).resolve().parent
 NOTEBOOKS = {'01_pipelines.ipynb': 'nb01_pipelines', '02_training.ipynb': 'nb02_training',
              '03_devices.ipynb': 'nb03_devices', '04_data_parallel_from_scratch.ipynb': 'nb04_data_parallel',
              '05_memory_and_microbatches.ipynb': 'nb05_memory', '06_model_parallel.ipynb': 'nb06_model_parallel',
-             '07_distributed.ipynb': 'nb07_distributed', '08_training_run.ipynb': 'nb08_training_run'}
+             '07_distributed.ipynb': 'nb07_distributed', '08_training_run.ipynb': 'nb08_training_run',
+             '09_research.ipynb': 'nb09_research'}
 KERNEL = {'display_name': 'Python 3', 'language': 'python', 'name': 'python3'}
 CELL_TIMEOUT = 300     # seconds a cell may run under a kernel before the run fails
 STORED_THREADS = 1     # torch threads of the kernel that makes the stored outputs: steady on a shared machine

@@ -31,7 +31,7 @@ import dill
 from ..errors import add_note
 from .shared import dumps_shared, loads_shared
 
-__all__ = ['WorkerPool']
+__all__ = ['WorkerPool', 'dump_error', 'hidden_main']
 
 # A caller waiting for a result checks that the workers are alive this often.
 _POLL_SECONDS = 0.1
@@ -78,7 +78,7 @@ class WorkerPool:
         # Registered first: workers started before a failure (or Ctrl-C) among the others are stopped too.
         self._finalizer = weakref.finalize(self, _stop, self._processes, self._tasks, self._results, self._current)
         try:
-            with _hidden_main():
+            with hidden_main():
                 for process in self._processes:
                     process.start()
         except BaseException:
@@ -187,7 +187,7 @@ class WorkerPool:
 
 
 @contextlib.contextmanager
-def _hidden_main() -> Iterator[None]:
+def hidden_main() -> Iterator[None]:
     """While workers start, ``__main__`` has no file and no spec: spawn then does not import it in them."""
     main = sys.modules['__main__']
     saved = {name: main.__dict__[name] for name in ('__file__', '__spec__') if name in main.__dict__}
@@ -307,7 +307,7 @@ def _worker_loop(tasks: Any, results: Any, current: Any, parent: int) -> None:
                 raise process
             ok, payload = True, dumps_shared(process(seq, dill.loads(item)))
         except BaseException as error:   # shipped back to the caller, which decides what it means
-            ok, payload = False, _dump_error(error)
+            ok, payload = False, dump_error(error)
         results.put((run, seq, ok, payload))
 
 
@@ -325,7 +325,8 @@ def _load(payload: bytes, kept: dict[int, Any] | None = None) -> Any:
         return error
 
 
-def _dump_error(error: BaseException) -> bytes:
+def dump_error(error: BaseException) -> bytes:
+    """``(error, its traceback text)`` as dill bytes; an error that does not unpickle travels as a RuntimeError."""
     text = ''.join(traceback.format_exception(error))
     try:
         payload = dill.dumps((error, text))

@@ -229,3 +229,14 @@ def test_the_plan_is_known_before_the_network_is_built():
     model.train(images=np.zeros((20, 1, 8, 8), 'float32'), labels=np.zeros(20, 'int64'))
     assert 'not built' not in model.device_plan(20)
     model.close()
+
+
+def test_resnet_depth_from_config():
+    from flowpipe.models.torch import ResNet
+    config = {'inputs/images/shape': (1, 8, 8), 'inputs/labels/classes': 3, 'initial_block/inputs': 'images',
+              'body/filters': (4, 8), 'initial_block/filters': 4}
+    shallow = ResNet({**config, 'body/layers': (1, 1)})
+    deep = ResNet({**config, 'body/layers': (2, 3)})
+    assert len(shallow.model.body) == 2 and len(deep.model.body) == 5
+    with pytest.raises(ValueError, match='as many stage widths'):
+        ResNet({**config, 'body/layers': (1, 1, 1)})

@@ -1,0 +1,214 @@
+"""``ProcessPool``: a ``concurrent.futures.Executor`` whose workers are spawned processes that survive a crash.
+
+Why not ``concurrent.futures.ProcessPoolExecutor``: a worker killed there breaks the whole pool (every pending
+future fails) and its workers re-import ``__main__``. Here each worker runs one job at a time, so a worker that
+dies (killed, out of memory, a crash in C code) fails only its own job's future, with ``WorkerDied``; a new worker
+takes its place. Jobs and results travel as dill bytes (functions of ``__main__`` or of a notebook included).
+
+Workers start with ``'spawn'`` under ``flowpipe.execution.workers.hidden_main`` (no ``if __name__ ==
+'__main__'`` needed), ignore SIGINT (Ctrl-C reaches the caller, which stops them) and exit when the caller dies.
+``shutdown(wait=False)`` terminates the workers at once (jobs running are lost); ``shutdown(wait=True)`` lets the
+running jobs finish.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+from collections import deque
+from concurrent.futures import Executor, Future
+from typing import Any, Callable
+
+import dill
+
+from ..execution.workers import dump_error, hidden_main
+
+__all__ = ['ProcessPool', 'WorkerDied']
+
+_POLL_SECONDS = 0.1
+_STOP_SECONDS = 5.0
+
+
+class WorkerDied(RuntimeError):
+    """The worker process running a job exited before it replied."""
+
+
+class ProcessPool(Executor):
+    """``max_workers`` spawned worker processes, one job each at a time.
+
+    Args:
+        max_workers: the number of worker processes (>= 1).
+    """
+
+    def __init__(self, max_workers: int = 1):
+        if not isinstance(max_workers, int) or max_workers < 1:
+            raise ValueError(f"Expected max_workers to be an int >= 1. Received: max_workers={max_workers!r}.")
+        import multiprocessing
+        self._context = multiprocessing.get_context('spawn')
+        self.max_workers = max_workers
+        self._results = self._context.Queue()
+        self._workers: list[dict] = []          # {'process', 'tasks', 'job': (job_id, future) or None}
+        self._pending: deque = deque()
+        self._lock = threading.Lock()
+        self._jobs = 0
+        self._shutdown = False
+        self._collector: threading.Thread | None = None
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
+        """Run ``fn(*args, **kwargs)`` in a worker process; its ``Future`` holds the result or the error."""
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("Expected a running ProcessPool. Received: one shut down. Make a new pool.")
+            future: Future = Future()
+            self._jobs += 1
+            self._pending.append((self._jobs, future, dill.dumps((fn, args, kwargs), recurse=True)))
+            self._dispatch()
+            if self._collector is None:
+                self._collector = threading.Thread(target=self._collect, name='flowpipe-research-pool', daemon=True)
+                self._collector.start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop the pool: jobs not started are cancelled (``cancel_futures``) or still run (``wait``); with
+        ``wait=False`` the workers are terminated at once and their running jobs fail."""
+        with self._lock:
+            self._shutdown = True
+            if cancel_futures or not wait:
+                while self._pending:
+                    self._pending.popleft()[1].cancel()
+        if wait and self._collector is not None:
+            self._collector.join()
+        with self._lock:
+            for worker in self._workers:
+                _stop(worker, terminate=not wait)
+                if worker['job'] is not None:
+                    worker['job'][1].set_exception(WorkerDied("The pool was shut down while the job ran."))
+                    worker['job'] = None
+            self._workers = []
+        if self._collector is not None and self._collector is not threading.current_thread():
+            self._collector.join()
+        self._results.close()
+        self._results.join_thread()
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids."""
+        return [worker['process'].pid for worker in self._workers]
+
+    # ----- in the caller's collector thread -----
+    def _dispatch(self) -> None:
+        """Give pending jobs to idle workers, starting workers up to ``max_workers`` (the lock is held)."""
+        while self._pending:
+            idle = next((worker for worker in self._workers if worker['job'] is None), None)
+            if idle is None and len(self._workers) < self.max_workers:
+                idle = self._start_worker()
+            if idle is None:
+                return
+            job_id, future, payload = self._pending.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            idle['job'] = (job_id, future)
+            idle['tasks'].put((job_id, payload))
+
+    def _start_worker(self) -> dict:
+        tasks = self._context.Queue()
+        process = self._context.Process(target=_worker_loop, args=(tasks, self._results, os.getpid()), daemon=True,
+                                        name=f'flowpipe-research-worker-{len(self._workers)}')
+        with hidden_main():
+            process.start()
+        worker = {'process': process, 'tasks': tasks, 'job': None}
+        self._workers.append(worker)
+        return worker
+
+    def _collect(self) -> None:
+        while True:
+            with self._lock:
+                busy = any(worker['job'] is not None for worker in self._workers) or bool(self._pending)
+                if self._shutdown and not busy:
+                    return
+            try:
+                job_id, ok, payload = self._results.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                self._check_workers()
+                continue
+            except (OSError, ValueError, EOFError):
+                return
+            with self._lock:
+                worker = next((w for w in self._workers if w['job'] is not None and w['job'][0] == job_id), None)
+                if worker is None:
+                    continue
+                future = worker['job'][1]
+                worker['job'] = None
+                self._dispatch()
+            _resolve(future, ok, payload)
+
+    def _check_workers(self) -> None:
+        with self._lock:
+            for worker in list(self._workers):
+                if worker['process'].is_alive():
+                    continue
+                self._workers.remove(worker)
+                _stop(worker, terminate=True)
+                if worker['job'] is not None:
+                    code = worker['process'].exitcode
+                    worker['job'][1].set_exception(WorkerDied(
+                        f"Expected the worker process to finish its job. Received: it exited with code {code} "
+                        f"(killed, out of memory or a crash in C code)."))
+            if not self._shutdown:
+                self._dispatch()
+
+
+def _resolve(future: Future, ok: bool, payload: bytes) -> None:
+    try:
+        value = dill.loads(payload)
+    except Exception as error:
+        future.set_exception(error)
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        error, text = value
+        with contextlib.suppress(Exception):
+            error.add_note(f"Traceback in the worker process:\n{text}")
+        future.set_exception(error)
+
+
+def _stop(worker: dict, terminate: bool) -> None:
+    process = worker['process']
+    with contextlib.suppress(OSError, ValueError):
+        worker['tasks'].put(None)
+    if terminate and process.is_alive():
+        process.terminate()
+    process.join(_STOP_SECONDS)
+    if process.is_alive():
+        process.kill()
+        process.join()
+    worker['tasks'].close()
+    worker['tasks'].join_thread()
+
+
+# ----- in the worker process -----
+def _worker_loop(tasks: Any, results: Any, parent: int) -> None:
+    """Run jobs ``(job_id, payload)`` until ``None`` or the caller's death; reply ``(job_id, ok, payload)``."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            message = tasks.get(timeout=1.0)
+        except queue.Empty:
+            if os.getppid() != parent:
+                return
+            continue
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        job_id, payload = message
+        try:
+            fn, args, kwargs = dill.loads(payload)
+            ok, reply = True, dill.dumps(fn(*args, **kwargs), recurse=True)
+        except BaseException as error:
+            ok, reply = False, dump_error(error)
+        results.put((job_id, ok, reply))
+

@@ -1,0 +1,112 @@
+"""Where a research keeps what its experiments send back: ``ResearchStorage``.
+
+With ``dump_results`` the research's folder holds::
+
+    research.dill                      the research (for Research.load) and its seed's entropy
+    research.log                       the research's log
+    stdout.txt, stderr.txt             the experiments' output (redirect 1 or 3)
+    experiments/<id>/record.dill       results, config, log, exception: written atomically, last
+    experiments/<id>/config.dill       the config
+    experiments/<id>/experiment.log    the experiment's log
+    experiments/<id>/stdout.txt ...    its output (redirect 2 or 3), and any file a unit wrote into EP()
+
+A record with no exception marks a finished experiment: a research run again under the same name skips it.
+Without ``dump_results`` all of it stays in memory (``experiments_stdout``, ``experiments_stderr``).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import dill
+
+from ..atomic import dump_atomically, write_text_atomically
+from .results import ResearchResults, load_records
+
+__all__ = ['ResearchStorage']
+
+
+class ResearchStorage:
+    """The research's results and logs, in its folder (``dump``) or in memory.
+
+    Args:
+        name: the research's folder.
+        dump: whether to write to the folder.
+        redirect_stdout, redirect_stderr: 0 none, 1 common file, 2 per experiment, 3 both.
+        loglevel: 'info' or 'debug'.
+    """
+
+    def __init__(self, name: str, dump: bool, redirect_stdout: int, redirect_stderr: int, loglevel: str = 'info'):
+        self.name, self.dump, self.loglevel = name, dump, loglevel
+        self.redirect = {'stdout': redirect_stdout, 'stderr': redirect_stderr}
+        self.results = ResearchResults(name, dump_results=dump)
+        self.experiments_stdout: dict[str, str] = {}
+        self.experiments_stderr: dict[str, str] = {}
+        self.log: list[str] = []
+        if dump:
+            os.makedirs(os.path.join(name, 'experiments'), exist_ok=True)
+
+    def finished(self) -> set[str]:
+        """The ids of experiments with a record and no exception (a rerun skips them)."""
+        if not self.dump:
+            return set()
+        return {key for key, record in load_records(self.name).items() if not record.get('exception')}
+
+    def info(self, message: str) -> None:
+        """Add a line to the research's log (and its file)."""
+        line = f'{time.strftime("%y-%m-%d %H:%M:%S")} - INFO - {message}'
+        self.log.append(line)
+        if self.dump:
+            with open(os.path.join(self.name, 'research.log'), 'a', encoding='utf-8') as file:
+                file.write(line + '\n')
+
+    def save_research(self, research: Any) -> None:
+        """Write the research's definition, for ``Research.load``."""
+        if self.dump:
+            try:
+                dump_atomically(research, os.path.join(self.name, 'research.dill'))
+            except Exception as error:               # a unit that does not pickle: results are still kept
+                self.info(f"The research's definition could not be saved ({type(error).__name__}: {error}); "
+                          "Research.load will read the results only.")
+
+    def path(self, experiment_id: str) -> str | None:
+        """The folder of an experiment (``EP()``), ``None`` without ``dump``."""
+        return os.path.join(os.path.abspath(self.name), 'experiments', experiment_id) if self.dump else None
+
+    def write(self, record: dict) -> None:
+        """Keep one experiment's record: its outputs first, the record last (atomically)."""
+        key = record['id']
+        for stream in ('stdout', 'stderr'):
+            text, mode = record[stream], self.redirect[stream]
+            if not self.dump:
+                if mode in (2, 3) and text:
+                    getattr(self, f'experiments_{stream}')[key] = text
+                continue
+            if mode in (1, 3) and text:
+                with open(os.path.join(self.name, f'{stream}.txt'), 'a', encoding='utf-8') as file:
+                    file.write(text)
+            if mode in (2, 3):
+                write_text_atomically(text, os.path.join(self.name, 'experiments', key, f'{stream}.txt'))
+        if not self.dump:
+            if not record.get('exception'):
+                self.results.put(key, record['results'], record['config'])
+            return
+        folder = os.path.join(self.name, 'experiments', key)
+        dump_atomically(record['config'], os.path.join(folder, 'config.dill'))
+        write_text_atomically(''.join(line + '\n' for line in record['log']), os.path.join(folder, 'experiment.log'))
+        if record.get('exception'):
+            write_text_atomically(record['exception'], os.path.join(folder, 'error.txt'))
+        dump_atomically(record, os.path.join(folder, 'record.dill'))
+
+    @staticmethod
+    def read_entropy(name: str) -> int | None:
+        """The seed entropy of the research saved under ``name`` (``None`` when there is none)."""
+        path = os.path.join(name, 'research.dill')
+        if not os.path.exists(path):
+            return None
+        try:
+            with open(path, 'rb') as file:
+                return getattr(dill.load(file), 'entropy', None)
+        except Exception:
+            return None

@@ -1,0 +1,99 @@
+"""flowpipe.research.executor and experiment: units, expressions, branches, failures, in this process."""
+import pytest
+
+from flowpipe import B, C, Dataset, Pipeline, V
+from flowpipe.research import E, EC, Executor, Experiment, O, S
+
+
+def counter(n):
+    total = 0
+    for i in range(n):
+        total += i
+        yield total
+
+
+def test_callable_generator_and_save():
+    experiment = (Experiment().add_generator('gen', counter, n=4).add_callable('twice', lambda x: 2 * x, x=O('gen'))
+                  .save(O('twice'), 'twice', when='last'))
+    [running] = Executor(experiment, target='f', n_iters=4).run()
+    assert running.results == {'twice': {3: 12}}
+
+
+def test_stop_iteration_ends_experiment_with_last_units():
+    experiment = Experiment().add_generator('gen', counter, n=EC('n')).save(O('gen'), 'value', when='last')
+    runs = Executor(experiment, target='f', configs=[{'n': 2}, {'n': 3}], n_iters=None, finalize=True).run()
+    assert [r.results['value'] for r in runs] == [{2: 1}, {3: 3}]
+    assert all(r.exception is None for r in runs)
+
+
+def test_exception_is_recorded_with_traceback_and_others_go_on():
+    def fail_on_two(x):
+        if x == 2:
+            raise ArithmeticError('two')
+        return x
+
+    experiment = Experiment().add_callable('f', fail_on_two, x=EC('x'), save_to='out')
+    runs = Executor(experiment, target='t', configs=[{'x': 1}, {'x': 2}], n_iters=2).run()
+    assert runs[0].results == {'out': {0: 1, 1: 1}} and runs[0].exception is None
+    assert 'ArithmeticError: two' in runs[1].exception and runs[1].results == {}
+
+
+def test_debug_raises():
+    experiment = Experiment().add_callable('f', lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        Executor(experiment, target='f', n_iters=1, debug=True).run()
+
+
+def test_root_unit_runs_once_for_all_branches():
+    calls = []
+
+    def root():
+        calls.append(1)
+        return 10
+
+    experiment = (Experiment().add_callable('root', root, root=True)
+                  .add_callable('add', lambda a, b: a + b, a=O('root'), b=EC('x'), save_to='sum'))
+    runs = Executor(experiment, target='f', configs=[{'x': 1}, {'x': 2}], n_iters=1).run()
+    assert len(calls) == 1 and [r.results['sum'][0] for r in runs] == [11, 12]
+
+
+def test_instances_storage_and_expressions():
+    class Box:
+        def __init__(self, size):
+            self.size = size
+
+        def area(self):
+            return self.size ** 2
+
+    def note(storage, value):
+        storage.update_variable('noted', value)
+
+    experiment = (Experiment().add_instance('box', Box, size=EC('size')).add_callable('box.area')
+                  .add_callable('note', note, storage=S(), value=E().outputs['box.area']))
+    [running] = Executor(experiment, target='f', configs=[{'size': 3}], n_iters=1).run()
+    assert running.results['noted'] == {0: 9}
+
+
+def test_pipeline_unit_uses_config():
+    ppl = (Pipeline().init_variable('total', 0)
+           .update(V('total'), V('total') + B().indices.sum() * C('k'))) << Dataset(6)
+    experiment = (Experiment().add_pipeline('ppl', ppl.run_later(1, n_epochs=1, shuffle=False))
+                  .save(E('ppl').v('total'), 'total', when='last'))
+    runs = Executor(experiment, target='f', configs=[{'k': 1}, {'k': 10}], n_iters=6).run()
+    assert [r.results['total'][5] for r in runs] == [15, 150]
+
+
+def test_save_to_length_mismatch_raises():
+    experiment = Experiment().add_callable('f', lambda: (1, 2, 3), save_to=['a', 'b'])
+    with pytest.raises(ValueError, match='to return 2 values'):
+        Executor(experiment, target='f', n_iters=1, debug=True).run()
+
+
+def test_bad_target_and_source():
+    with pytest.raises(ValueError, match="target"):
+        Executor(Experiment(), target='x')
+    with pytest.raises(ValueError, match='instance.attribute'):
+        Experiment().add_callable('nodot')
+    with pytest.raises(ValueError, match='unit or an instance'):
+        Executor(Experiment().add_callable('f', lambda x: x, x=E('ghost')), target='f', n_iters=1,
+                 debug=True).run()
