@@ -6,6 +6,7 @@ stdout/stderr and its profile rows. It writes nothing itself: the research write
 """
 from __future__ import annotations
 
+import copy
 import cProfile
 import io
 import pstats
@@ -49,7 +50,13 @@ class ExperimentStorage:
         self.dumps = 0
 
     def update_variable(self, name: str, value: Any) -> None:
-        """Record ``value`` under ``name`` at the experiment's current iteration."""
+        """Record ``value`` under ``name`` at the experiment's current iteration: a copy, so that a list a pipeline
+        goes on appending to (``V('loss', mode='a')``) is recorded as it is now; a value that cannot be copied is
+        recorded as the object itself."""
+        try:
+            value = copy.deepcopy(value)
+        except Exception:       # locks, generators, open files: nothing a later iteration could rewrite in a table
+            pass
         self.results.setdefault(name, {})[self.experiment.iteration] = value
 
     def request_dump(self, variable: Any = None) -> None:

@@ -83,6 +83,13 @@ def test_pipeline_unit_uses_config():
     assert [r.results['total'][5] for r in runs] == [15, 150]
 
 
+def test_a_variable_a_pipeline_appends_to_is_recorded_as_it_is_at_each_iteration():
+    ppl = (Pipeline().init_variable('sizes', []).update(V('sizes', mode='a'), B.size)) << Dataset(6)
+    experiment = Experiment().add_pipeline('ppl', ppl.run_later(2, n_epochs=None), variables='sizes')
+    [running] = Executor(experiment, target='f', n_iters=3).run()
+    assert running.results['sizes'] == {0: [2], 1: [2, 2], 2: [2, 2, 2]}
+
+
 def test_save_to_length_mismatch_raises():
     experiment = Experiment().add_callable('f', lambda: (1, 2, 3), save_to=['a', 'b'])
     with pytest.raises(ValueError, match='to return 2 values'):
