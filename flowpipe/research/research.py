@@ -20,6 +20,7 @@ from .domain import ConfigAlias, Domain
 from .executor import experiment_id, experiment_seed
 from .experiment import Experiment
 from .jobs import Task
+from .meta import check_free_memory, environment, git_state
 from .monitor import ResearchMonitor, ResearchProfiler
 from .scheduler import run_tasks
 from .storage import ResearchStorage
@@ -53,6 +54,7 @@ class Research:
         self.monitor = ResearchMonitor()
         self.profiler = ResearchProfiler([])
         self._options: dict = {}
+        self.meta: dict = {}        # git_meta / env_meta of the last run
 
     def __getattr__(self, name: str) -> Any:
         # the experiment's builders (add_callable...) and functions of its namespaces, returning the research
@@ -90,6 +92,13 @@ class Research:
         out = _redirect(redirect_stdout, dump_results, 'stdout')
         err = _redirect(redirect_stderr, dump_results, 'stderr')
         self._check(workers, branches, debug, parallel, executor_target, detach)
+        if executor_class is not None:
+            raise ValueError(f"Expected executor_class=None: flowpipe runs experiments through run(executor=...), any "
+                             f"concurrent.futures.Executor, 'dask' or a Dask address. Received: executor_class="
+                             f"{executor_class!r}.")
+        if memory_ratio is not None:
+            check_free_memory(devices, memory_ratio, n_gpu_checks, gpu_check_delay)
+        self.meta = {'git': git_state() if git_meta else None, 'env': environment() if env_meta else None}
         self.n_iters = 1 if n_iters is None and self.experiment.only_callables else n_iters
         self.workers, self.branches, self.devices = workers, branches, devices
         self.storage = ResearchStorage(self.name, dump_results, out, err, loglevel or 'info')
