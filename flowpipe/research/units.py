@@ -67,7 +67,18 @@ class PipelineSource:
         options = {} if _seeded(pipeline) or experiment is None else {'seed': experiment.pipeline_seed()}
         if self.mode == 'func':
             return (pipeline.run(**options), *self.values())
-        return ((batch, *self.values()) for batch in pipeline.gen_batch(**options))
+        return ((batch, *self.values()) for batch in _batches(pipeline, options))
+
+
+def _batches(pipeline: Any, options: dict) -> Any:
+    """The pipeline's batches for a generator unit: endless when its ``run_later`` gives neither ``n_epochs`` nor
+    ``n_iters`` (batchflow's ``run_later(64, n_epochs=None)`` in a research: the research's ``n_iters`` ends it),
+    else as ``gen_batch`` runs it."""
+    args = pipeline.run_args
+    if args is not None and args.n_epochs is None and args.n_iters is None:
+        from ..execution.run import RunArgs, iterate
+        return iterate(pipeline, RunArgs.merge(args, **options), infinite=True)
+    return pipeline.gen_batch(**options)
 
 
 def _seeded(pipeline: Any) -> bool:

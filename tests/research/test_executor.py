@@ -90,6 +90,16 @@ def test_a_variable_a_pipeline_appends_to_is_recorded_as_it_is_at_each_iteration
     assert running.results['sizes'] == {0: [2], 1: [2, 2], 2: [2, 2, 2]}
 
 
+def test_a_pipeline_whose_run_later_gives_no_limit_runs_until_the_research_stops_it():
+    ppl = (Pipeline().init_variable('n', 0).update(V('n'), V('n') + 1)) << Dataset(6)
+    experiment = Experiment().add_pipeline('ppl', ppl.run_later(2, n_epochs=None), variables='n')
+    [running] = Executor(experiment, target='f', n_iters=7).run()
+    assert running.results['n'] == {i: i + 1 for i in range(7)} and running.exception is None
+    experiment = Experiment().add_pipeline('ppl', ppl.run_later(2, n_epochs=1), variables='n')
+    [running] = Executor(experiment, target='f', n_iters=7).run()
+    assert sorted(running.results['n']) == [0, 1, 2]        # one epoch of 3 batches, as run_later says
+
+
 def test_save_to_length_mismatch_raises():
     experiment = Experiment().add_callable('f', lambda: (1, 2, 3), save_to=['a', 'b'])
     with pytest.raises(ValueError, match='to return 2 values'):
