@@ -80,7 +80,7 @@ def run_research(template: Pipeline, n_iters: int, workers: int, executor: str |
     return elapsed
 
 
-def main(n_iters: int = 10, rounds: int = 1) -> None:
+def main(n_iters: int = 300, rounds: int = 2) -> None:
     template = make_template()
     arms = {'pool, 1 worker': (1, None), 'pool, 2 workers': (2, None)}
     if importlib.util.find_spec('distributed') is not None:
