@@ -187,11 +187,15 @@ class WorkerPool:
 
 
 @contextlib.contextmanager
-def hidden_main() -> Iterator[None]:
-    """While workers start, ``__main__`` has no file and no spec: spawn then does not import it in them."""
+def hidden_main(lock: bool = True) -> Iterator[None]:
+    """While workers start, ``__main__`` has no file and no spec: spawn then does not import it in them.
+
+    ``lock`` holds a lock meanwhile, so that two pools starting at once restore ``__main__`` in order; a caller
+    that hides it for a long time (a Dask cluster's whole life, whose nannies restart workers) passes ``False``.
+    """
     main = sys.modules['__main__']
     saved = {name: main.__dict__[name] for name in ('__file__', '__spec__') if name in main.__dict__}
-    with _START_LOCK:
+    with _START_LOCK if lock else contextlib.nullcontext():
         main.__dict__.pop('__file__', None)
         main.__spec__ = None
         try:

@@ -23,6 +23,8 @@ from concurrent.futures import CancelledError, Executor, Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
+from ..execution.workers import hidden_main
+
 __all__ = ['DaskExecutor', 'is_dask', 'open_dask']
 
 _ADDRESS_SCHEMES = ('tcp://', 'tls://', 'ucx://', 'inproc://', 'ws://', 'wss://')
@@ -104,15 +106,8 @@ def main_hidden() -> Iterator[None]:
     Held for the cluster's whole life, so it takes no lock (``flowpipe.execution.workers.hidden_main`` holds one
     for the moment processes start).
     """
-    main = sys.modules['__main__']
-    saved = {name: main.__dict__[name] for name in ('__file__', '__spec__') if name in main.__dict__}
-    main.__dict__.pop('__file__', None)
-    main.__spec__ = None
-    try:
+    with hidden_main(lock=False):
         yield
-    finally:
-        for name, value in saved.items():
-            setattr(main, name, value)
 
 
 class DaskExecutor(Executor):
