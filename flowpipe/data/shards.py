@@ -20,10 +20,14 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ['Shard', 'balanced_bounds', 'balanced_sizes', 'current_shard', 'run_world', 'shard_batches', 'shard_of',
-           'stepping']
+__all__ = ['WHOLE_BATCHES', 'Shard', 'balanced_bounds', 'balanced_sizes', 'current_shard', 'run_world',
+           'shard_batches', 'shard_of', 'stepping']
 
 _STEPPING: contextvars.ContextVar = contextvars.ContextVar('flowpipe_stepping', default=None)
+#: How runs started in this context give out batches in a distributed job: ``None`` (each batch sharded over the
+#: ranks), ``'split'`` (contiguous blocks of whole batches, rank by rank) or ``'every'`` (every rank every batch);
+#: set by ``flowpipe.execution.run.whole_batches``.
+WHOLE_BATCHES: contextvars.ContextVar = contextvars.ContextVar('flowpipe_whole_batches', default=None)
 
 
 @dataclass(frozen=True)

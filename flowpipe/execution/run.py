@@ -8,7 +8,6 @@ section when it ends (all batches done, or ``StopPipeline``).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import itertools
 import numbers
 import os
@@ -28,7 +27,7 @@ from .locks import OrderedLocks
 from .next_iteration import NextIteration
 from .nodes import DeferredStage, IndexSource, MapStage
 from .prefetch import TARGETS, Prefetcher
-from ..data.shards import balanced_bounds, run_world, shard_batches
+from ..data.shards import WHOLE_BATCHES, balanced_bounds, run_world, shard_batches
 from .processes import InProcess, check_processes, reattach
 from .profile import Profiler
 from .rebatch import RebatchStage
@@ -37,8 +36,6 @@ from .runner import BatchRunner, run_steps
 from .steps import compile_plan
 
 __all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline', 'whole_batches']
-
-_WHOLE = contextvars.ContextVar('flowpipe_whole_batches', default=None)
 
 
 @contextlib.contextmanager
@@ -50,11 +47,11 @@ def whole_batches(split: bool = True) -> Iterator[None]:
     number in the run (its seed, ``I('c')``, its epoch). Without, every rank processes every batch. Outside a
     distributed job nothing changes.
     """
-    token = _WHOLE.set('split' if split else 'every')
+    token = WHOLE_BATCHES.set('split' if split else 'every')
     try:
         yield
     finally:
-        _WHOLE.reset(token)
+        WHOLE_BATCHES.reset(token)
 
 
 @dataclass(frozen=True)
@@ -198,7 +195,7 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     n_epochs, n_iters = args.n_epochs, args.n_iters
     if n_epochs is None and n_iters is None and not infinite:
         n_epochs = 1
-    whole = _WHOLE.get()
+    whole = WHOLE_BATCHES.get()
     world = None if whole == 'every' else run_world()
     # every rank checks that the others draw the same batches, and takes rank 0's seed: one shuffle and one seed tree
     seeds = agree_on_run(world, pipeline, args, n_epochs, n_iters, (_root_seed(args), _seed_given(args)))

@@ -148,3 +148,21 @@ def export_refused(path):
         message = str(error)
     model.save(path)
     return message
+
+
+def validate_sharded(shard):
+    """Train a sharded model for an epoch with a ``Validate(shard=shard)``: the validation loss, or the error."""
+    import numpy as np
+
+    from flowpipe.callbacks import Validate
+    data = dataset()
+    trainer = (Pipeline().init_model('net', config=config('full'))
+               .train_model('net', x=B.x, y=B.y)) << data
+    checker = (Pipeline().import_model('net', trainer).init_variable('loss', [])
+               .predict_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << data
+    validate = Validate(checker, metrics={'loss': lambda p: float(np.mean(p.v('loss')))}, batch_size=4, shard=shard)
+    try:
+        trainer.run(8, n_epochs=1, callbacks=[validate])
+    except ValueError as error:
+        return str(error)
+    return validate.values['val/loss']

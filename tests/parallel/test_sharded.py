@@ -125,3 +125,10 @@ def test_an_export_of_a_sharded_model_is_refused_on_every_rank_and_its_own_file_
     for message in launch(sharded_jobs.export_refused, 2, args=(path,), timeout=TIMEOUT):
         assert 'Expected a whole network to export' in message and 'TorchModel.from_file(path)' in message
     assert os.path.exists(path) and not os.path.exists(path + '.export')
+
+
+def test_a_sharded_model_validated_in_blocks_of_batches_is_refused_on_every_rank_and_validates_whole():
+    for message in launch(sharded_jobs.validate_sharded, 2, args=(True,), timeout=TIMEOUT):
+        assert 'Expected Validate(..., shard=False) for a sharded model' in message
+    losses = launch(sharded_jobs.validate_sharded, 2, args=(False,), timeout=TIMEOUT)
+    assert losses[0] == losses[1] and np.isfinite(losses[0])

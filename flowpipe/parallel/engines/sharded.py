@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ...data.shards import WHOLE_BATCHES
 from ...torchutils import NO_CONTEXT
 from .. import distributed, sharded_state
 from ..sharding import Sharding
@@ -235,6 +236,11 @@ class ShardedEngine(DistributedEngine):
     def predict(self, inputs: Sequence[torch.Tensor]) -> Any:
         """This rank's outputs, micro-batch by micro-batch; a collective: the ranks exchange their item counts and
         run as many pieces each (pieces without items on the ranks with fewer)."""
+        if WHOLE_BATCHES.get() == 'split':
+            raise ValueError("Expected Validate(..., shard=False) for a sharded model: a sharded forward is a "
+                             "collective every rank joins, and shard=True gives the ranks blocks of batches that may "
+                             "differ in number (a rank would wait for the others forever). Received: a prediction in "
+                             "a run whose batches are split into blocks over the ranks (Validate(shard=True)).")
         batch = self.prepare(inputs, ())
         counts = self._exchange_counts(inputs)
         if not sum(counts):
