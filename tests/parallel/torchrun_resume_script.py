@@ -49,7 +49,9 @@ def train(folder, out):
     val = (Pipeline().import_model('net', pipeline).init_variable('losses', [])
            .predict_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('losses', mode='a'))) << dist_jobs.dataset()
     best = ModelCheckpoint(os.path.join(out, 'best'), monitor='val/loss', save_top_k=2)
-    callbacks = [Validate(val, batch_size=4, metrics={'loss': lambda p: float(np.mean(p.v('losses')))}),
+    # a sharded model validates the whole set on every rank: its forward is a collective (docs/distributed.md)
+    callbacks = [Validate(val, batch_size=4, metrics={'loss': lambda p: float(np.mean(p.v('losses')))},
+                          shard=not os.environ.get('SHARDING')),
                  ReduceLROnPlateau('net', factor=0.5, patience=0, threshold=0.05), best,
                  CSVLogger(os.path.join(out, 'logs'))]
     checkpoint = Checkpoint(folder, sharded=os.environ.get('SHARDED_CHECKPOINT') == '1')
