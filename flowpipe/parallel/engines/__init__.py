@@ -3,7 +3,8 @@
 ``base.Engine`` holds the one training loop; ``single``, ``replicas``, ``distributed`` and ``sharded`` specialize its
 hooks for their placement.
 """
-from .base import Engine, StepResult, check_clip_value, check_max_norm
+from .base import Engine, StepResult
+from .clipping import check_clip_value, check_max_norm
 from .distributed import DistributedEngine
 from .replicas import ReplicaEngine
 from .sharded import ShardedEngine

@@ -15,9 +15,8 @@ needs (each is a no-op or the one-replica case here):
 - ``reduce_gradients(active)``: gather the full-batch gradient onto the primary;
 - ``broadcast(active)``: send the primary's new state to the replicas after the optimizer step;
 - ``step_result(ordered, keep_outputs)``: the loss (a tensor, left on the device) and outputs the step returns;
-- ``clip_gradients(params, norm, value)``: clip the full-batch gradient (a sharded engine by the global norm);
-- ``gradient_norms(grads)``, ``share_parameters()``: SAM's norms of the full-batch gradient, and its perturbed
-  weights given to the replicas (``engines.sam``);
+- ``clip_gradients(params, norm, value)``: clip the full-batch gradient (``clipping.clip``);
+- ``share_parameters()``: SAM's perturbed weights given to the replicas (``engines.sam``);
 - ``state_dict()`` / ``load_state_dict(state)``, ``optimizer_state_dict(optimizer)`` /
   ``load_optimizer_state_dict(optimizer, state)``: the state saved in model files, as one process holds it
   (collectives every rank calls when ``collective_state``: a sharded engine gathers it on rank 0);
@@ -37,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -50,12 +48,13 @@ from ..precision import Precision, make_precision
 from ..randomness import draw_step_seed, piece_random, piece_seed
 from ..speed import compiled, resolve_memory_format, torch_memory_format
 from ..split import Piece
+from .clipping import check_clip_value, check_max_norm, clip
 from .cuda import device_context
 from .sam import Sam, sharpness_pass
-from .tensors import (BatchTensors, concat, device_of, first_floating, move, prepare_batch, set_mode, target_devices,
-                      to_device)
+from .tensors import (BatchTensors, concat, device_of, first_floating, local_shard, move, prepare_batch, set_mode,
+                      target_devices, to_device)
 
-__all__ = ['Engine', 'StepResult', 'check_clip_value', 'check_max_norm']
+__all__ = ['Engine', 'StepResult']
 
 Tensors = Sequence[torch.Tensor]
 Groups = Mapping[int, Sequence[Piece]]
@@ -74,28 +73,6 @@ class StepResult:
     loss: torch.Tensor
     outputs: Any = None
     stepped: bool = True
-
-
-def check_max_norm(value: Any) -> float | None:
-    """``clip_grad_norm`` as a float: ``None`` (no clipping) or a positive number, else a clear error."""
-    return None if value is None else _positive_bound(value, 'clip_grad_norm', 'the largest total gradient norm', '')
-
-
-def check_clip_value(value: Any, key: str = 'clip_grad_value') -> float | Callable | None:
-    """``clip_grad_value`` as a float (the largest absolute gradient entry), a callable ``grad -> grad`` applied to
-    each parameter's gradient, or ``None`` (no clipping); else a clear error naming ``key``."""
-    if value is None or callable(value):
-        return value
-    return _positive_bound(value, key, 'the largest absolute gradient value', ', a callable grad -> grad,')
-
-
-def _positive_bound(value: Any, key: str, meaning: str, alternatives: str) -> float:
-    expected = f'Expected {key} as a positive number ({meaning}){alternatives} or None.'
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f'{expected} Received: {value!r} of type {type(value).__name__}.')
-    if not value > 0:
-        raise ValueError(f'{expected} Received: {key}={value!r}. Use None to turn clipping off.')
-    return float(value)
 
 
 def in_batch_order(groups: Groups, results: Mapping[int, list]) -> list:
@@ -289,13 +266,18 @@ class Engine:
         Under a gradient scaler only the loss is read: the scaler skips the steps of non-finite (scaled)
         gradients itself, and lowers its scale, which a step skipped here would not.
         """
+        return bool(self.nonfinite_flag(loss, optimizer))
+
+    def nonfinite_flag(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> torch.Tensor:
+        """``nonfinite`` as a one-item tensor on the loss's device (non-zero: found), not read on the host; a
+        sharded engine reads its gradients' local shards and combines the ranks' flags."""
         groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {
             (loss.device, loss.dtype): [loss.detach().reshape(1)]}
         if self.precision.scaler is None:
             for param in _optimized(optimizer):
                 grad = param.grad
                 if grad is not None:
-                    grad = grad._values() if grad.is_sparse else grad      # the fused check takes dense tensors
+                    grad = grad._values() if grad.is_sparse else local_shard(grad)   # the fused check: dense, local
                     groups.setdefault((grad.device, grad.dtype), []).append(grad)
         flags = self._nonfinite_flags
         for device, _ in groups:
@@ -307,7 +289,7 @@ class Engine:
             # multiplies by one (exact) and sets ``found`` where a value is not finite: one fused pass per group
             torch._amp_foreach_non_finite_check_and_unscale_(tensors, found, one)
         found = [flags[device][0].to(loss.device) for device in {device for device, _ in groups}]
-        return bool(found[0] if len(found) == 1 else torch.cat(found).any())
+        return found[0] if len(found) == 1 else torch.cat(found).amax(0, keepdim=True)
 
     def save_buffers(self) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
         """The primary's buffers and copies of their values, before a step's forwards change them (BatchNorm
@@ -434,25 +416,10 @@ class Engine:
 
     def clip_gradients(self, params: list[torch.Tensor], norm: float | None = None,
                        value: float | Callable | None = None) -> None:
-        """Clip the full-batch gradients of ``params`` in place: by ``value`` first (a bound on each entry, or a
-        function ``grad -> grad`` of each gradient, whose ``None`` leaves it as it is), then to the total 2-norm
-        ``norm``. The step calls it once, after ``reduce_gradients`` and the precision's unscaling, when either is
-        set; an engine whose parameters are sharded overrides it to clip by the norm over all shards."""
-        if callable(value):
-            for param in params:
-                if param.grad is not None:
-                    clipped = value(param.grad)
-                    if clipped is not None:
-                        param.grad = clipped
-        elif value is not None:
-            torch.nn.utils.clip_grad_value_(params, value)
-        if norm is not None:
-            torch.nn.utils.clip_grad_norm_(params, norm)
-
-    def gradient_norms(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The 2-norm of each full-batch gradient in ``grads`` (0-dim tensors), which SAM's perturbation divides by;
-        for a sharded engine's ``DTensor`` gradients, each whole gradient's norm."""
-        return list(torch._foreach_norm(grads))
+        """Clip the full-batch gradients of ``params`` in place (``clipping.clip``: by ``value``, then to the total
+        2-norm ``norm``). The step calls it once, after ``reduce_gradients`` and the precision's unscaling, when
+        either is set; torch's clipping takes a sharded engine's ``DTensor`` gradients whole (the global norm)."""
+        clip(params, norm, value)
 
     def share_parameters(self) -> None:
         """Give the primary's parameters (SAM's perturbed weights) to the replicas for the step's second pass: a

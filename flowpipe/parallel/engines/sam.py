@@ -10,8 +10,8 @@ step of :meth:`Engine.train_step <flowpipe.parallel.engines.base.Engine.train_st
    overflows;
 3. the perturbation ``e = rho * g / ||g||``, where ``||g||`` is the 2-norm of the whole gradient, or, with
    ``individual_norm``, ``e_p = rho * g_p / ||g_p||`` for each parameter ``p`` on its own (a parameter whose
-   gradient is zero is not moved); the engine's ``gradient_norms`` gives the norms (a sharded engine's gradients are
-   ``DTensor`` shards, whose norms are the whole gradients'; the weights move shard by shard);
+   gradient is zero is not moved); a sharded engine's gradients are ``DTensor`` shards, whose norms are the whole
+   gradients', and its weights move shard by shard;
 4. the weights become ``w + e`` (``share_parameters`` gives them to the other replicas), the gradients are
    cleared and the same pieces, with the same random streams (dropout masks), run forward and backward again and
    are reduced: the full-batch gradient at ``w + e``;
@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
+
+from .tensors import local_shard
 
 if TYPE_CHECKING:
     from .base import Engine
@@ -96,17 +98,11 @@ def sharpness_pass(engine: 'Engine', sam: Sam, optimizer: torch.optim.Optimizer,
                          '(an nn.Embedding with sparse=True, say). Use dense gradients, or set sam_rho=0.')
     if engine.precision.unscale_grads(grads):
         return True         # the scaler's step skips the batch and lowers the scale
-    shift = perturbation(grads, sam, engine.gradient_norms(grads))
+    shift = perturbation(grads, sam, torch._foreach_norm(grads))
     with _perturbed(engine, params, shift):
         engine.zero_grad(optimizer)
         result = run_pass()
         return not (check_nonfinite and engine.nonfinite(result.loss, optimizer))
-
-
-def _local(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    # a sharded parameter (a DTensor) as its local shard, which shares its storage: the elementwise steps of SAM
-    # need no communication, and DTensor has no sharding rule for every foreach operation
-    return [tensor.to_local() if hasattr(tensor, 'to_local') else tensor for tensor in tensors]
 
 
 @contextlib.contextmanager
@@ -114,7 +110,9 @@ def _perturbed(engine: 'Engine', params: list[torch.Tensor], shift: list[torch.T
     """The primary's ``params`` moved by ``shift`` (and shared with the replicas) inside; on the way out the weights
     and every replica's buffers exactly as they were, also after an error (then shared again)."""
     with torch.no_grad():
-        params, shift = _local(params), _local(shift)
+        # a sharded parameter as its local shard: the elementwise steps need no communication, and DTensor has no
+        # sharding rule for every foreach operation
+        params, shift = [local_shard(t) for t in params], [local_shard(t) for t in shift]
         weights = [param.detach().clone() for param in params]
         buffers = [buffer for replica in engine.replicas for buffer in replica.buffers()]
         saved = [buffer.detach().clone() for buffer in buffers]

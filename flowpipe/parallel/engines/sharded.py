@@ -34,9 +34,9 @@ from ...torchutils import NO_CONTEXT
 from .. import distributed, sharded_state
 from ..sharding import Sharding
 from ..split import Piece, chunk_sizes, split_batch
-from .base import StepResult, _optimized
+from .base import StepResult
 from .distributed import DistributedEngine, _coalesced, _from_rank_0, _kept
-from .tensors import BatchTensors, concat, device_of, move, to_device
+from .tensors import BatchTensors, concat, device_of, evaluating, local_shard, move, to_device
 
 __all__ = ['ShardedEngine', 'sharding_units']
 
@@ -72,17 +72,11 @@ def _post_order(module: nn.Module) -> Iterable[nn.Module]:
     yield module
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """A ``DTensor``'s local shard; another tensor as it is."""
-    to_local = getattr(tensor, 'to_local', None)
-    return tensor if to_local is None else to_local()
-
-
 def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of the storages behind ``tensors`` (each storage once, padding included): what they hold in memory."""
     seen: dict[tuple[str, int], int] = {}
     for tensor in tensors:
-        storage = _local(tensor).untyped_storage()
+        storage = local_shard(tensor).untyped_storage()
         seen[(str(tensor.device), storage.data_ptr())] = storage.nbytes()
     return sum(seen.values())
 
@@ -189,22 +183,15 @@ class ShardedEngine(DistributedEngine):
         if piece.size:
             return super().run_piece(replica, piece, batch, loss_fn, keep_outputs, last, seed)
         forward, device = self.forwards[replica], self.devices[replica]
-        modes = [(sub, sub.training) for sub in self._inner.modules()]
-        self._inner.eval()          # no BatchNorm statistics of no items
-        try:
-            with self.backward_sync(last):
-                with self.precision.autocast(device):
-                    outputs = forward(*[move(t, device, batch.dtype, piece, self.memory_format)
-                                        for t in batch.inputs])
-                floating = _floating(outputs)
-                if not floating:
-                    raise TypeError(f'Expected floating outputs of the network under sharding (a rank without items '
-                                    f'backwards their sum, zero, to join the collectives). Received: outputs of '
-                                    f'type {type(outputs).__name__} without a floating tensor.')
-                sum(out.sum() for out in floating).backward()
-        finally:
-            for sub, training in modes:
-                sub.training = training
+        with evaluating(self._inner), self.backward_sync(last):     # no BatchNorm statistics of no items
+            with self.precision.autocast(device):
+                outputs = forward(*[move(t, device, batch.dtype, piece, self.memory_format) for t in batch.inputs])
+            floating = _floating(outputs)
+            if not floating:
+                raise TypeError(f'Expected floating outputs of the network under sharding (a rank without items '
+                                f'backwards their sum, zero, to join the collectives). Received: outputs of '
+                                f'type {type(outputs).__name__} without a floating tensor.')
+            sum(out.sum() for out in floating).backward()
         loss = torch.zeros((), device=device)
         return loss, to_device(outputs, device_of(outputs, device)) if keep_outputs else None
 
@@ -212,17 +199,7 @@ class ShardedEngine(DistributedEngine):
     def nonfinite(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
         """Whether the global batch's loss or any rank's shard of the gradient holds a nan or an inf (one
         all-reduce of a flag: every rank takes the same decision)."""
-        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {
-            (loss.device, loss.dtype): [loss.detach().reshape(1)]}
-        for param in _optimized(optimizer):
-            if param.grad is not None:
-                grad = _local(param.grad)
-                groups.setdefault((grad.device, grad.dtype), []).append(grad)
-        flag = torch.zeros(1, dtype=torch.float64, device=self._group_device)
-        for (device, _), tensors in groups.items():
-            found, one = torch.zeros(1, device=device), torch.ones(1, device=device)
-            torch._amp_foreach_non_finite_check_and_unscale_(tensors, found, one)   # multiplies by one: exact
-            flag += found.to(self._group_device, torch.float64)
+        flag = self.nonfinite_flag(loss, optimizer).to(self._group_device, torch.float64)
         _kept(flag)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag)
@@ -246,15 +223,9 @@ class ShardedEngine(DistributedEngine):
         if not sum(counts):
             counts = (1,)       # no items anywhere: one empty piece each, for outputs of the right shape
         device = self.devices[0]
-        modes = [(sub, sub.training) for sub in self._inner.modules()]
-        self._inner.eval()
-        try:
-            with torch.no_grad(), self.precision.autocast(device):
-                return concat([self._inner(*[move(t, device, batch.dtype, piece, self.memory_format)
-                                             for t in batch.inputs]) for piece in self.pieces(batch.size, counts)])
-        finally:
-            for sub, training in modes:
-                sub.training = training
+        with evaluating(self._inner), torch.no_grad(), self.precision.autocast(device):
+            return concat([self._inner(*[move(t, device, batch.dtype, piece, self.memory_format)
+                                         for t in batch.inputs]) for piece in self.pieces(batch.size, counts)])
 
     def rank_bytes(self) -> dict[str, int | None]:
         """Bytes this rank holds of parameters, gradients and optimizer state (their local shards' storages);

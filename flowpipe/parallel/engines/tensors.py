@@ -4,16 +4,17 @@ Pure helpers shared by every engine; none of them knows about replicas or optimi
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import torch
 from torch import nn
 
 from ..split import Piece
 
-__all__ = ['BatchTensors', 'as_batch', 'batch_size_of', 'concat', 'device_of', 'first_floating', 'move',
-           'prepare_batch', 'set_mode', 'target_devices', 'to_device']
+__all__ = ['BatchTensors', 'as_batch', 'batch_size_of', 'concat', 'device_of', 'evaluating', 'first_floating',
+           'local_shard', 'move', 'prepare_batch', 'set_mode', 'target_devices', 'to_device']
 
 
 class BatchTensors(NamedTuple):
@@ -74,6 +75,25 @@ def set_mode(modules: Sequence[nn.Module], training: bool) -> None:
     if any(module.training is not training for module in modules):
         for module in modules:
             module.train(training)
+
+
+@contextlib.contextmanager
+def evaluating(module: nn.Module) -> Iterator[None]:
+    """``module`` in evaluation mode inside; on the way out every submodule's own mode as it was."""
+    modes = [(sub, sub.training) for sub in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for sub, training in modes:
+            sub.training = training
+
+
+def local_shard(tensor: torch.Tensor) -> torch.Tensor:
+    """A ``DTensor``'s local shard (sharing its storage: in-place changes reach the ``DTensor``); another tensor as
+    it is."""
+    to_local = getattr(tensor, 'to_local', None)
+    return tensor if to_local is None else to_local()
 
 
 def move(tensor: torch.Tensor, device: torch.device, dtype: torch.dtype | None, piece: Piece | None = None,
