@@ -1,5 +1,6 @@
 """Suite-wide guards: no test may leave a non-daemon thread, a flowpipe worker thread (``flowpipe-*``, daemons
-included: replica workers, monitors) or a process group behind."""
+included: replica workers, monitors) or a process group behind; and the ``default_dtype`` fixture, which runs an
+exactness test module once under each of torch's float32 and float64 default dtypes."""
 import gc
 import threading
 import time
@@ -24,6 +25,18 @@ def no_leaked_threads():
         time.sleep(0.05)
         leaked = _live_threads() - before
     assert not leaked, f"test left threads alive: {sorted(t.name for t in leaked)}"
+
+
+@pytest.fixture(scope='module', params=['float32', 'float64'], ids=lambda name: f'default-{name}')
+def default_dtype(request):
+    """torch's default dtype for the module's tests (and the ranks they ``launch``: the launcher passes it on);
+    an exactness module takes it with ``pytestmark = pytest.mark.usefixtures('default_dtype')``, so a change that
+    breaks a step under either default fails there. Module-scoped: a module's launched jobs run once per dtype."""
+    import torch
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, request.param))
+    yield getattr(torch, request.param)
+    torch.set_default_dtype(previous)
 
 
 @pytest.fixture(autouse=True)

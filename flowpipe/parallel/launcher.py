@@ -5,7 +5,8 @@ Each process is a fork of ``multiprocessing``'s forkserver, a clean process that
 (no thread or CUDA state of the caller is copied; later launches start in a fraction of a second), and gets
 torchrun's environment: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``, ``GLOO_SOCKET_IFNAME=lo`` and
-``FLOWPIPE_DIST_TIMEOUT``, so flowpipe's runs see a distributed job (gloo on the CPU). The function travels with
+``FLOWPIPE_DIST_TIMEOUT``, so flowpipe's runs see a distributed job (gloo on the CPU), and the caller's default
+dtype (``torch.set_default_dtype``), as the function called in the caller would. The function travels with
 dill, so one defined in a notebook works. The caller waits for every rank: the first error of any rank (an
 exception, an exit code, a signal) ends the others and raises :class:`LaunchError` naming the rank, the
 exception type and message, with the rank's traceback; past ``timeout`` every rank is ended and ``TimeoutError``
@@ -75,6 +76,8 @@ def launch(target: Callable | str | os.PathLike, nprocs: int = 2, args: Sequence
         TimeoutError: the job did not finish within ``timeout``.
     """
     _check(target, nprocs, timeout)
+    import torch
+    default_dtype = str(torch.get_default_dtype()).removeprefix('torch.')
     context = _context()
     results = context.Queue()
     payload = dill.dumps((os.fspath(target) if isinstance(target, os.PathLike) else target, tuple(args),
@@ -87,7 +90,7 @@ def launch(target: Callable | str | os.PathLike, nprocs: int = 2, args: Sequence
         for rank in range(nprocs):
             rank_env = {**base_env, 'RANK': str(rank), 'LOCAL_RANK': str(rank), 'GROUP_RANK': '0',
                         'FLOWPIPE_LAUNCH_CALLER': str(os.getpid())}
-            process = context.Process(target=_worker, args=(payload, rank_env, results), name=f'flowpipe-rank-{rank}')
+            process = context.Process(target=_worker, args=(payload, rank_env, default_dtype, results), name=f'flowpipe-rank-{rank}')
             process.start()
             processes.append(process)
         return _wait(processes, results, time.monotonic() + timeout, timeout)
@@ -235,13 +238,16 @@ def _run(target: Callable | str, args: tuple, kwargs: dict) -> Any:
         raise
 
 
-def _worker(payload: bytes, env: dict, results: Any) -> None:
-    """One rank: its environment, the target, its result or error sent to the caller, the group destroyed."""
+def _worker(payload: bytes, env: dict, default_dtype: str, results: Any) -> None:
+    """One rank: its environment and default dtype, the target, its result or error sent to the caller, the group
+    destroyed."""
     rank = int(env['RANK'])
     try:
         _die_with_caller(int(env['FLOWPIPE_LAUNCH_CALLER']))
         os.environ.update(env)
         _set_threads()
+        import torch
+        torch.set_default_dtype(getattr(torch, default_dtype))
         message = (rank, True, dill.dumps(_run(*dill.loads(payload))))
     except BaseException as error:  # noqa: BLE001 - every failure goes to the caller
         message = (rank, False, (type(error).__name__, str(error), traceback.format_exc(), time.time()))

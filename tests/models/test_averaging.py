@@ -13,6 +13,8 @@ from flowpipe import B, Dataset, Pipeline, V
 from flowpipe.models.torch import TorchModel
 from flowpipe.models.torch.averaging import Ema
 
+pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
+
 N_FEATURES, CLASSES = 5, 3
 
 

@@ -6,6 +6,8 @@ from torch import nn
 
 from flowpipe.models.torch import MLP, TorchModel
 
+pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
+
 CONFIG = {'inputs/x/shape': (4,), 'inputs/y/classes': 3, 'initial_block/inputs': 'x', 'body/units': (16,),
           'dtype': 'float64', 'optimizer': {'name': 'SGD', 'lr': 0.5}}
 

@@ -12,6 +12,8 @@ from flowpipe.parallel import launch
 from ..parallel.test_sam import sam_reference
 from . import sam_jobs
 
+pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
+
 TIMEOUT = 240
 
 

@@ -1,11 +1,14 @@
 """Pins the documented BatchNorm behaviour: per-piece statistics in training, running stats averaged."""
 import copy
 
+import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from flowpipe.parallel import build_engine, make_plan
+
+pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
 
 MOMENTUM = 0.1
 

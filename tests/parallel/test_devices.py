@@ -6,6 +6,8 @@ from flowpipe.errors import DeviceError
 from flowpipe.parallel import devices as devices_module
 from flowpipe.parallel.devices import available_devices, parse_devices
 
+pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
+
 
 def names(spec, num_gpus):
     return [dev.name for dev in parse_devices(spec, num_gpus=num_gpus)]

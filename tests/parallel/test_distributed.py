@@ -12,7 +12,7 @@ from flowpipe.parallel.plan import make_plan
 from . import dist_jobs
 
 # several processes each: run in CI (CI set) or with FLOWPIPE_SLOW=1, as the README says
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('default_dtype')]
 
 RUNS = [('whole', {'batch_size': 7}),                            # 46 items: 6 batches of 7, the last of 4
         ('microbatch', {'batch_size': 7, 'microbatch': 2}),
@@ -26,12 +26,12 @@ def _rel(a, b):
 
 
 @pytest.fixture(scope='module')
-def reference():
+def reference(default_dtype):
     return dist_jobs.scenarios(RUNS)
 
 
 @pytest.fixture(scope='module', params=[2, pytest.param(3, marks=pytest.mark.slow)])   # 3: also in 07_distributed
-def launched(request):
+def launched(request, default_dtype):
     return request.param, launch(dist_jobs.scenarios, request.param, args=(RUNS,), timeout=TIMEOUT)
 
 

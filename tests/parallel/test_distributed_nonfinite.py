@@ -9,7 +9,7 @@ from flowpipe.parallel import distributed, launch
 from . import dist_jobs
 
 # several processes each: run in CI (CI set) or with FLOWPIPE_SLOW=1, as the README says
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('default_dtype')]
 
 
 def skip_poisoned_batch():

@@ -14,6 +14,8 @@ from flowpipe.parallel import build_engine, make_plan
 from flowpipe.parallel.engines import DistributedEngine, ReplicaEngine, SingleEngine
 from flowpipe.parallel.precision import make_precision
 
+pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
+
 CLASSES = 3
 
 
@@ -30,7 +32,7 @@ def convnet(seed=0):
 
 def data(batch_size, shape=(5,), seed=1):
     generator = torch.Generator().manual_seed(seed)
-    inputs = torch.randn(batch_size, *shape, generator=generator)     # float32: the engine casts to float64
+    inputs = torch.randn(batch_size, *shape, generator=generator, dtype=torch.float32)   # the engine casts them
     targets = torch.randint(0, CLASSES, (batch_size,), generator=generator)
     return inputs, targets
 
@@ -406,7 +408,7 @@ def test_bad_clip_grad_values_are_rejected_before_the_step(value, error):
 
 
 def test_inputs_follow_the_parameters_dtype_when_the_module_is_cast_after_building():
-    model = nn.Sequential(nn.Linear(5, 3))
+    model = nn.Sequential(nn.Linear(5, 3)).float()
     with build_engine(model, make_plan(num_gpus=0)) as engine:
         inputs = torch.randn(4, 5, dtype=torch.float64)
         assert engine.predict([inputs]).dtype == torch.float32

@@ -87,6 +87,24 @@ def test_each_rank_runs_one_torch_thread_unless_omp_num_threads_says_otherwise()
     assert launch(_threads, 1, timeout=TIMEOUT, env={'OMP_NUM_THREADS': '2'}) == [2]
 
 
+def _default_dtype():
+    import torch
+    return str(torch.get_default_dtype())
+
+
+@pytest.mark.slow
+def test_ranks_start_with_the_callers_default_dtype():
+    import torch
+    previous = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        assert launch(_default_dtype, 2, timeout=TIMEOUT) == ['torch.float64'] * 2
+        torch.set_default_dtype(torch.float32)
+        assert launch(_default_dtype, 1, timeout=TIMEOUT) == ['torch.float32']
+    finally:
+        torch.set_default_dtype(previous)
+
+
 CALLER = '''
 import os, sys, time
 from flowpipe.parallel import launch

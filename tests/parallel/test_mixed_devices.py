@@ -18,6 +18,8 @@ from flowpipe.parallel.scaler import DeviceScaler
 
 from .test_model_parallel import Net
 
+pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
+
 CPU, META = torch.device('cpu'), torch.device('meta')
 
 
@@ -85,10 +87,10 @@ class HalfFirst(Net):
 
 def test_half_activations_reaching_a_full_precision_part_are_cast_to_its_dtype():
     torch.manual_seed(0)
-    inputs, targets = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    inputs, targets = torch.randn(6, 4, dtype=torch.float32), torch.randint(0, 3, (6,))
     with pytest.raises(RuntimeError):                       # without the placement hooks: a dtype error
-        F.cross_entropy(HalfFirst()(inputs), targets).backward()
-    engine = build_engine(HalfFirst(), make_plan(device_map={'initial_block': 'CPU:0', 'body': 'CPU:1'}, num_gpus=0))
+        F.cross_entropy(HalfFirst().float()(inputs), targets).backward()
+    engine = build_engine(HalfFirst().float(), make_plan(device_map={'initial_block': 'CPU:0', 'body': 'CPU:1'}, num_gpus=0))
     result = engine.train_step([inputs], [targets], F.cross_entropy, torch.optim.SGD(engine.parameters(), lr=0.1))
     assert np.isfinite(float(result.loss)) and engine.predict([inputs]).dtype == torch.float32
     hook = MoveInputs(CPU)
@@ -160,7 +162,7 @@ def test_each_target_goes_to_the_device_of_its_output():
 
 
 def test_a_model_prints_what_its_replicas_cost_on_a_shared_device():
-    model = TorchModel({'model': nn.Linear(256, 256), 'loss': 'ce', 'device': 'CPU:0x2'})
+    model = TorchModel({'model': nn.Linear(256, 256).float(), 'loss': 'ce', 'device': 'CPU:0x2'})
     parameter_mib = (256 * 256 + 256) * 4 / 2 ** 20
     assert f'(2 x {2 * parameter_mib:.1f} MiB = {4 * parameter_mib:.1f} MiB)' in model.device_plan()
     model.close()

@@ -11,6 +11,8 @@ from flowpipe.parallel import build_engine, make_plan
 from flowpipe.parallel.model_parallel import MoveInputs, auto_device_map, balanced_groups
 from flowpipe.parallel.devices import parse_devices
 
+pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
+
 
 class Net(nn.Module):
     def __init__(self):

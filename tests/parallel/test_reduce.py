@@ -8,12 +8,16 @@ from torch import nn
 from flowpipe.parallel.engines.reduce import (average_buffers, average_per_tensor, broadcast, broadcast_per_tensor,
                                               buckets, reduce_gradients, reduce_per_tensor)
 
+pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
+
 CPU = torch.device('cpu')
 
 
 def test_buckets_keep_one_dtype_and_device_and_close_at_the_limit():
-    tensors = [torch.zeros(10), torch.zeros(10, dtype=torch.float64), torch.zeros(20), torch.zeros(5),
-               torch.zeros(3, dtype=torch.int64), torch.zeros(200), torch.zeros(1, device='meta')]
+    single = torch.float32
+    tensors = [torch.zeros(10, dtype=single), torch.zeros(10, dtype=torch.float64), torch.zeros(20, dtype=single),
+               torch.zeros(5, dtype=single), torch.zeros(3, dtype=torch.int64), torch.zeros(200, dtype=single),
+               torch.zeros(1, dtype=single, device='meta')]
     assert buckets(tensors, limit=100) == [[0, 2], [1], [3, 5], [4], [6]]
     assert buckets(tensors) == [[0, 2, 3, 5], [1], [4], [6]]
     assert buckets([]) == []

@@ -12,6 +12,8 @@ from flowpipe.parallel.engines.sam import Sam, make_sam, perturbation
 
 from .test_engines import data, mlp
 
+pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
+
 RHO = 0.05
 
 

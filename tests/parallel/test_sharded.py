@@ -11,7 +11,8 @@ from flowpipe.parallel import launch
 
 from . import sharded_jobs
 
-pytestmark = pytest.mark.slow      # several processes each: CI or FLOWPIPE_SLOW=1
+# several processes each: CI or FLOWPIPE_SLOW=1; exact under a float32 and a float64 default dtype
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('default_dtype')]
 
 # 23 items: batches of 7 end with one of 2 (uneven, and smaller than 3 ranks: one rank idle)
 RUNS = [('full', {'batch_size': 7, 'sharding': 'full'}),
@@ -45,12 +46,12 @@ def _reference(runs):
 
 
 @pytest.fixture(scope='module')
-def reference():
+def reference(default_dtype):
     return _reference(RUNS)
 
 
 @pytest.fixture(scope='module', params=[2, 3])
-def launched(request):
+def launched(request, default_dtype):
     return request.param, launch(sharded_jobs.scenarios, request.param, args=(RUNS,), timeout=TIMEOUT)
 
 

@@ -9,6 +9,8 @@ from torch import nn
 
 from flowpipe import B, C, Dataset, Pipeline, V
 
+pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
+
 N_ITEMS, N_FEATURES, N_CLASSES = 29, 5, 3
 LR = 0.1
 

@@ -282,7 +282,9 @@ class Engine:
         flags = self._nonfinite_flags
         for device, _ in groups:
             if device not in flags:
-                flags[device] = (torch.zeros(1, device=device), torch.ones(1, device=device))
+                # float32 whatever the default dtype: torch's fused check takes float32 flags only
+                flags[device] = (torch.zeros(1, dtype=torch.float32, device=device),
+                                 torch.ones(1, dtype=torch.float32, device=device))
             flags[device][0].zero_()
         for (device, _), tensors in groups.items():
             found, one = flags[device]
