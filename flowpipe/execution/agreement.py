@@ -34,7 +34,7 @@ def agree_on_run(world: Any, pipeline: Any, args: Any, n_epochs: int | None, n_i
     if world is None:
         return seeds
     from ..parallel import distributed
-    terms = _terms(pipeline, replace(args, n_epochs=n_epochs, n_iters=n_iters), world.size)
+    terms = _terms(pipeline, replace(args, n_epochs=n_epochs, n_iters=n_iters))
     every = distributed.all_gather((seeds[0], terms))
     lines = _differences([rank_terms for _, rank_terms in every])
     if lines:
@@ -44,9 +44,9 @@ def agree_on_run(world: Any, pipeline: Any, args: Any, n_epochs: int | None, n_i
     return every[0][0], seeds[1]
 
 
-def _terms(pipeline: Any, args: Any, world_size: int) -> dict[str, Any]:
+def _terms(pipeline: Any, args: Any) -> dict[str, Any]:
     """The terms that decide the batches, by name: each run argument, the dataset, the config, the actions."""
-    saved = fingerprint(pipeline, args, world_size)
+    saved = fingerprint(pipeline, args)
     config = {key: value for key, value in pipeline.config.flatten().items()
               if not (isinstance(key, str) and key.rsplit('/', 1)[-1] == 'device')}
     return {**saved['run'], 'dataset': saved['dataset'], 'config': stable_repr(config), 'actions': saved['actions']}

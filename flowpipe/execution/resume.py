@@ -24,6 +24,7 @@ import numpy as np
 
 from ..pipeline.model_actions import PendingModel, loaded_files, mark_loaded
 from . import checkpoint as files
+from . import relayout
 from .checkpoint import as_checkpoint
 from .nodes import CheckpointError, chain_busy
 
@@ -50,8 +51,9 @@ class RunCheckpoints:
     """The checkpoints of one run.
 
     In a distributed job (``world``) every rank takes part in each write: rank 0 gathers the ranks' variables and
-    random states and writes one file with the models (the same on every rank) and the position (the same global
-    batch everywhere); every rank resumes from the file rank 0 picks, with its own variables and random states.
+    random states and writes one file with the models (the same on every rank), the position (the same global
+    batch everywhere) and the layout; every rank resumes from the file rank 0 picks, with its own variables and
+    random states, or on another layout as ``relayout`` says.
 
     Args:
         pipeline: the running pipeline.
@@ -62,7 +64,7 @@ class RunCheckpoints:
     def __init__(self, pipeline: Any, args: Any, world: Any = None):
         self.spec = as_checkpoint(args.checkpoint)
         self.pipeline, self.world = pipeline, world
-        self.fingerprint = files.fingerprint(pipeline, args, 1 if world is None else world.size)
+        self.fingerprint = files.fingerprint(pipeline, args)
         self.path: str | None = None          # the checkpoint file resumed from
         self.saved = self._read(args.resume)
         found = files.latest_in(self.spec.path) if self.saved is None and self.spec is not None else None
@@ -112,12 +114,16 @@ class RunCheckpoints:
         if self.saved is None:
             return
         state = self.pipeline.state
-        own = self.saved['ranks'][self.world.rank] if self.world is not None else self.saved
+        rank, size = (0, 1) if self.world is None else (self.world.rank, self.world.size)
         with state.variables.lock:
+            own = relayout.rank_state(self.saved, rank, size, dict(state.variables))
             state.variables.update(own['variables'])
-        _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}))
+        _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}), self._declared)
         if self.saved.get('shards') is not None:
             _load_shards(state.models, files.shards_of(self.path), self.saved['shards'])
+        layout = relayout.saved_layout(self.saved)
+        for name, model in _built_models(state.models):
+            relayout.check_random_layers(name, model, layout, size)
         stream.load_state(self.saved['nodes'])
         if self.events is not None:
             if self.saved.get('events') is None:
@@ -126,6 +132,13 @@ class RunCheckpoints:
             self.events.load_state(self.saved['events'])
         state.batches = self.saved['pipeline_batches']
         _set_random_states(own['random'])
+
+    def _declared(self, name: str) -> Any:
+        """What the pipeline's ``init_model`` declares as ``name`` (``pipeline.m``), or ``None``."""
+        try:
+            return self.pipeline.m(name)
+        except Exception:  # noqa: BLE001 - a model no init_model declares: load_model, import_model
+            return None
 
     def check(self, stream: Any) -> None:
         """Fail before the first batch when a node cannot be checkpointed."""
@@ -170,8 +183,10 @@ class RunCheckpoints:
         if not main:
             self.written, self._clock = self.done, time.monotonic()
             return
+        layout = relayout.layout_of(dict(_built_models(state.models)), 1 if self.world is None else self.world.size)
         payload = {'fingerprint': self.fingerprint, 'root': root[0], 'given': root[1], 'batches': self.done,
                    'pipeline_batches': state.batches, 'nodes': stream.state(), **own, 'ranks': ranks,
+                   'layout': layout,
                    'models': models, 'shards': shards, 'loaded': loaded_files(state.models),
                    'events': None if self.events is None else self.events.state()}
         try:
@@ -254,8 +269,14 @@ def _model_states(models: Any, tensors: bool = True) -> dict[str, Any]:
     return states
 
 
-def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str]) -> None:
-    """Put the saved models into the store; those ``load_model`` had loaded count as loaded from their files."""
+def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str], declared: Any) -> None:
+    """Put the saved models into the store; those ``load_model`` had loaded count as loaded from their files.
+
+    A model built already takes the saved state on its own layout; one not built yet is built from the saved
+    payload with the layout keys of what ``declared(name)`` gives (its ``init_model``), and those of
+    ``relayout.resumed_with``, which rebuild a built model too.
+    """
+    given = relayout.overrides()
     for name, payload in saved.items():
         if payload is None:
             continue
@@ -263,9 +284,13 @@ def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str]) -> 
 
         from ..models.torch import io
         current = models.get(name)
-        if current is not None and not isinstance(current, PendingModel) and current.engine is not None:
+        built = current is not None and not isinstance(current, PendingModel) and current.engine is not None
+        if built and given is None:
             io.load_into(current, payload)
             continue
+        layout = relayout.declared_layout(current if current is not None else declared(name), given)
+        if layout is not None:
+            payload = relayout.relaid_payload(payload, layout)
         with torch.random.fork_rng(devices=[]):        # building must not move the generator restored later
             model = io.from_payload(payload)
         with models.lock:

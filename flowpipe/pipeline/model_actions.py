@@ -50,15 +50,15 @@ class PendingModel:
     def __init__(self, name: str, model_class: Any, config: Any, context: Context | None = None):
         self.name, self.model_class, self.config, self.context = name, model_class, config, context
 
-    def placement(self) -> dict:
-        """The config's ``PLACEMENT_KEYS`` (``device``, ``microbatch``...), evaluated."""
+    def placement(self, keys: tuple[str, ...] = PLACEMENT_KEYS) -> dict:
+        """The config's ``keys`` (by default ``PLACEMENT_KEYS``: ``device``, ``microbatch``...), evaluated."""
         from ..config import Config
         context = self.context if self.context is not None else Context()
         try:
             config = evaluate(self.config, context) if not isinstance(self.config, Mapping) else self.config
             flat = Config(config or {})
-            values = {key: flat.get(key) for key in PLACEMENT_KEYS}
-            if values['microbatch'] is None:
+            values = {key: flat.get(key) for key in keys}
+            if 'microbatch' in values and values['microbatch'] is None:
                 values['microbatch'] = flat.get('microbatch_size')
             return {key: evaluate(value, context) if contains_expressions(value) else value
                     for key, value in values.items()}
