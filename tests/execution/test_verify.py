@@ -115,3 +115,12 @@ def test_a_missing_pipeline_name_or_checkpoint_is_a_clear_error(written, capsys)
     assert f"Expected {path} to define 'nothing'" in capsys.readouterr().err
     assert main(['verify', str(folder / 'absent'), '--pipeline', f'{path}:make', '--device', 'cpu']) == 2
     assert 'Expected a run checkpoint file or a folder holding one' in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings('ignore::UserWarning')
+def test_a_deviation_above_the_tolerance_exits_1(written, capsys):
+    path, folder = written
+    argv = ['verify', str(folder / 'batch_norm'), '--pipeline', f'{path}:batch_norm', '--device', 'CPU:0,CPU:1',
+            '--tolerance', '1e-12']
+    assert main(argv) == 1
+    assert float(re.search(r'largest relative deviation: (\S+)', capsys.readouterr().out).group(1)) > 1e-12
