@@ -25,14 +25,19 @@ from .relayout import resumed_with
 __all__ = ['DTYPES', 'add_verify', 'load_pipeline', 'replay', 'run_verify', 'verify']
 
 DTYPES = ('float32', 'float64')
-_RUN_ARGS = ('batch_size', 'shuffle', 'n_epochs', 'n_iters', 'drop_last', 'seed')
+_LAUNCH_TIMEOUT = 3600.0        # seconds for a launched replay (and each of its collectives)
+
+
+def _split(source: str) -> tuple[str, str]:
+    """``'file.py:name'`` as ``(file, name)``; ``name`` is ``'pipeline'`` when not given."""
+    path, _, name = source.rpartition(':')
+    return (path, name or 'pipeline') if path.endswith('.py') else (source, 'pipeline')
 
 
 def load_pipeline(source: str) -> Any:
     """A fresh pipeline from ``'file.py:name'`` (``name`` defaults to ``pipeline``): the file runs (not as
     ``__main__``) and ``name`` is a pipeline bound to its dataset, or a function returning one."""
-    path, _, name = source.rpartition(':') if source.rpartition(':')[0].endswith('.py') else (source, '', '')
-    name = name or 'pipeline'
+    path, name = _split(source)
     if not path.endswith('.py') or not os.path.isfile(path):
         raise FileNotFoundError(f"Expected --pipeline as FILE.py:NAME, a Python file that exists. Received: "
                                 f"{source!r}. Give the file that defines the checkpoint's pipeline.")
@@ -81,11 +86,17 @@ def replay(path: str, source: str, steps: int, layout: dict, dtype: str) -> tupl
                         break
             finally:
                 batches.close()
-        params = {name: [param.detach().to('cpu', torch.float64).clone() for param in pipeline.m(name).model.parameters()]
+        params = {name: [_whole(param) for param in pipeline.m(name).model.parameters()]
                   for name, payload in saved['models'].items() if payload is not None}
     finally:
         torch.set_default_dtype(previous)
     return params, done
+
+
+def _whole(param: torch.Tensor) -> torch.Tensor:
+    """A parameter as a float64 CPU tensor; a sharded one's whole tensor (gathered: every rank calls this)."""
+    gather = getattr(param, 'full_tensor', None)
+    return (param if gather is None else gather()).detach().to('cpu', torch.float64).clone()
 
 
 def _relative(got: list, want: list) -> float:
@@ -94,16 +105,24 @@ def _relative(got: list, want: list) -> float:
 
 
 def verify(checkpoint: str, source: str, steps: int, device: Any, microbatch: int | None = None,
-           dtype: str = 'float64') -> dict[str, Any]:
+           dtype: str = 'float64', ranks: int = 1) -> dict[str, Any]:
     """Replay ``steps`` batches of ``checkpoint`` (a file, or a folder: its newest) on ``device``/``microbatch``
-    and in one process on ``'cpu'``; ``{'path', 'steps', 'deviations': {model: largest relative deviation}}``."""
+    (in ``ranks`` gloo processes started by ``flowpipe.parallel.launch`` when more than 1) and in one process on
+    ``'cpu'``; ``{'path', 'steps', 'deviations': {model: largest relative deviation}}``."""
     path = files.latest(os.fspath(checkpoint)) if os.path.exists(checkpoint) else None
     if path is None:
         raise FileNotFoundError(f"Expected a run checkpoint file or a folder holding one. Received: {checkpoint!r}. "
                                 "Give the checkpoint=... folder of the run, or one of its .flowpipe files.")
     one = {'device': 'cpu', 'microbatch': None, 'device_weights': None, 'device_map': None, 'sharding': None}
     reference, count = replay(path, source, steps, one, dtype)
-    other, _ = replay(path, source, steps, {**one, 'device': device, 'microbatch': microbatch}, dtype)
+    layout = {**one, 'device': device, 'microbatch': microbatch}
+    if ranks == 1:
+        other, _ = replay(path, source, steps, layout, dtype)
+    else:
+        from ..parallel import launch
+        file, name = _split(source)             # the ranks may start elsewhere
+        source = f'{os.path.abspath(file)}:{name}'
+        other, _ = launch(replay, ranks, args=(path, source, steps, layout, dtype), timeout=_LAUNCH_TIMEOUT)[0]
     return {'path': path, 'steps': count,
             'deviations': {name: _relative(other[name], reference[name]) for name in reference}}
 
@@ -116,14 +135,16 @@ def _dtype(text: str) -> str:
     return text
 
 
-def _steps(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"Expected --steps as an int >= 1. Received: {text!r}.")
-    return value
+def _count(option: str) -> Callable[[str], int]:
+    def read(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"Expected {option} as an int >= 1. Received: {text!r}.")
+        return value
+    return read
 
 
 def add_verify(parser: argparse.ArgumentParser, device: Callable[[str], Any]) -> None:
@@ -132,10 +153,12 @@ def add_verify(parser: argparse.ArgumentParser, device: Callable[[str], Any]) ->
     parser.add_argument('--pipeline', required=True, metavar='FILE.py:NAME',
                         help="the Python file defining the checkpoint's pipeline bound to its dataset (or a function "
                              "returning it) as NAME (default: pipeline); it runs with __name__ != '__main__'")
-    parser.add_argument('--steps', type=_steps, default=1, help='batches to replay (default: 1)')
+    parser.add_argument('--steps', type=_count('--steps'), default=1, help='batches to replay (default: 1)')
     parser.add_argument('--device', type=device, required=True,
                         help="the layout to check: 'CPU:0x4', 'GPU:0', or a comma-separated list 'CPU:0,CPU:1'")
     parser.add_argument('--microbatch', type=int, default=None, help='items per micro-batch (default: off)')
+    parser.add_argument('--ranks', type=_count('--ranks'), default=1,
+                        help='replay in this many gloo processes, each on --device (one device) (default: 1)')
     parser.add_argument('--dtype', type=_dtype, default='float64',
                         help='float32 or float64, for the models and torch\'s default dtype (default: float64)')
     parser.add_argument('--tolerance', type=float, default=None,
@@ -144,18 +167,25 @@ def add_verify(parser: argparse.ArgumentParser, device: Callable[[str], Any]) ->
 
 def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``python -m flowpipe verify``: print each model's deviation and the largest; the exit status."""
+    from ..errors import LaunchError
     from ..parallel import make_plan
     try:
-        make_plan(args.device, args.microbatch)
+        plan = make_plan(args.device, args.microbatch)
     except (ValueError, TypeError) as error:      # DeviceError is a ValueError
         print(f'{parser.prog}: error: {error}', file=sys.stderr)
         return 2
+    if args.ranks > 1 and len(plan.devices) > 1:
+        print(f"{parser.prog}: error: Expected one device per rank with --ranks {args.ranks}. Received: --device "
+              f"{args.device!r}, {len(plan.devices)} devices. Give --device cpu, or --ranks 1.", file=sys.stderr)
+        return 2
     try:
-        result = verify(args.checkpoint, args.pipeline, args.steps, args.device, args.microbatch, args.dtype)
-    except (OSError, ValueError, TypeError, CheckpointError) as error:
+        result = verify(args.checkpoint, args.pipeline, args.steps, args.device, args.microbatch, args.dtype,
+                        args.ranks)
+    except (OSError, ValueError, TypeError, CheckpointError, LaunchError) as error:
         print(f'{parser.prog} verify: error: {error}', file=sys.stderr)
         return 2
-    print(f"replayed {result['steps']} step(s) of {result['path']} in {args.dtype}: device={args.device!r}, "
+    where = f"{args.ranks} ranks, each " if args.ranks > 1 else ''
+    print(f"replayed {result['steps']} step(s) of {result['path']} in {args.dtype}: {where}device={args.device!r}, "
           f"microbatch={args.microbatch} against one process on cpu")
     for name, deviation in result['deviations'].items():
         print(f"  model {name!r}: largest relative deviation of the parameters {deviation:.3g}")

@@ -20,9 +20,9 @@ PIPELINE_FILE = '''
 import numpy as np
 import torch
 from torch import nn
-from flowpipe import B, Dataset, Pipeline, R, V
+from flowpipe import B, Dataset, P, Pipeline, R, V
 
-def make(batch_norm=False):
+def make(batch_norm=False, noise=None):
     rng = np.random.default_rng(0)
     data = Dataset(40, preloaded={'x': rng.normal(size=(40, 6)), 'y': rng.integers(0, 3, 40)})
     torch.manual_seed(0)
@@ -32,11 +32,14 @@ def make(batch_norm=False):
               'device': 'GPU:*' if torch.cuda.is_available() else 'cpu',
               'optimizer': {'name': 'Adam', 'lr': 0.01}}
     return (Pipeline().init_variable('loss', []).init_model('net', config=config)
-            .update(B.x, B.x + R('normal', 0, 0.1, size=B.x.shape))
+            .update(B.x, B.x + (P(R('normal', 0, 0.1, size=6)) if noise is None else noise))   # drawn per item
             .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << data
 
 def batch_norm():
     return make(batch_norm=True)
+
+def batch_noise():      # one array drawn for the batch a process holds: a rank draws for its shard
+    return make(noise=R('normal', 0, 0.1, size=B.x.shape))
 
 if __name__ == '__main__':
     raise SystemExit('the verify command must not run the file as a script')
@@ -50,7 +53,7 @@ def written(tmp_path):
     """The pipeline file, and the checkpoint folder of its run stopped after ``STOP`` batches."""
     path = tmp_path / 'train.py'
     path.write_text(textwrap.dedent(PIPELINE_FILE))
-    for name in ('make', 'batch_norm'):
+    for name in ('make', 'batch_norm', 'batch_noise'):
         batches = load_pipeline(f'{path}:{name}').gen_batch(8, **RUN, checkpoint=tmp_path / name)
         for number, _ in enumerate(batches, start=1):
             if number == STOP:
@@ -124,3 +127,15 @@ def test_a_deviation_above_the_tolerance_exits_1(written, capsys):
             '--tolerance', '1e-12']
     assert main(argv) == 1
     assert float(re.search(r'largest relative deviation: (\S+)', capsys.readouterr().out).group(1)) > 1e-12
+
+
+@pytest.mark.slow
+def test_a_layout_of_2_ranks_is_exact(written, capsys):
+    path, folder = written
+    result = verify(str(folder / 'make'), f'{path}:make', 3, 'cpu', None, 'float64', ranks=2)
+    assert result['steps'] == 3 and 0 <= result['deviations']['net'] < 1e-10
+    argv = ['verify', str(folder / 'make'), '--pipeline', f'{path}:make', '--device', 'CPU:0x2', '--ranks', '2']
+    assert main(argv) == 2
+    assert "Expected one device per rank with --ranks 2. Received: --device 'CPU:0x2'" in capsys.readouterr().err
+    noisy = verify(str(folder / 'batch_noise'), f'{path}:batch_noise', 3, 'cpu', None, 'float64', ranks=2)
+    assert noisy['deviations']['net'] > 1e-6
