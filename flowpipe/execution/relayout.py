@@ -26,8 +26,8 @@ import dill
 from .checkpoint import LAYOUT_KEYS
 from .nodes import CheckpointError
 
-__all__ = ['check_random_layers', 'layout_of', 'rank_state', 'relaid_payload', 'resumed_with',
-           'saved_layout']
+__all__ = ['check_random_layers', 'declared_layout', 'layout_of', 'model_layout', 'overrides', 'rank_state',
+           'relaid_payload', 'resumed_with', 'saved_layout']
 
 _PLAN_LAYOUT = tuple(key for key in LAYOUT_KEYS if key != 'microbatch_size')     # read as ``microbatch``
 _OVERRIDES: contextvars.ContextVar[dict | None] = contextvars.ContextVar('flowpipe_resumed_with', default=None)

@@ -15,7 +15,7 @@ from flowpipe.execution.run import RunArgs
 from .checkpoint_cases import RUN, TRIGGER, outcome, pipeline
 from .test_checkpoint import crash_at
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures('default_dtype')]
+pytestmark = pytest.mark.usefixtures('default_dtype')
 
 TWO = {'devices': ('CPU:0', 'CPU:1'), 'microbatch': 3}
 ONE = {'devices': ('CPU:0',), 'microbatch': None}
