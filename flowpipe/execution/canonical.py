@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from ..expr.base import AttrExpr, BinaryExpr, Expression, ItemExpr, UnaryExpr, evaluate
+from ..expr.base import AttrExpr, BinaryExpr, Expression, ItemExpr, UnaryExpr, contains_expressions, evaluate
 from ..expr.context import Context
 from ..expr.named import ConfigExpr, DatasetExpr
 from ..expr.roots import Root
@@ -166,7 +166,7 @@ def _paths(config: Any, prefix: str = '') -> dict[str, Any]:
 
 def _at_start(value: Any, pipeline: Any) -> Any:
     """``value`` with its named expressions evaluated when they can be before the first batch (``C``, ``D``)."""
-    if not isinstance(value, Expression) or not _readable_at_start(value):
+    if not contains_expressions(value) or not _readable_at_start(value):
         return value
     try:
         return evaluate(value, Context(dataset=pipeline.dataset, config=pipeline.config))
