@@ -14,7 +14,8 @@ except for these, which take their new value with a warning naming the key:
 - a model's placement (``device``, ``microbatch``, ``device_weights``, ``pin_memory``): the model is rebuilt on the
   new devices (on the CPU this does not change the results);
 - a pipeline config key read only by the keys above (``'optimizer': {'lr': C('lr')}`` and ``pipeline << {'lr':
-  0.5}``): its effect is the model key's, which the warning names.
+  0.5}``): its effect is the model key's, which the warning names; and a pipeline config key named ``device``
+  (each rank of a job may name its own GPU there, as the ranks' agreement allows).
 
 Arguments that do not decide the batches (``prefetch``, ``bar``, ``target``, ``workers``, ``profile``) are not part
 of the description and may change silently. The callbacks' own settings (``EarlyStopping``'s patience) are the
@@ -62,6 +63,8 @@ def _may_change(key: tuple, saved: dict, now: dict) -> bool:
     if key[0] == 'model':
         return key[1] in saved['models'] and key[1] in now['models'] and _model_key_may_change(key[2])
     if key[0] == 'config':
+        if key[1].rsplit('/', 1)[-1] == 'device':    # a job's ranks may each name their own, the agreement allows it
+            return True
         places = _readers(key[1], saved) | _readers(key[1], now)
         return bool(places) and all(place[0] == 'model' and _model_key_may_change(place[2]) for place in places)
     return False

@@ -97,6 +97,16 @@ def test_a_learning_rate_read_from_the_pipeline_config_may_change(tmp_path):
     assert any("model 'net' optimizer/lr: 0.1 → 0.3" in text for text in said)
 
 
+def test_a_device_in_the_pipeline_config_may_change(tmp_path):
+    checkpointed(tmp_path, device=C('device'), pipeline_config={'device': 'cpu'})
+    pipeline, said = resumed(tmp_path, device=C('device'), pipeline_config={'device': ['CPU:0', 'CPU:1']})
+    assert '2 replicas' in pipeline.m('net').device_plan(8)
+    named = [text.split(' with ', 1)[1] for text in said]
+    assert named == ['n_iters: 3 → 4; the new value applies.',
+                     "model 'net' device: 'cpu' → ['CPU:0', 'CPU:1']; the new value applies."]
+    weights(pipeline)
+
+
 def test_a_config_key_an_action_reads_is_refused(tmp_path):
     def make(scale):
         return trainer(pipeline_config={'scale': scale}).update(B.x, B.x * C('scale'))
