@@ -97,9 +97,27 @@ def check_number(owner: str, name: str, value: Any, low: float = 0.0) -> float:
 def model_names(pipeline: Any) -> list[str] | None:
     """The names of the models ``pipeline`` holds or declares (``init_model``, ``import_model``, ``load_model``);
     ``None`` when a declared name is a named expression, known only as batches flow."""
-    from ..pipeline.model_actions import declared_names
-    declared = declared_names(pipeline.all_records())
+    declared = _declared_names(pipeline.all_records())
     return None if declared is None else sorted(declared | set(pipeline.state.models))
+
+
+def _declared_names(records: Any) -> set[str] | None:
+    """The model names ``init_model``, ``import_model`` and ``load_model`` among ``records`` register; ``None`` when
+    one of them is a named expression (known only as batches flow)."""
+    names: set[str] = set()
+    for record in flat_records(records):
+        if record.name in ('init_model', 'import_model', 'load_model'):
+            name = record.kwargs.get('name', record.args[0] if record.args else None)
+            if not isinstance(name, str):
+                return None
+            names.add(name)
+    return names
+
+
+def flat_records(records: Any) -> list:
+    """A pipeline's action records, those inside ``p @ prob`` included."""
+    return [inner for record in records
+            for inner in (flat_records(record.actions) if hasattr(record, 'actions') else (record,))]
 
 
 def check_mode(mode: Any) -> str:

@@ -5,7 +5,7 @@ import numbers
 import pickle
 from typing import Any, Callable, Mapping
 
-from .base import Callback
+from .base import Callback, flat_records
 
 __all__ = ['Validate', 'merge_variables']
 
@@ -98,18 +98,12 @@ _FIX = ("Validate a pipeline that imports the trained model and predicts, e.g. (
 def _check_predicts(pipeline: Any) -> None:
     """Refuse a validation pipeline that trains: each validation would train a model on the validation data."""
     records = getattr(pipeline, 'all_records', None)
-    training = [record for record in _flat(records() if records is not None else ())
-                if getattr(record, 'name', None) == 'train_model']
+    training = [record for record in flat_records(records() if records is not None else ())
+                if record.name == 'train_model']
     if training:
         raise ValueError(f"Expected a validation pipeline that does not train. Received: one with {training[0]!r} "
                          f"(the training pipeline itself, or one made from its template?): each validation would "
                          f"train on the validation data. {_FIX}")
-
-
-def _flat(records: Any) -> list:
-    """The action records, those of ``p @ prob`` included."""
-    return [inner for record in records
-            for inner in (_flat(record.actions) if hasattr(record, 'actions') else (record,))]
 
 
 def _snapshot(value: Any) -> tuple[list | None, Any]:

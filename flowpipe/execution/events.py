@@ -2,11 +2,12 @@
 
 It is the one place the run loop tells callbacks what happened: ``start`` before the first batch, ``batch_end``
 after each batch of the first stage (its stateful actions done), which also announces the epochs that batch ends
-(``EpochClock``), and ``end``. ``train/loss`` is the mean of the losses of the epoch's training steps taken: while callbacks listen,
-``train_model`` adds each step's loss (``TorchModel.last_loss``, a tensor) to ``pipeline.state.train_losses``, read
-as a float at the batch's end (a read per step, which a model's default ``nonfinite_loss`` check already waits for),
-or ``None`` for a step skipped for a non-finite loss (``nonfinite_loss='skip'``), counted in
-``train/skipped_steps`` instead (logged from the first epoch with such a step on).
+(``EpochClock``), and ``end``. ``train/loss`` is the mean of the losses of the epoch's training steps taken: while
+callbacks listen, ``train_model`` adds each step's loss (``TorchModel.last_loss``, a tensor) to
+``pipeline.state.train_losses``, read as a float at the batch's end (a read per step, which a model's default
+``nonfinite_loss`` check already waits for), or ``None`` for a step skipped for a non-finite loss
+(``nonfinite_loss='skip'``), counted in ``train/skipped_steps`` instead (logged from the first epoch with such a
+step on).
 """
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ from ..expr import assign, contains_expressions, evaluate
 from ..expr.context import Context, Store
 from .registry import builtin
 
-__all__ = ['PLACEMENT_KEYS', 'PendingModel', 'declared_model', 'declared_names', 'import_model', 'init_model',
-           'load_model', 'loaded_files', 'mark_loaded', 'model_seed', 'network_class_as_model', 'predict_model', 'save_model',
+__all__ = ['PLACEMENT_KEYS', 'PendingModel', 'declared_model', 'import_model', 'init_model', 'load_model',
+           'loaded_files', 'mark_loaded', 'model_seed', 'network_class_as_model', 'predict_model', 'save_model',
            'step_seed', 'train_model']
 
 MODES = ('dynamic', 'static')
@@ -123,24 +123,6 @@ def declared_model(records: Any, name: str, context: Context) -> Any:
                 return static.model
             return PendingModel(name, record.kwargs['model_class'], record.kwargs['config'], context)
     return None
-
-
-def declared_names(records: Any) -> set[str] | None:
-    """The model names ``init_model``, ``import_model`` and ``load_model`` among ``records`` (``p @ prob``'s too)
-    register; ``None`` when one of them is a named expression (known only as batches flow)."""
-    names: set[str] = set()
-    for record in records:
-        if hasattr(record, 'actions'):
-            inner = declared_names(record.actions)
-            if inner is None:
-                return None
-            names |= inner
-        elif getattr(record, 'name', None) in ('init_model', 'import_model', 'load_model'):
-            name = record.kwargs.get('name', record.args[0] if record.args else None)
-            if not isinstance(name, str):
-                return None
-            names.add(name)
-    return names
 
 
 class StaticModel:
