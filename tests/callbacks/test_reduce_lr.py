@@ -53,3 +53,12 @@ def test_out_of_range_numbers_are_refused(name, value):
         ReduceLROnPlateau('net', **{name: value})
     with pytest.raises(TypeError, match='model_name'):
         ReduceLROnPlateau(None)
+
+
+def test_models_declared_by_any_action_count_and_a_named_expression_leaves_the_check_to_the_run():
+    from flowpipe import C, Pipeline
+    from flowpipe.callbacks.base import model_names
+    train = cases.pipeline(devices=('CPU',), microbatch=None, augment=False)
+    declared = Pipeline().import_model('imported', train).load_model('loaded', 'net.model') @ 0.5
+    assert model_names(declared << train.dataset) == ['imported', 'loaded']
+    assert model_names(Pipeline().import_model(C('which'), train) << train.dataset) is None
