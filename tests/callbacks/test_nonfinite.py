@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from flowpipe import B, Dataset, Pipeline, V
-from flowpipe.callbacks import Callback, EarlyStopping, ModelCheckpoint, ReduceLROnPlateau
+from flowpipe.callbacks import Callback, EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, Validate
 from flowpipe.models.torch.checks import NonFiniteLossWarning
 
 from ..execution import checkpoint_cases as cases
@@ -21,6 +21,16 @@ def _caught(function):
         warnings.simplefilter('always')
         result = function()
     return result, [str(warning.message) for warning in caught]
+
+
+class Logs(Callback):
+    order = 2
+
+    def __init__(self):
+        self.rows = []
+
+    def on_epoch_end(self, run, epoch):
+        self.rows.append(dict(run.logs))
 
 
 def test_a_nan_value_neither_stops_nor_counts_and_is_warned_about_once():
@@ -39,6 +49,20 @@ def test_a_nan_value_does_not_lower_the_learning_rate():
     assert len(messages) == 1 and "monitor='val/loss' is nan" in messages[0]
 
 
+def test_a_run_whose_validation_is_nan_trains_every_epoch_at_its_rate():
+    train = cases.pipeline(devices=('CPU',), microbatch=None, augment=False)
+    val = Pipeline().import_model('net', train) << train.dataset
+    early, plateau = EarlyStopping(patience=0), ReduceLROnPlateau('net', patience=0, factor=0.5)
+    logs = Logs()
+    done, messages = _caught(lambda: train.run(**cases.RUN, callbacks=[
+        Validate(val, batch_size=20, metrics={'loss': lambda p: NAN}), early, plateau, logs]))
+    assert done.m('net').iteration == 15 and early.stopped_epoch is None          # three whole epochs
+    assert [row['lr'] for row in logs.rows] == pytest.approx([0.01 * 0.9 ** (5 * k) for k in (1, 2, 3)])
+    assert [m.split(':')[0] for m in messages if 'is nan' in m] == ['EarlyStopping skips epoch 0',
+                                                                      'ReduceLROnPlateau skips epoch 0']
+    done.m('net').close()
+
+
 def test_model_checkpoint_saves_no_nan_epoch_and_says_so(tmp_path):
     run = FakeRun(one_model_pipeline())
     best = ModelCheckpoint(tmp_path, save_top_k=2)
@@ -55,16 +79,6 @@ def test_model_checkpoint_saves_no_nan_epoch_and_says_so(tmp_path):
 def test_non_finite_or_negative_numbers_are_refused(make, name, value):
     with pytest.raises(ValueError, match=f"Expected .*{name} as a finite number >= 0. Received: {name}="):
         make(value)
-
-
-class Logs(Callback):
-    order = 2
-
-    def __init__(self):
-        self.rows = []
-
-    def on_epoch_end(self, run, epoch):
-        self.rows.append(dict(run.logs))
 
 
 def test_a_skipped_step_is_left_out_of_the_training_loss_and_counted():
