@@ -1,7 +1,6 @@
 """``ModelCheckpoint``: keep the model files of the best epochs by a monitored value."""
 from __future__ import annotations
 
-import math
 import numbers
 import os
 import re
@@ -60,7 +59,7 @@ class ModelCheckpoint(Callback):
 
     def on_epoch_end(self, run: Any, epoch: int) -> None:
         score = monitored(run, self)
-        if score is None or math.isnan(score):
+        if score is None:
             return
         if len(self.kept) == self.save_top_k and not self._better(score, self.kept[-1][0]):
             return

@@ -3,9 +3,9 @@
 A checkpoint records its layout (the world size, and each model's devices, micro-batch size and device weights).
 A run resuming it on another layout
 
-- builds each model from the checkpoint with the resumed run's own layout keys (``checkpoint.LAYOUT_KEYS`` of
-  its ``init_model`` config, or those ``resumed_with`` gives), the weights and optimizer state gathered or
-  resharded;
+- builds each model from the checkpoint with the resumed run's placement (``resume_changes``: the changed
+  ``device``, ``microbatch``..., or the config items ``resumed_with`` gives), the weights and optimizer state
+  gathered or resharded;
 - gives each new rank the variables one rule decides (``rank_state``): a variable equal on every rank of the
   checkpoint is every rank's; a list each rank extended with its own values is merged as ``Validate`` merges
   them (``merge_variables``: the initial items, then rank 0's, rank 1's...) onto rank 0, the other ranks starting
@@ -23,13 +23,11 @@ from typing import Any, Iterator, Mapping
 
 import dill
 
-from .checkpoint import LAYOUT_KEYS
 from .nodes import CheckpointError
 
-__all__ = ['check_random_layers', 'declared_layout', 'layout_of', 'model_layout', 'overrides', 'rank_state',
-           'relaid_payload', 'resumed_with', 'saved_layout']
+__all__ = ['check_random_layers', 'layout_of', 'model_layout', 'overrides', 'rank_state', 'resumed_with',
+           'saved_layout']
 
-_PLAN_LAYOUT = tuple(key for key in LAYOUT_KEYS if key != 'microbatch_size')     # read as ``microbatch``
 _OVERRIDES: contextvars.ContextVar[dict | None] = contextvars.ContextVar('flowpipe_resumed_with', default=None)
 _MISSING = object()
 
@@ -49,34 +47,6 @@ def resumed_with(**config: Any) -> Iterator[None]:
 def overrides() -> dict | None:
     """The config items of the enclosing ``resumed_with``, or ``None``."""
     return _OVERRIDES.get()
-
-
-def relaid_payload(payload: dict, layout: Mapping[str, Any]) -> dict:
-    """A model payload whose config's layout keys are replaced by ``layout``'s (the other config items kept)."""
-    config = {key: value for key, value in payload['config'].items() if key not in LAYOUT_KEYS}
-    config.update(layout)
-    return {**payload, 'config': config}
-
-
-def declared_layout(declared: Any, given: Mapping[str, Any] | None) -> dict | None:
-    """The layout keys the resumed run gives a model: those of what its ``init_model`` declares (a model not built
-    yet: its config evaluated; a static model: its config), updated with ``given``; ``None`` when neither says
-    (a model from ``load_model`` or ``import_model`` keeps the checkpoint's layout)."""
-    from ..pipeline.model_actions import PendingModel
-    if isinstance(declared, PendingModel):
-        try:
-            layout = declared.placement(_PLAN_LAYOUT)
-        except ValueError as error:
-            raise CheckpointError(f"Expected the layout keys of model {declared.name!r} "
-                                  f"({', '.join(_PLAN_LAYOUT)}) readable before the first batch to resume it. "
-                                  f"Received: {error}. Give them as values or C('...') expressions of the pipeline "
-                                  "config.") from None
-    elif isinstance(getattr(declared, 'config', None), Mapping):
-        from ..models.torch.config import get_path
-        layout = {key: get_path(declared.config, key) for key in _PLAN_LAYOUT}
-    else:
-        return None if given is None else dict(given)
-    return {**layout, **(given or {})}
 
 
 # ----- the layout a checkpoint records -----

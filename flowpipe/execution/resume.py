@@ -25,8 +25,10 @@ import numpy as np
 from ..pipeline.model_actions import PendingModel, loaded_files, mark_loaded
 from . import checkpoint as files
 from . import relayout
+from .canonical import describe
 from .checkpoint import as_checkpoint
 from .nodes import CheckpointError, chain_busy
+from .resume_changes import allowed_changes, apply_optimizer_changes, model_overrides, warn_changes
 
 __all__ = ['RunCheckpoints', 'check_resumable']
 
@@ -64,8 +66,10 @@ class RunCheckpoints:
     def __init__(self, pipeline: Any, args: Any, world: Any = None):
         self.spec = as_checkpoint(args.checkpoint)
         self.pipeline, self.world = pipeline, world
-        self.fingerprint = files.fingerprint(pipeline, args)
+        self.fingerprint = describe(pipeline, args, 1 if world is None else world.size)
         self.path: str | None = None          # the checkpoint file resumed from
+        #: the ``(key, old, new)`` changes from the checkpoint's run that this run applies (``resume_changes``)
+        self.changes: list = []
         self.saved = self._read(args.resume)
         found = files.latest_in(self.spec.path) if self.saved is None and self.spec is not None else None
         if found is not None:
@@ -98,29 +102,40 @@ class RunCheckpoints:
             return None
         self.path = path
         saved = files.read(path)
-        changed = files.differences(saved['fingerprint'], self.fingerprint)
-        if changed:
-            raise CheckpointError(f"Expected the pipeline and run arguments of the checkpoint {path!r}. Received a "
-                                  "different run:\n  " + '\n  '.join(changed) +
-                                  "\nResume with the same pipeline and arguments, or start afresh without resume=.")
+        if saved.get('format_version', 0) < 2:
+            raise CheckpointError(f"Expected a checkpoint of format version {files.FORMAT_VERSION}, whose fingerprint "
+                                  f"holds the whole config. Received: {path!r}, version {saved.get('format_version')!r} "
+                                  "(written by an earlier flowpipe). Resume it with that flowpipe, or start afresh.")
+        self.changes = allowed_changes(saved['fingerprint'], self.fingerprint, path)
         return saved
 
     def root(self, default: tuple[int, bool]) -> tuple[int, bool]:
         """The run's ``(root seed, given)``: the checkpoint's when resuming, else ``default``."""
         return (self.saved['root'], self.saved['given']) if self.saved is not None else default
 
+    def check_limit(self, total: int | None) -> None:
+        """Refuse ``n_epochs``/``n_iters`` changed on resume to fewer batches than the checkpoint's run took."""
+        if self.saved is not None and total is not None and total < self.done:
+            raise ValueError(f"Expected n_epochs or n_iters giving at least the {self.done} batches the checkpoint "
+                             f"{self.path!r} was written after. Received: a run of {total} batches. Pass a larger "
+                             "limit, or start afresh without resume=.")
+
     def restore(self, stream: Any) -> None:
         """Put the checkpoint's state into the pipeline and the run's nodes (before the first batch)."""
         if self.saved is None:
             return
+        if self.world is None or self.world.rank == 0:
+            warn_changes(self.changes, self.path)
         state = self.pipeline.state
         rank, size = (0, 1) if self.world is None else (self.world.rank, self.world.size)
         with state.variables.lock:
             own = relayout.rank_state(self.saved, rank, size, dict(state.variables))
             state.variables.update(own['variables'])
-        _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}), self._declared)
+        _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}),
+                     model_overrides(self.changes, self.pipeline))
         if self.saved.get('shards') is not None:
             _load_shards(state.models, files.shards_of(self.path), self.saved['shards'])
+        apply_optimizer_changes(self.changes, self.pipeline, state.models)
         layout = relayout.saved_layout(self.saved)
         for name, model in _built_models(state.models):
             relayout.check_random_layers(name, model, layout, size)
@@ -132,13 +147,6 @@ class RunCheckpoints:
             self.events.load_state(self.saved['events'])
         state.batches = self.saved['pipeline_batches']
         _set_random_states(own['random'])
-
-    def _declared(self, name: str) -> Any:
-        """What the pipeline's ``init_model`` declares as ``name`` (``pipeline.m``), or ``None``."""
-        try:
-            return self.pipeline.m(name)
-        except Exception:  # noqa: BLE001 - a model no init_model declares: load_model, import_model
-            return None
 
     def check(self, stream: Any) -> None:
         """Fail before the first batch when a node cannot be checkpointed."""
@@ -269,13 +277,10 @@ def _model_states(models: Any, tensors: bool = True) -> dict[str, Any]:
     return states
 
 
-def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str], declared: Any) -> None:
-    """Put the saved models into the store; those ``load_model`` had loaded count as loaded from their files.
-
-    A model built already takes the saved state on its own layout; one not built yet is built from the saved
-    payload with the layout keys of what ``declared(name)`` gives (its ``init_model``), and those of
-    ``relayout.resumed_with``, which rebuild a built model too.
-    """
+def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str], overrides: dict[str, dict]) -> None:
+    """Put the saved models into the store, those not built yet built with ``overrides[name]`` (the changed
+    model keys: a new placement among them); those ``load_model`` had loaded count as loaded from their files.
+    Under ``relayout.resumed_with`` every saved model is built anew with its config items too."""
     given = relayout.overrides()
     for name, payload in saved.items():
         if payload is None:
@@ -288,11 +293,8 @@ def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str], dec
         if built and given is None:
             io.load_into(current, payload)
             continue
-        layout = relayout.declared_layout(current if current is not None else declared(name), given)
-        if layout is not None:
-            payload = relayout.relaid_payload(payload, layout)
         with torch.random.fork_rng(devices=[]):        # building must not move the generator restored later
-            model = io.from_payload(payload)
+            model = io.from_payload(payload, **{**overrides.get(name, {}), **(given or {})})
         with models.lock:
             models[name] = model
     mark_loaded(models, {name: source for name, source in loaded.items() if saved.get(name) is not None})

@@ -50,15 +50,15 @@ class PendingModel:
     def __init__(self, name: str, model_class: Any, config: Any, context: Context | None = None):
         self.name, self.model_class, self.config, self.context = name, model_class, config, context
 
-    def placement(self, keys: tuple[str, ...] = PLACEMENT_KEYS) -> dict:
-        """The config's ``keys`` (by default ``PLACEMENT_KEYS``: ``device``, ``microbatch``...), evaluated."""
+    def placement(self) -> dict:
+        """The config's ``PLACEMENT_KEYS`` (``device``, ``microbatch``...), evaluated."""
         from ..config import Config
         context = self.context if self.context is not None else Context()
         try:
             config = evaluate(self.config, context) if not isinstance(self.config, Mapping) else self.config
             flat = Config(config or {})
-            values = {key: flat.get(key) for key in keys}
-            if 'microbatch' in values and values['microbatch'] is None:
+            values = {key: flat.get(key) for key in PLACEMENT_KEYS}
+            if values['microbatch'] is None:
                 values['microbatch'] = flat.get('microbatch_size')
             return {key: evaluate(value, context) if contains_expressions(value) else value
                     for key, value in values.items()}
@@ -291,10 +291,13 @@ def _step(ctx: Context, method: str, name: str, args: tuple, kwargs: dict, save_
     if method == 'train' and getattr(model, 'decay', None) is not None:
         model.decay.epoch_items = ctx.epoch_items       # where a per-epoch schedule's epochs end
     losses = getattr(getattr(ctx.pipeline, 'state', None), 'train_losses', None) if method == 'train' else None
+    counted = losses is not None and isinstance(model, _default_class())
+    skipped = model.skipped_steps if counted else 0
     with stepping(ctx.batch):       # the distributed engine checks that every rank steps on the same global batch
         result = getattr(model, method)(*args, **kwargs)
-    if losses is not None and isinstance(model, _default_class()):
-        losses.append(model.last_loss)          # a run's callbacks log it; read at the batch's end
+    if counted:
+        # a run's callbacks log it (read at the batch's end); None: the step was skipped for a non-finite loss
+        losses.append(None if model.skipped_steps > skipped else model.last_loss)
     if save_to is not None:
         assign(save_to, result, ctx)
 

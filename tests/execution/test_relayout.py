@@ -9,7 +9,9 @@ import torch
 
 from flowpipe import C, CheckpointError
 from flowpipe.execution import checkpoint as files
+from flowpipe.execution.canonical import describe
 from flowpipe.execution.relayout import rank_state
+from flowpipe.execution.resume_changes import allowed_changes
 from flowpipe.execution.run import RunArgs
 
 from .checkpoint_cases import RUN, TRIGGER, outcome, pipeline
@@ -57,7 +59,8 @@ def test_a_checkpoint_resumes_on_another_layout_to_the_uninterrupted_result(tmp_
     with pytest.raises(RuntimeError, match='batch 7'):
         _run(written, via_config, checkpoint=tmp_path)
     TRIGGER.update(at=None, error=None)
-    done = _run(resumed, via_config, checkpoint=tmp_path, resume=True)
+    with pytest.warns(UserWarning, match=r"model 'net' device: .* the new value applies"):
+        done = _run(resumed, via_config, checkpoint=tmp_path, resume=True)
     plan = done.m('net').plan
     devices = [resumed['devices']] if isinstance(resumed['devices'], str) else list(resumed['devices'])
     assert len(plan.devices) == (3 if devices == ['CPU:0x3'] else len(devices))     # the resumed run's layout
@@ -68,6 +71,7 @@ def test_a_checkpoint_resumes_on_another_layout_to_the_uninterrupted_result(tmp_
     assert got['draws'] == reference['draws'] and got['iteration'] == reference['iteration']
 
 
+@pytest.mark.filterwarnings('ignore:flowpipe. resuming from')
 def test_dropout_under_torch_randomness_is_refused_on_another_layout_and_passes_by_item(tmp_path):
     crash_at(7, **RUN, make={'dtype': torch.float64, **TWO}, checkpoint=tmp_path / 'torch')
     with pytest.raises(CheckpointError, match=r"'randomness': 'torch' and dropout layers '2' \(Dropout p=0\.3\); "
@@ -85,14 +89,14 @@ def test_dropout_under_torch_randomness_is_refused_on_another_layout_and_passes_
     assert len(done.m('net').plan.devices) == 1 and done.m('net').iteration == 15
 
 
-def test_the_world_size_is_not_part_of_what_must_match(tmp_path):
+def test_the_world_size_may_change_and_the_checkpoint_records_its_layout(tmp_path):
     done = _run(ONE, checkpoint=tmp_path)
-    saved = files.read(files.latest_in(str(tmp_path)))
-    assert 'world_size' not in saved['fingerprint']['run']
+    path = files.latest_in(str(tmp_path))
+    saved = files.read(path)
     assert saved['layout'] == {'world_size': 1, 'models': {'net': {'devices': ['cpu:0'], 'microbatch': None,
                                                                    'device_weights': None}}}
-    older = {**saved['fingerprint'], 'run': {**saved['fingerprint']['run'], 'world_size': '2'}}
-    assert files.differences(older, files.fingerprint(done, RunArgs(**RUN))) == []    # a file naming its world size
+    now = describe(done, RunArgs(**RUN), world_size=2)
+    assert allowed_changes(saved['fingerprint'], now, path) == [(('run', 'world_size'), '1', '2')]
 
 
 # ----- the variables each rank resumes with -----
