@@ -205,20 +205,23 @@ class Dataset:
         return self.batch_class(index, data=data, dataset=self, check=False)
 
     def n_batches(self, batch_size: int, n_iters: int | None = None, n_epochs: int | None = None,
-                  drop_last: bool = False) -> int | None:
+                  drop_last: bool = False, whole_epochs: bool = False) -> int | None:
         """The number of batches ``gen_batch`` yields, ``None`` when infinite."""
-        return self.index.n_batches(batch_size, n_iters, n_epochs, drop_last)
+        return self.index.n_batches(batch_size, n_iters, n_epochs, drop_last, whole_epochs)
 
     def gen_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
-                  n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> Iterator[Any]:
+                  n_epochs: int | None = None, drop_last: bool = False, seed: Any = None,
+                  whole_epochs: bool = False) -> Iterator[Any]:
         """Yield batches directly, without a pipeline (arguments as in ``DatasetIndex.gen_batch``)."""
-        indices = self.index.gen_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed)
+        indices = self.index.gen_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed, whole_epochs)
         return (self.create_batch(index) for index in indices)
 
     def next_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
-                   n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> Any:
+                   n_epochs: int | None = None, drop_last: bool = False, seed: Any = None,
+                   whole_epochs: bool = False) -> Any:
         """The next batch of the iteration kept in the index (see ``DatasetIndex.next_batch``)."""
-        return self.create_batch(self.index.next_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed))
+        return self.create_batch(self.index.next_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed,
+                                                       whole_epochs))
 
     def reset(self, what: str = 'iter') -> None:
         """Restart ``next_batch`` from the beginning (``what='iter'``, the only state a dataset has)."""

@@ -168,12 +168,13 @@ class DatasetIndex:
         return np.arange(len(self)) if rng is None else rng.permutation(len(self))
 
     def n_batches(self, batch_size: int, n_iters: int | None = None, n_epochs: int | None = None,
-                  drop_last: bool = False) -> int | None:
+                  drop_last: bool = False, whole_epochs: bool = False) -> int | None:
         """The number of batches ``gen_batch`` yields with these arguments, ``None`` when infinite."""
-        return n_batches(len(self), batch_size, n_iters, n_epochs, drop_last)
+        return n_batches(len(self), batch_size, n_iters, n_epochs, drop_last, whole_epochs)
 
     def gen_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
-                  n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> Iterator[DatasetIndex]:
+                  n_epochs: int | None = None, drop_last: bool = False, seed: Any = None,
+                  whole_epochs: bool = False) -> Iterator[DatasetIndex]:
         """Yield sub-indices of ``batch_size`` items (lazily; forever when neither limit is given).
 
         Args:
@@ -184,13 +185,15 @@ class DatasetIndex:
             drop_last: drop each epoch's incomplete tail; otherwise a batch may cross an epoch boundary and
                 only the last batch may be short.
             seed: the run's root seed (int), or a ``SeedSequence``/``Generator`` to shuffle with.
+            whole_epochs: every epoch ends with its own batch, short when ``batch_size`` does not divide the
+                number of items (``DataLoader(drop_last=False)``'s batches); no batch crosses an epoch boundary.
 
         Raises:
             ValueError: empty index, ``batch_size < 1``, both limits, or ``batch_size > len`` with ``drop_last``.
         """
         check_batch_args(len(self), batch_size, n_iters, n_epochs, drop_last)
         rng = shuffle_generator(shuffle, seed)
-        return self._gen_batch(gen_positions(len(self), batch_size, rng, n_iters, n_epochs, drop_last))
+        return self._gen_batch(gen_positions(len(self), batch_size, rng, n_iters, n_epochs, drop_last, whole_epochs))
 
     def _gen_batch(self, positions: Iterator[np.ndarray]) -> Iterator[DatasetIndex]:
         ids, from_ids = self._indices, self._from_ids
@@ -198,19 +201,21 @@ class DatasetIndex:
             yield from_ids(ids[batch_positions], parent=self)
 
     def next_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
-                   n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> DatasetIndex:
+                   n_epochs: int | None = None, drop_last: bool = False, seed: Any = None,
+                   whole_epochs: bool = False) -> DatasetIndex:
         """The next batch of an iteration kept in the index (see ``gen_batch``; ``reset('iter')`` restarts it).
 
         ``batch_size`` may change from call to call: the iteration goes on from where it is. Calling with other
-        ``shuffle``, ``n_iters``, ``n_epochs``, ``drop_last`` or ``seed`` starts a new iteration.
+        ``shuffle``, ``n_iters``, ``n_epochs``, ``drop_last``, ``seed`` or ``whole_epochs`` starts a new iteration.
 
         Raises:
             StopIteration: the iteration's ``n_iters`` or ``n_epochs`` are exhausted.
         """
-        key = (shuffle, type(shuffle), n_iters, n_epochs, drop_last, seed)
+        key = (shuffle, type(shuffle), n_iters, n_epochs, drop_last, seed, whole_epochs)
         check_batch_args(len(self), batch_size, n_iters, n_epochs, drop_last)
         if self._iter is None or self._iter_key != key:
-            self._iter = PositionCursor(len(self), shuffle_generator(shuffle, seed), n_epochs, drop_last)
+            self._iter = PositionCursor(len(self), shuffle_generator(shuffle, seed), n_epochs, drop_last,
+                                        whole_epochs)
             self._iter_key, self._iter_count = key, 0
         positions = None if n_iters is not None and self._iter_count >= n_iters else self._iter.take(batch_size)
         if positions is None:
