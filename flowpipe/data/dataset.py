@@ -183,9 +183,11 @@ class Dataset:
                              f"fold={fold!r}{'' if self.n_splits else '; call cv_split(n_splits=...) first'}")
         return getattr(self, f'cv{fold}')
 
-    def split(self, shares: float | Sequence[float] = 0.8, shuffle: bool | int = False) -> None:
-        """Make ``train``, ``test`` and ``validation`` sub-datasets (see ``DatasetIndex.split``)."""
-        self.index.split(shares, shuffle)
+    def split(self, shares: float | Sequence[float] | None = None, shuffle: bool | int = False, *,
+              train: float | None = None, test: float | None = None, validation: float | None = None) -> None:
+        """Make ``train``, ``test`` and ``validation`` sub-datasets (see ``DatasetIndex.split``): ``split(0.8)``
+        makes ``train`` and ``test``, ``split(train=0.8, validation=0.2)`` ``train`` and ``validation``."""
+        self.index.split(shares, shuffle, train=train, test=test, validation=validation)
         for part in ('train', 'test', 'validation'):
             sub_index = getattr(self.index, part)
             setattr(self, part, None if sub_index is None else self.create_subset(sub_index))

@@ -135,17 +135,21 @@ class DatasetIndex:
         self.get_pos(ids)
         return self._from_ids(ids, parent=self)
 
-    def split(self, shares: float | Sequence[float] = 0.8, shuffle: bool | int = False) -> None:
+    def split(self, shares: float | Sequence[float] | None = None, shuffle: bool | int = False, *,
+              train: float | None = None, test: float | None = None, validation: float | None = None) -> None:
         """Split the items into ``train``, ``test`` and ``validation`` sub-indices.
 
         Args:
             shares: the train share (the rest is ``test``), or ``[train, test]`` / ``[train, test, validation]``
                 shares summing to at most 1: ``validation`` takes every item train and test do not, so no item
                 is left out (``[0.6, 0.3]`` is a 60/30/10 split). A non-zero share never gives an empty part.
+                ``0.8`` when neither ``shares`` nor a named share is given.
             shuffle: ``False`` keeps the order, ``True`` or an int seed picks items at random. Each part keeps
                 its items in index order.
+            train, test, validation: the shares by name instead of ``shares``, summing to 1: ``split(train=0.8,
+                validation=0.2)`` makes ``train`` and ``validation`` (``test`` is ``None``).
         """
-        counts = split_counts(len(self), shares)
+        counts = split_counts(len(self), named_shares(shares, train=train, test=test, validation=validation))
         if isinstance(shuffle, (bool, int, np.integer)) or shuffle is None:
             # an int seeds numpy directly here (not the run's seed tree): splits made so far stay the same
             seed = None if isinstance(shuffle, bool) or shuffle is None else int(shuffle)
@@ -158,9 +162,10 @@ class DatasetIndex:
             start += count
         self.train, self.test, self.validation = parts
 
-    def calc_split(self, shares: float | Sequence[float] = 0.8) -> tuple[int, int, int]:
-        """The sizes ``(train, test, validation)`` that ``split(shares)`` makes."""
-        return tuple(split_counts(len(self), shares))
+    def calc_split(self, shares: float | Sequence[float] | None = None, *, train: float | None = None,
+                   test: float | None = None, validation: float | None = None) -> tuple[int, int, int]:
+        """The sizes ``(train, test, validation)`` that ``split`` with these shares makes."""
+        return tuple(split_counts(len(self), named_shares(shares, train=train, test=test, validation=validation)))
 
     def shuffle(self, shuffle: Any = False) -> np.ndarray:
         """Positions ``0..n-1`` in the order of an epoch shuffled by ``shuffle`` (see ``flowpipe.make_rng``)."""
@@ -236,13 +241,29 @@ class DatasetIndex:
         self.reset('iter')
 
 
-def split_counts(size: int, shares: float | Sequence[float]) -> list[int]:
+SPLIT_PARTS = ('train', 'test', 'validation')
+
+
+def named_shares(shares: Any, **named: float | None) -> Any:
+    """``shares``, or the shares given by part name as a dict; ``0.8`` when none is given."""
+    given = {name: value for name, value in named.items() if value is not None}
+    if not given:
+        return 0.8 if shares is None else shares
+    if shares is not None:
+        raise ValueError(f"Expected the shares either as shares= or by name ({', '.join(SPLIT_PARTS)}), not both. "
+                         f"Received: shares={shares!r}, {given!r}; pass e.g. split(train=0.8, validation=0.2)")
+    return given
+
+
+def split_counts(size: int, shares: float | Sequence[float] | dict) -> list[int]:
     """Item counts of ``[train, test, validation]`` for ``shares``; non-zero shares get at least one item.
 
-    One share is train's, and test takes the rest; with two or three, validation takes the rest.
+    One share is train's, and test takes the rest; with two or three, validation takes the rest. A dict gives the
+    shares by part name, summing to 1 (a part it does not name gets no item).
     """
     values = _normalize_shares(shares)
-    values[2] = max(0.0, 1.0 - values[0] - values[1])
+    if not isinstance(shares, dict):
+        values[2] = max(0.0, 1.0 - values[0] - values[1])
     raw = [share * size for share in values]
     counts = [int(np.floor(value + 1e-9)) for value in raw]
     if abs(sum(values) - 1) < 1e-9:
@@ -262,7 +283,9 @@ def split_counts(size: int, shares: float | Sequence[float]) -> list[int]:
     return counts
 
 
-def _normalize_shares(shares: float | Sequence[float]) -> list[float]:
+def _normalize_shares(shares: float | Sequence[float] | dict) -> list[float]:
+    if isinstance(shares, dict):
+        return _named_values(shares)
     if isinstance(shares, (int, float, np.number)) and not isinstance(shares, bool):
         values = [float(shares), 1 - float(shares)]
     elif isinstance(shares, (list, tuple, np.ndarray)) and not isinstance(shares, str):
@@ -277,6 +300,19 @@ def _normalize_shares(shares: float | Sequence[float]) -> list[float]:
         raise ValueError(f"Expected shares in [0, 1] summing to at most 1. Received: shares={shares!r}; "
                          "e.g. shares=0.8 or shares=[0.7, 0.2, 0.1]")
     return values + [0.0] * (3 - len(values))
+
+
+def _named_values(shares: dict) -> list[float]:
+    """``[train, test, validation]`` from shares given by name: numbers in [0, 1] summing to 1."""
+    for name, share in shares.items():
+        if isinstance(share, bool) or not isinstance(share, (int, float, np.number)):
+            raise TypeError(f"Expected {name} to be a number in [0, 1]. Received: {name}={share!r}")
+    values = [float(shares.get(name, 0.0)) for name in SPLIT_PARTS]
+    if any(not 0 <= share <= 1 for share in values) or abs(sum(values) - 1) > 1e-9:
+        given = ', '.join(f'{name}={share!r}' for name, share in shares.items())
+        raise ValueError(f"Expected named shares in [0, 1] summing to 1, so that no item is left out. Received: "
+                         f"{given}; give the rest to a part, e.g. split(train=0.8, validation=0.2)")
+    return values
 
 
 def _as_ids(index: Any, allow_count: bool = True) -> np.ndarray:
