@@ -19,6 +19,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from ..errors import StopPipeline, add_note
+from ..rank0 import is_main
 from .agreement import agree_on_run
 from .checkpoint import as_checkpoint
 from .deterministic import check_deterministic, deterministic
@@ -234,8 +235,8 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
     clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs, args.whole_epochs)
     events = TrainingRun(pipeline, args.callbacks, clock, world) if args.callbacks else None
-    stream = _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0,
-                      events, clock, block)
+    # rank 0's bar only, also where every rank runs every batch (a Validate with shard=False)
+    stream = _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, is_main(), events, clock, block)
     return stream if args.deterministic is False else _deterministic(stream, args.deterministic)
 
 
