@@ -5,9 +5,8 @@ import pytest
 import torch
 
 from flowpipe import B, Checkpoint, Dataset, DatasetIndex, I, Pipeline, V
-from flowpipe.callbacks import Callback
-
 from . import checkpoint_cases as cases
+from .whole_epochs_jobs import EpochEnds
 from ..callbacks.test_resume import _callbacks, _ending
 from ..models.test_decay import _epoch_pipeline
 
@@ -43,19 +42,13 @@ def test_shuffled_whole_epochs_hold_each_item_once_per_epoch_and_next_batch_foll
 
 
 def test_a_run_with_whole_epochs_numbers_epochs_and_calls_epoch_ends_after_each_epoch_s_last_batch():
-    class Ends(Callback):
-        def __init__(self):
-            self.ends = []
-
-        def on_epoch_end(self, run, epoch):
-            self.ends.append((epoch, run.step))
-    ends = Ends()
+    ends = EpochEnds()
     pipeline = (Pipeline().init_variable('sizes', []).init_variable('epochs', [])
                 .update(V('sizes', mode='a'), B.size).update(V('epochs', mode='a'), I('epoch'))) << Dataset(10)
     pipeline.run(4, n_epochs=3, whole_epochs=True, callbacks=[ends], prefetch=2)
     assert pipeline.v('sizes') == [4, 4, 2] * 3
     assert pipeline.v('epochs') == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-    assert ends.ends == [(0, 3), (1, 6), (2, 9)]
+    assert ends.ends == [(0, 3, None), (1, 6, None), (2, 9, None)]
 
 
 def test_whole_epochs_must_be_a_bool():
