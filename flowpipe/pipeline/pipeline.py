@@ -273,21 +273,21 @@ class Pipeline(PipelineAliases):
             deterministic: bool | str | None = None, whole_epochs: bool | None = None, **kwargs: Any) -> Pipeline:
         """Process every batch; returns the pipeline (a new one holding the arguments when ``lazy=True``).
 
-        Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one
-        epoch, no shuffling, ``drop_last=False``, ``whole_epochs=False``, no bar, no prefetch, fresh random seed, no profiling. With
-        ``prefetch > 0``, ``target='processes'`` processes the batches in worker processes instead of threads
-        (their changes to variables and models do not come back; see docs/pipelines.md); ``workers`` is the number
-        of worker threads or processes (default: ``prefetch``). ``notifier`` is
-        batchflow's name for ``bar``. ``checkpoint`` (a folder, or ``Checkpoint(path, every=, seconds=, keep=)``)
-        writes checkpoints as batches complete; ``resume=True`` (or a checkpoint's path) continues after the latest
-        one (see docs/pipelines.md#checkpoints). ``callbacks`` (``flowpipe.callbacks`` objects: validation, early
-        stopping, best checkpoints, loggers) hear of run start, batch ends, epoch ends and run end (see
-        docs/training.md). ``deterministic=True`` (or ``'warn'``) turns on torch's deterministic algorithms for the
-        run, so that GPU steps repeat bit for bit too (see docs/training.md#deterministic-gpu-runs).
-        ``whole_epochs=True`` ends every epoch with its own batch, short when the batch size does not divide the
-        dataset, as ``DataLoader(drop_last=False)`` and Keras do; by default (batchflow's batches) a batch may take
-        the tail of one epoch and the head of the next (see docs/pipelines.md#epochs). Extra keyword arguments go
-        to the index's ``gen_batch``.
+        Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one epoch,
+        no shuffling, ``drop_last=False``, ``whole_epochs=False``, no bar, no prefetch, fresh random seed, no
+        profiling. With ``prefetch > 0``, ``target='processes'`` processes the batches in worker processes instead
+        of threads (their changes to variables and models do not come back; see docs/pipelines.md); ``workers`` is
+        the number of worker threads or processes (default: ``prefetch``). ``notifier`` is batchflow's name for
+        ``bar``. ``checkpoint`` (a folder, or ``Checkpoint(path, every=, seconds=, keep=)``) writes checkpoints as
+        batches complete; ``resume=True`` (or a checkpoint's path) continues after the latest one (see
+        docs/pipelines.md#checkpoints). ``callbacks`` (``flowpipe.callbacks`` objects: validation, early stopping,
+        best checkpoints, loggers) hear of run start, batch ends, epoch ends and run end (see docs/training.md).
+        ``deterministic=True`` (or ``'warn'``) turns on torch's deterministic algorithms for the run, so that GPU
+        steps repeat bit for bit too (see docs/training.md#deterministic-gpu-runs). ``whole_epochs=True`` ends every
+        epoch with its own batch, short when the batch size does not divide the dataset, as
+        ``DataLoader(drop_last=False)`` and Keras do; by default (batchflow's batches) a batch may take the tail of
+        one epoch and the head of the next (see docs/pipelines.md#epochs). Extra keyword arguments go to the index's
+        ``gen_batch``.
         """
         from ..execution.run import RunArgs, run_pipeline
         bar = bar_or_notifier(bar, notifier)
