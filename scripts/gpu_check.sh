@@ -57,5 +57,6 @@ check replicas "$PYTHON" bench/replicas.py --rounds 3
 check replicas_reduction "$PYTHON" bench/replicas.py --reduction
 check distributed "$PYTHON" bench/distributed.py --rounds 2
 check sharding "$PYTHON" bench/sharding.py --rounds 2
+check randomness "$PYTHON" bench/randomness.py --rounds 5
 echo "gpu_check: the outputs are in $OUT/, the summary in $report"
 exit "$failed"

@@ -45,7 +45,8 @@ def test_with_gpus_it_runs_every_gpu_command_and_reports_each_status(tmp_path):
     calls = (tmp_path / 'calls').read_text().splitlines()
     assert calls[0] == '-m pytest -m gpu -q -rA -p no:cacheprovider tests'
     assert [call.split()[0] for call in calls[1:]] == ['bench/speed.py', 'bench/augment.py', 'bench/replicas.py',
-                                                      'bench/replicas.py', 'bench/distributed.py', 'bench/sharding.py']
+                                                      'bench/replicas.py', 'bench/distributed.py', 'bench/sharding.py',
+                                                      'bench/randomness.py']
     assert 'bench/augment.py --device cuda' in calls
     report = (tmp_path / 'report' / 'report.md').read_text()
     assert '2 GPU(s), torch 2.13.0 CUDA 12.8 - Fake GPU' in report
