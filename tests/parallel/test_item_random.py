@@ -100,6 +100,9 @@ def test_the_masks_are_the_hash_s_and_the_user_s_modules_are_left_as_they_were()
     expected = keep_mask(call_stream(9, _name_key('0'), 0), 0, 8, 5, 0.4, CPU).double() / 0.6
     assert torch.equal(result.outputs, expected)
     assert all('forward' not in vars(module) for replica in engine.replicas for module in replica.modules())
+    with pytest.raises(ZeroDivisionError):          # a step that fails gives them back too
+        engine.train_step([inputs], [inputs], lambda out, target: 1 / 0, optimizer, seed=9)
+    assert all('forward' not in vars(module) for replica in engine.replicas for module in replica.modules())
     engine.close()
 
 
