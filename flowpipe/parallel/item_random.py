@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -142,8 +143,13 @@ def item_dropout(input: torch.Tensor, p: float, inplace: bool, kind: Kind, strea
 
 def dropout_modules(root: nn.Module) -> list[tuple[str, nn.Module, Kind]]:
     """``(qualified name, module, kind)`` for every dropout module of ``root`` that draws by item."""
-    return [(name, module, _KINDS[type(module).forward]) for name, module in root.named_modules()
-            if type(module).forward in _KINDS]
+    found = []
+    for name, module in root.named_modules():
+        # looked up without running descriptors: a scripted module's class ``forward`` is one that fails on a class
+        kind = _KINDS.get(inspect.getattr_static(type(module), 'forward', None))
+        if kind is not None:
+            found.append((name, module, kind))
+    return found
 
 
 def _name_key(name: str) -> int:
