@@ -254,6 +254,6 @@ def describe_randomness(randomness: str, compile: Any = None) -> list[str]:
     if randomness == BY_ITEM:
         return ["  randomness 'by_item': dropout masks drawn per item (step seed, module, call, item), the same "
                 "on every layout"]
-    why = ' (compiled: a compiled forward does not draw by item)' if compile is not None else ''
-    return [f"  randomness 'torch'{why}: dropout masks from torch's generators, one stream per piece: the same "
-            f"only on the same layout (devices, micro-batches, ranks)"]
+    why = ' (compiled)' if compile is not None else ''
+    return [f"  randomness 'torch'{why}: dropout masks from torch's generators, one stream per piece: the same only "
+            f"on the same layout"]
