@@ -108,6 +108,8 @@ class Engine:
             the ranks makes it the number of ranks, so the averaged gradients are the weighted sums.
         collective_state: whether ``state_dict()`` and ``optimizer_state_dict()`` are collectives that every rank
             calls (a sharded engine gathers the whole state on rank 0, the other ranks get ``{}``): ``False`` here.
+        item_offset: the index in the global batch of the first item this process computes: 0 here; a distributed
+            engine sets it at every step. Under ``'randomness': 'by_item'`` dropout masks are keyed by global items.
     """
 
     skip_nonfinite: bool = False
