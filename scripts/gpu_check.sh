@@ -18,17 +18,17 @@ cd "$(dirname "$0")/.."
 BUDGET=${BUDGET:-480}
 WHEELS=.gpu-wheels
 SETUP=15                # seconds kept for the CUDA probe and the wheels' install
-STEPS=(engines gpu_tests ranks deterministic bench_speed bench_replicas bench_augment)
-declare -A SECONDS_FOR=([engines]=60 [gpu_tests]=110 [ranks]=80 [deterministic]=35 [bench_speed]=120
-                        [bench_replicas]=30 [bench_augment]=30)
+STEPS=(engines gpu_tests ranks deterministic bench_speed bench_small bench_randomness)
+declare -A SECONDS_FOR=([engines]=60 [gpu_tests]=110 [ranks]=80 [deterministic]=35 [bench_speed]=100
+                        [bench_small]=60 [bench_randomness]=20)
 declare -A ABOUT=(
     [engines]='engine kinds on cuda:0, GPU:0x2, CPU+GPU, micro-batches, model parallel GPU+CPU, amp; vs the CPU'
     [gpu_tests]='other gpu-marked tests for one GPU: pinned copies, save on GPU / load on CPU, layouts, SAM...'
     [ranks]='two ranks sharing the GPU: DDP and sharding over gloo, NCCL refusing them; one-rank NCCL sharding'
     [deterministic]='run(deterministic=True) twice on the GPU: bit-identical parameters and losses'
     [bench_speed]='bench/speed.py, GPU arms: naive loop vs flowpipe options (cnn, resnet18)'
-    [bench_replicas]='bench/replicas.py --reduction, GPU arm: GPU:0x2 reduction cost'
-    [bench_augment]='bench/augment.py --device cuda: augmentation pipeline vs per-item loop')
+    [bench_small]='bench/replicas.py --reduction (GPU:0x2 reduction cost), then bench/augment.py --device cuda'
+    [bench_randomness]="bench/randomness.py: dropout masks by item vs torch's generator, CPU and GPU arms")
 
 step_command() {        # the command of step $1, one word per line of the array it fills: CMD
     local pytest=("$PYTHON" -m pytest -q -rfEs -p no:cacheprovider)
@@ -40,8 +40,9 @@ step_command() {        # the command of step $1, one word per line of the array
         deterministic) CMD=(env CUBLAS_WORKSPACE_CONFIG=:4096:8 "${pytest[@]}" tests/parallel/test_one_gpu.py
                             -k deterministic);;
         bench_speed) CMD=("$PYTHON" bench/speed.py --no-cpu --networks cnn resnet18 --rounds 3 --iters 8);;
-        bench_replicas) CMD=("$PYTHON" bench/replicas.py --reduction --no-cpu --steps 5 --blocks 7);;
-        bench_augment) CMD=("$PYTHON" bench/augment.py --device cuda --repeats 4);;
+        bench_small) CMD=(bash -c '"$0" bench/replicas.py --reduction --no-cpu --steps 5 --blocks 7 &&
+                             "$0" bench/augment.py --device cuda --repeats 4' "$PYTHON");;
+        bench_randomness) CMD=("$PYTHON" bench/randomness.py --rounds 3 --steps 5);;
     esac
 }
 

@@ -10,7 +10,8 @@ A run resuming it on another layout
   checkpoint is every rank's; a list each rank extended with its own values is merged as ``Validate`` merges
   them (``merge_variables``: the initial items, then rank 0's, rank 1's...) onto rank 0, the other ranks starting
   from the initial value; any other per-rank variable is refused, named;
-- refuses a model with dropout layers whose masks follow the layout (``'randomness'`` other than ``'by_item'``).
+- refuses a model with dropout layers whose masks follow the layout (``'randomness': 'torch'``; under the default
+  ``'by_item'`` the masks are the item's on every layout).
 
 On the same world size every rank takes back its own variables and random states, as before.
 """
@@ -92,13 +93,13 @@ def _dropout_layers(network: Any) -> list[str]:
 
 def check_random_layers(name: str, model: Any, saved: Mapping[str, Any], world_size: int) -> None:
     """Refuse resuming ``model`` on a layout other than the checkpoint's (``saved``: ``saved_layout``) when its
-    dropout masks follow the layout: dropout layers drawing from torch's generators (``'randomness'`` other than
-    ``'by_item'``)."""
+    dropout masks follow the layout: dropout layers drawing from torch's generators (the plan's ``randomness`` other
+    than ``'by_item'``)."""
     before = saved['models'].get(name)
     now = model_layout(model)
     if saved['world_size'] == world_size and (before is None or before == now):
         return
-    randomness = model.config.get('randomness', 'torch')
+    randomness = getattr(model.plan, 'randomness', 'torch')
     layers = _dropout_layers(model.model) if randomness != 'by_item' else []
     if layers:
         raise CheckpointError(

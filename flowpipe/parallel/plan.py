@@ -1,5 +1,6 @@
 """The frozen device plan: every form of ``device``, ``microbatch``, ``device_weights``, ``device_map``, ``amp``,
-``memory_format``, ``compile`` and ``pin_memory`` turned into one immutable object, once, by :func:`make_plan`.
+``memory_format``, ``compile``, ``pin_memory`` and ``randomness`` turned into one immutable object, once, by
+:func:`make_plan`.
 
 The plan is pure data plus pure arithmetic (which items go where); engines (``flowpipe.parallel.engines``)
 execute it. Its ``engine`` field names the kind of engine that runs it, chosen here from the flags
@@ -22,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from .devices import LogicalDevice, cuda_device_count, parse_devices
 from .distributed import World
+from .item_random import DEFAULT as DEFAULT_RANDOMNESS, check_randomness, describe_randomness
 from .sharding import Sharding, make_sharding
 from .speed import check_amp, check_compile, check_memory_format, check_pin_memory, describe_speed
 from .split import Piece, chunk_sizes, shard_sizes, split_batch
@@ -54,6 +56,8 @@ class DevicePlan:
             keyword.
         sharding: how a distributed job shards the model (engine ``'sharded'``), or ``None``; in one process a
             sharding asked for is kept here, and the one device holds the whole model; by keyword.
+        randomness: how dropout draws its masks, ``'by_item'`` or ``'torch'`` (``flowpipe.parallel.item_random``);
+            by keyword.
     """
 
     devices: tuple[LogicalDevice, ...]
@@ -67,6 +71,7 @@ class DevicePlan:
     pin_memory: bool = field(default=False, kw_only=True)
     world: World | None = field(default=None, kw_only=True)
     sharding: Sharding | None = field(default=None, kw_only=True)
+    randomness: str = field(default=DEFAULT_RANDOMNESS, kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, str) or not self.engine:
@@ -115,6 +120,7 @@ class DevicePlan:
         lines.extend(self._sharding_lines(rank_bytes))
         lines.extend(self.shared_device_memory(parameter_bytes, buffer_bytes))
         lines.extend(describe_speed(self))
+        lines.extend(describe_randomness(self.randomness, self.compile))
         if batch_size is None:
             return '\n'.join(lines)
         if batch_size == 0:
@@ -293,7 +299,8 @@ def _distributed_plan(device: Any, chunk: int | None, device_weights: Any, devic
 def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = None, device_map: Any = None,
               amp: bool | str = False, *, memory_format: Any = None, compile: Any = None, pin_memory: Any = 'auto',
               num_gpus: int | None = None, world: World | None = None, sharding: Any = None,
-              sharding_units: Any = None, sharding_group: Any = None, sharding_offload: Any = False) -> DevicePlan:
+              sharding_units: Any = None, sharding_group: Any = None, sharding_offload: Any = False,
+              randomness: Any = None) -> DevicePlan:
     """Turn the user's flags into a frozen :class:`DevicePlan`, the engine kind included.
 
     The kind: ``'sharded'`` in a distributed job (``world``) with ``sharding``, ``'distributed'`` in one without,
@@ -318,6 +325,9 @@ def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = 
             plan and changes nothing (one device holds the whole model); with several devices it is an error.
             Under sharding ``amp=True`` on a GPU is ``'bfloat16'`` (FSDP's mixed precision: bfloat16 compute,
             float32 reduction); ``'float16'`` is refused.
+        randomness: ``'by_item'`` (dropout masks keyed by item: the same on every layout) or ``'torch'`` (torch's
+            generators, one stream per piece); ``None``: the default (``'torch'`` for a compiled model), see
+            ``flowpipe.parallel.item_random.check_randomness``.
 
     Raises:
         TypeError, ValueError: malformed flags; ``DeviceError``: a device that is not available.
@@ -327,6 +337,7 @@ def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = 
     shards = make_sharding(sharding, sharding_units, sharding_group, sharding_offload, world)
     options = {'amp': check_amp(amp, plan.devices), 'memory_format': check_memory_format(memory_format),
                'compile': check_compile(compile), 'pin_memory': check_pin_memory(pin_memory, plan.devices)}
+    options['randomness'] = check_randomness(randomness, options['compile'])
     if shards is not None:
         options.update(_sharded(plan, shards, amp, options['amp']))
     return dataclasses.replace(plan, **options)

@@ -1,8 +1,6 @@
 """A run checkpoint resumes on another layout in one process (replicas, micro-batches, one device) and ends with
 the parameters of the uninterrupted run; what cannot continue is refused, named: dropout under torch's generators
 on another layout, a variable changed in place per rank. Across ranks: tests/parallel/test_relayout_resume.py."""
-import warnings
-
 import numpy as np
 import pytest
 import torch
@@ -72,21 +70,27 @@ def test_a_checkpoint_resumes_on_another_layout_to_the_uninterrupted_result(tmp_
 
 
 @pytest.mark.filterwarnings('ignore:flowpipe. resuming from')
-def test_dropout_under_torch_randomness_is_refused_on_another_layout_and_passes_by_item(tmp_path):
-    crash_at(7, **RUN, make={'dtype': torch.float64, **TWO}, checkpoint=tmp_path / 'torch')
+def test_dropout_under_torch_randomness_is_refused_on_another_layout(tmp_path):
+    torch_randomness = {'dtype': torch.float64, 'randomness': 'torch'}
+    crash_at(7, **RUN, make={**torch_randomness, **TWO}, checkpoint=tmp_path)
     with pytest.raises(CheckpointError, match=r"'randomness': 'torch' and dropout layers '2' \(Dropout p=0\.3\); "
                                               r"the checkpoint was written on one process, devices cpu:0, cpu:1, "
                                               r"microbatch=3, this run is on one process, devices cpu:0\."):
-        pipeline(dtype=torch.float64, **ONE).run(**RUN, checkpoint=tmp_path / 'torch', resume=True)
-    # the checkpoint's own layout continues; and a model whose dropout draws by item may change layouts
-    pipeline(dtype=torch.float64, **TWO).run(**RUN, checkpoint=tmp_path / 'torch', resume=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')         # an unknown key where draws by item are not built yet
-        crash_at(7, **RUN, make={'dtype': torch.float64, 'randomness': 'by_item', **TWO},
-                 checkpoint=tmp_path / 'by_item')
-        done = pipeline(dtype=torch.float64, randomness='by_item', **ONE).run(
-            **RUN, checkpoint=tmp_path / 'by_item', resume=True)
-    assert len(done.m('net').plan.devices) == 1 and done.m('net').iteration == 15
+        pipeline(**torch_randomness, **ONE).run(**RUN, checkpoint=tmp_path, resume=True)
+    # the checkpoint's own layout continues
+    assert pipeline(**torch_randomness, **TWO).run(**RUN, checkpoint=tmp_path, resume=True).m('net').iteration == 15
+
+
+def test_dropout_by_item_resumes_on_another_layout_to_the_uninterrupted_result(tmp_path):
+    by_item = {'dtype': torch.float64}                  # 'randomness': 'by_item', the default
+    reference = outcome(pipeline(**by_item, **ONE).run(**RUN))
+    crash_at(7, **RUN, make={**by_item, **TWO}, checkpoint=tmp_path)
+    with pytest.warns(UserWarning, match='the new value applies'):
+        done = pipeline(**by_item, **ONE).run(**RUN, checkpoint=tmp_path, resume=True)
+    assert len(done.m('net').plan.devices) == 1 and done.m('net').plan.randomness == 'by_item'
+    got = outcome(done)
+    assert _rel(got['parameters'], reference['parameters']) < 1e-10
+    np.testing.assert_allclose(got['loss'], reference['loss'], rtol=1e-10)
 
 
 def test_the_world_size_may_change_and_the_checkpoint_records_its_layout(tmp_path):

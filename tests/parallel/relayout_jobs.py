@@ -30,17 +30,19 @@ def _stop(number):
 
 
 def _config(variant, sharding):
-    if variant != 'dropout':
+    if variant not in ('dropout', 'by_item'):
         return config(sharding)
     torch.manual_seed(0)
     network = nn.Sequential(nn.Linear(N_FEATURES, 8), nn.Tanh(), nn.Dropout(0.25), nn.Linear(8, N_CLASSES)).double()
     return {'model': network, 'inputs/x/shape': (N_FEATURES,), 'inputs/y/classes': N_CLASSES, 'loss': 'ce',
-            'optimizer': {'name': 'Adam', 'lr': 0.05}}
+            'optimizer': {'name': 'Adam', 'lr': 0.05},
+            'randomness': 'torch' if variant == 'dropout' else 'by_item'}
 
 
 def pipeline(variant='plain', sharding=None):
     """Per-item draws, the batch's items and the global loss in list variables, a training step; ``variant``:
-    ``'dropout'`` adds a dropout layer, ``'last'`` a variable overwritten with each rank's own items."""
+    ``'dropout'`` adds a dropout layer drawing from torch's generators, ``'by_item'`` one drawing by item, ``'last'``
+    a variable overwritten with each rank's own items."""
     template = (Pipeline()
                 .init_variable('loss', [])
                 .init_variable('ids', [])
@@ -77,9 +79,9 @@ def train(folder=None, stop=None, variant='plain', sharding=None, sharded=False)
 
 def write_all(root):
     """On every rank: the stopped runs whose checkpoints the tests resume (plain, sharded model with shards,
-    dropout, a per-rank variable), in sub-folders of ``root``."""
-    runs = {'plain': {}, 'sharded': {'sharding': 'full', 'sharded': True},
-            'dropout': {'variant': 'dropout'}, 'last': {'variant': 'last'}}
+    dropout under torch's generators and by item, a per-rank variable), in sub-folders of ``root``."""
+    runs = {'plain': {}, 'sharded': {'sharding': 'full', 'sharded': True}, 'dropout': {'variant': 'dropout'},
+            'by_item': {'variant': 'by_item'}, 'last': {'variant': 'last'}}
     return {name: train(os.path.join(root, name), STOP_AT, **kwargs) for name, kwargs in runs.items()}
 
 

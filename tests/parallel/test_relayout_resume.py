@@ -1,7 +1,7 @@
 """A run checkpoint written by 2 gloo ranks resumes in one process and on 3 ranks — gathered into the file, or a
 sharded model's shards (DCP) — and ends with the parameters of the uninterrupted run (float64, 1e-10 relative);
 rank 0 holds the per-rank lists merged, every item once; a dropout model under torch's generators and a variable
-overwritten per rank are refused, named."""
+overwritten per rank are refused, named; dropout drawn by item (the default) continues exactly."""
 import shutil
 
 import numpy as np
@@ -50,10 +50,16 @@ def _assert_continues(result, reference, before):
                                   np.concatenate([draws for rank in before for draws in rank['draws']]))
 
 
-@pytest.mark.parametrize('name', RESUMED)
-def test_a_checkpoint_of_2_ranks_resumes_in_one_process(written, reference, name, tmp_path):
-    kwargs = {'sharding': 'full', 'sharded': True} if name == 'sharded' else {}
+@pytest.fixture(scope='module')
+def by_item(default_dtype):
+    return jobs.train(variant='by_item')
+
+
+@pytest.mark.parametrize('name', RESUMED + ['by_item'])
+def test_a_checkpoint_of_2_ranks_resumes_in_one_process(written, reference, by_item, name, tmp_path):
+    kwargs = {'sharding': 'full', 'sharded': True} if name == 'sharded' else {'variant': name}
     result = jobs.train(str(_copy(written, tmp_path) / name), **kwargs)
+    reference = by_item if name == 'by_item' else reference
     before = [rank[name] for rank in written[1]]
     assert [len(rank['ids']) for rank in before] == [jobs.STOP_AT] * 2
     _assert_continues(result, reference, before)

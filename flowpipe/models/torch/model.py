@@ -2,8 +2,8 @@
 
 Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_loss`` the ``loss`` key,
 ``optimizers`` the ``optimizer`` key, ``decay`` the ``decay`` key, ``flowpipe.parallel`` the ``device``,
-``microbatch``, ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile``, ``pin_memory`` and
-``sharding*`` keys
+``microbatch``, ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile``, ``pin_memory``,
+``sharding*`` and ``randomness`` keys
 (one plan, one engine: every step is delegated to ``self.engine``), ``clipping`` the ``clip_grad_value``,
 ``clip_grad_norm`` and ``gradient_clipping`` keys (applied in the engine's step), ``callbacks`` the ``callbacks``
 key (called here after every step), ``io`` saving and loading, ``export`` the other file formats, ``batch_size``
@@ -45,7 +45,7 @@ __all__ = ['FETCHES', 'TorchModel', 'check_fetches']
 
 #: config keys passed to ``flowpipe.parallel.make_plan`` as they are
 _PLAN_KEYS = ('device', 'microbatch', 'device_weights', 'device_map', 'amp', 'memory_format', 'compile', 'sharding',
-              'sharding_units', 'sharding_group', 'sharding_offload')
+              'sharding_units', 'sharding_group', 'sharding_offload', 'randomness')
 
 
 class TorchModel:

@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from ...torchutils import NO_CONTEXT
+from ..item_random import BY_ITEM, ItemStreams
 from ..plan import DevicePlan
 from ..precision import Precision, make_precision
 from ..randomness import draw_step_seed, piece_random, piece_seed
@@ -107,6 +108,8 @@ class Engine:
             the ranks makes it the number of ranks, so the averaged gradients are the weighted sums.
         collective_state: whether ``state_dict()`` and ``optimizer_state_dict()`` are collectives that every rank
             calls (a sharded engine gathers the whole state on rank 0, the other ranks get ``{}``): ``False`` here.
+        item_offset: the index in the global batch of the first item this process computes: 0 here; a distributed
+            engine sets it at every step. Under ``'randomness': 'by_item'`` dropout masks are keyed by global items.
     """
 
     skip_nonfinite: bool = False
@@ -128,6 +131,8 @@ class Engine:
         self._dtype_source: torch.Tensor | None = None
         self._buffer_copies: list[torch.Tensor] | None = None
         self._nonfinite_flags: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._item_streams: ItemStreams | None = None
+        self.item_offset = 0
 
     @property
     def module(self) -> nn.Module:
@@ -218,11 +223,12 @@ class Engine:
             self.zero_grad(optimizer)
             skip_nonfinite = self.skip_nonfinite
             saved = self.save_buffers() if skip_nonfinite else None
-            result = self.gradient_pass(batch, groups, loss_fn, step_seed, return_outputs)
-            stepped = not (skip_nonfinite and self.nonfinite(result.loss, optimizer))
-            if stepped and sam is not None:         # the gradient at the perturbed weights replaces this one
-                stepped = sharpness_pass(self, sam, optimizer, lambda: self.gradient_pass(
-                    batch, groups, loss_fn, step_seed, False), skip_nonfinite)
+            with self.item_random(step_seed):      # dropout masks by item, when the plan says so
+                result = self.gradient_pass(batch, groups, loss_fn, step_seed, return_outputs)
+                stepped = not (skip_nonfinite and self.nonfinite(result.loss, optimizer))
+                if stepped and sam is not None:         # the gradient at the perturbed weights replaces this one
+                    stepped = sharpness_pass(self, sam, optimizer, lambda: self.gradient_pass(
+                        batch, groups, loss_fn, step_seed, False), skip_nonfinite)
             if stepped:
                 self.optimizer_step(optimizer, max_norm, clip_value)     # one optimizer step per batch
                 self.broadcast(tuple(groups))       # the new weights (and buffers) to the replicas
@@ -321,10 +327,16 @@ class Engine:
                   last: bool, seed: int) -> tuple[torch.Tensor, Any]:
         """Forward and backward of one piece on one replica; returns (weighted loss, detached outputs or None).
 
-        The piece draws its random numbers (dropout) from its own generator state, derived from the step ``seed``.
+        The piece draws its random numbers (dropout) from its own generator state, derived from the step ``seed``;
+        under ``'randomness': 'by_item'`` its dropout modules draw by item, its first item being item
+        ``item_offset + piece.start`` of the global batch.
         """
         forward, device = self.forwards[replica], self.devices[replica]
-        with piece_random(device, piece_seed(seed, piece.chunk, piece.start)), self.backward_sync(last):
+        start = piece.start
+        if self._item_streams is not None:
+            start += self.item_offset
+            self._item_streams.piece(replica, start, piece.size)
+        with piece_random(device, piece_seed(seed, piece.chunk, start)), self.backward_sync(last):
             with self.precision.autocast(device):
                 outputs = forward(*[move(t, device, batch.dtype, piece, self.memory_format) for t in batch.inputs])
                 out_device = device_of(outputs, device)
@@ -394,6 +406,15 @@ class Engine:
                 groups.setdefault(piece.replica, []).append(piece)
             groups = self._groups[batch_size] = {replica: tuple(pieces) for replica, pieces in sorted(groups.items())}
         return groups
+
+    def item_random(self, seed: int) -> contextlib.AbstractContextManager:
+        """The context of a step's passes: under ``'randomness': 'by_item'`` every replica's dropout modules draw
+        their masks by item, keyed by ``seed`` (``item_random.ItemStreams``); a no-op under ``'torch'``."""
+        if self.plan.randomness != BY_ITEM:
+            return NO_CONTEXT
+        if self._item_streams is None:
+            self._item_streams = ItemStreams([self.module, *self.replicas[1:]])
+        return self._item_streams.step(seed)
 
     # hooks
 

@@ -38,6 +38,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from ...data.shards import current_shard
 from ...torchutils import NO_CONTEXT
 from .. import distributed
+from ..item_random import BY_ITEM
 from ..plan import DevicePlan
 from ..precision import Precision
 from ..randomness import piece_seed
@@ -184,11 +185,14 @@ class DistributedEngine(Engine):
         self.counts = self._exchange_counts(inputs)
         if not sum(self.counts):
             raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
+        self.item_offset = sum(self.counts[:self._rank])    # this rank's first item in the global batch
 
     def step_seed(self, seed: int | None) -> int:
-        """The step seed (the same on every rank in a seeded run) mixed with the shard's offset in the global
-        batch, so the ranks' pieces draw different dropout masks, as the pieces of one process do."""
-        return piece_seed(super().step_seed(seed), -1, sum(self.counts[:self._rank]))
+        """The step seed (the same on every rank in a seeded run); under ``'randomness': 'torch'`` mixed with the
+        shard's offset in the global batch, so the ranks' pieces draw different dropout masks, as the pieces of one
+        process do (under ``'by_item'`` the pieces' streams are keyed by their global items instead)."""
+        seed = super().step_seed(seed)
+        return seed if self.plan.randomness == BY_ITEM else piece_seed(seed, -1, self.item_offset)
 
     def after_step(self, inputs: Any, result: StepResult, return_outputs: bool) -> StepResult:
         """An idle rank's outputs, when asked for: empty ones of the busy ranks' shape and dtype, as its
