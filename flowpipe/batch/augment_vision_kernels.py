@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from .augment_kernels import as_dtype, top_value
+from .images_data import put, take
 
 __all__ = ['TRIES', 'GREY', 'erasing_boxes', 'jitter', 'resized_crops', 'resized_crop_boxes']
 
@@ -91,53 +92,54 @@ def resized_crops(images: torch.Tensor, boxes: np.ndarray, size: tuple[int, int]
 
 def _grey(values: torch.Tensor, integer: bool) -> torch.Tensor:
     """``(n, 1, H, W)`` grey of RGB values (torchvision's weights), floored for integer images as torchvision's
-    uint8 grey image; a one-channel image is its own grey."""
+    uint8 grey image; a one-channel image is its own grey. Channel by channel, fast in either memory layout."""
     if values.shape[1] == 1:
         return values
-    weights = torch.tensor(GREY, dtype=values.dtype, device=values.device)[None, :, None, None]
-    grey = (values * weights).sum(dim=1, keepdim=True)
+    grey = values[:, 0:1] * GREY[0]
+    grey.add_(values[:, 1:2], alpha=GREY[1]).add_(values[:, 2:3], alpha=GREY[2])
     return grey.floor_() if integer else grey
 
 
-def _blend(values: torch.Tensor, other: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
-    """``factor * values + (1 - factor) * other``, one factor per item."""
-    factors = factors[:, None, None, None]
-    return values * factors + other * (1 - factors)
+def _brightness(values: torch.Tensor, factors: torch.Tensor, integer: bool) -> torch.Tensor:
+    return values.mul_(factors)
 
 
-def _brightness(values: torch.Tensor, factors: torch.Tensor, integer: bool, top: float) -> torch.Tensor:
-    return values * factors[:, None, None, None]
+def _contrast(values: torch.Tensor, factors: torch.Tensor, integer: bool) -> torch.Tensor:
+    mean = _grey(values, integer).mean(dim=(1, 2, 3), keepdim=True)
+    return values.mul_(factors).add_(mean * (1 - factors))
 
 
-def _contrast(values: torch.Tensor, factors: torch.Tensor, integer: bool, top: float) -> torch.Tensor:
-    return _blend(values, _grey(values, integer).mean(dim=(1, 2, 3), keepdim=True), factors)
-
-
-def _saturation(values: torch.Tensor, factors: torch.Tensor, integer: bool, top: float) -> torch.Tensor:
-    return values if values.shape[1] == 1 else _blend(values, _grey(values, integer), factors)
-
-
-def _hue(values: torch.Tensor, shifts: torch.Tensor, integer: bool, top: float) -> torch.Tensor:
-    """Turn the hue (HSV, in turns) by ``shifts`` per item; saturation and value stay."""
+def _saturation(values: torch.Tensor, factors: torch.Tensor, integer: bool) -> torch.Tensor:
     if values.shape[1] == 1:
         return values
-    rgb = values / top
-    red, green, blue = rgb.unbind(dim=1)
-    brightest, darkest = rgb.max(dim=1).values, rgb.min(dim=1).values
+    grey = _grey(values, integer)
+    return values.mul_(factors).add_(grey.mul_(1 - factors))
+
+
+def _hue(values: torch.Tensor, shifts: torch.Tensor, integer: bool) -> torch.Tensor:
+    """Turn the hue (HSV, in turns) by ``shifts`` per item; saturation and value stay.
+
+    With ``max``, ``min`` and ``spread = max - min`` of a pixel's channels, the hue in sixths is ``(g - b) /
+    spread`` where red is the largest, ``2 + (b - r) / spread`` where green is, ``4 + (r - g) / spread``
+    otherwise; back to RGB each channel is ``max - spread * clamp(min(k, 4 - k), 0, 1)`` with ``k = (m + 6 h) mod
+    6`` and ``m`` = 5, 3, 1 for red, green, blue (the value ``v = max`` and saturation ``spread / max`` kept).
+    """
+    if values.shape[1] == 1:
+        return values
+    red, green, blue = values[:, 0], values[:, 1], values[:, 2]
+    brightest = torch.maximum(torch.maximum(red, green), blue)
+    darkest = torch.minimum(torch.minimum(red, green), blue)
     spread = brightest - darkest
-    grey = spread == 0
-    divisor = torch.where(grey, torch.ones_like(spread), spread)
-    sector = torch.where(brightest == red, (green - blue) / divisor,
-                         torch.where(brightest == green, 2 + (blue - red) / divisor, 4 + (red - green) / divisor))
-    hue = torch.where(grey, torch.zeros_like(sector), sector / 6)
-    hue = torch.remainder(hue + shifts[:, None, None], 1.0)
-    saturation = spread / torch.where(grey, torch.ones_like(brightest), brightest)
-    # each channel: v - v s clamp(min(k, 4 - k), 0, 1) with k = (n + 6 h) mod 6 and n = 5, 3, 1 for R, G, B
-    channels = []
-    for offset in (5, 3, 1):
-        k = torch.remainder(offset + 6 * hue, 6)
-        channels.append(brightest - brightest * saturation * torch.minimum(k, 4 - k).clamp(0, 1))
-    return torch.stack(channels, dim=1) * top
+    divisor = torch.where(spread == 0, torch.ones_like(spread), spread)
+    sixths = torch.where(brightest == red, (green - blue) / divisor,
+                         torch.where(brightest == green, (blue - red) / divisor + 2, (red - green) / divisor + 4))
+    sixths = sixths.add_(6 * shifts[:, :, 0]).remainder_(6)
+    out = torch.empty_like(values)
+    for channel, offset in enumerate((5, 3, 1)):
+        k = torch.remainder(sixths + offset, 6)
+        torch.minimum(k, 4 - k, out=k).clamp_(0, 1)
+        torch.sub(brightest, spread * k, out=out[:, channel])
+    return out
 
 
 STEPS: tuple[Callable, ...] = (_brightness, _contrast, _saturation, _hue)
@@ -147,21 +149,29 @@ def jitter(images: torch.Tensor, order: np.ndarray, factors: np.ndarray, active:
     """``ColorJitter`` on ``images`` ``(n, C, H, W)``: the steps (brightness, contrast, saturation, hue) in each
     item's ``order`` ``(n, 4)``, with its ``factors`` ``(n, 4)``; inactive steps are skipped.
 
-    Each step works on the items that take it at that place of their order, all at once; it clamps to the value
+    Items with the same order of the active steps go together (at most 24 groups); each step clamps to the value
     range and, for integer images, rounds back to whole values (as torchvision casts back after each step).
     """
     if images.shape[1] not in (1, 3):
         raise ValueError(f"Expected images with 1 or 3 channels for color_jitter, as torchvision. Received: "
                          f"{images.shape[1]} channels. Drop an alpha channel first, e.g. `.pil_convert('RGB')`.")
     integer, top = not images.is_floating_point(), float(top_value(images.dtype))
-    values = images.to(torch.float64 if images.dtype == torch.float64 else torch.float32, copy=True)
-    table = torch.as_tensor(factors, dtype=values.dtype, device=values.device)
-    for place in range(order.shape[1]):
-        for step, func in enumerate(STEPS):
-            rows = np.flatnonzero(order[:, place] == step) if active[step] else ()
-            if len(rows) == 0:
-                continue
-            index = torch.as_tensor(rows, device=values.device)
-            done = func(values[index], table[index, step], integer, top).clamp_(0, top)
-            values[index] = done.round_() if integer else done
+    values = images.to(torch.float64 if images.dtype == torch.float64 else torch.float32,
+                       memory_format=torch.preserve_format, copy=True)
+    table = torch.as_tensor(factors, dtype=values.dtype, device=values.device)[:, :, None, None]
+    used = np.asarray(active)[order]
+    sequences = order[used].reshape(len(order), -1)          # each item's active steps, in its order
+    keys, which = np.unique(sequences, axis=0, return_inverse=True)
+    for k, sequence in enumerate(keys.tolist()):
+        rows = np.flatnonzero(which.ravel() == k)
+        whole = len(rows) == len(values)
+        part = values if whole else take(values, rows)
+        scales = table if whole else table[torch.as_tensor(rows, device=values.device)]
+        for step in sequence:
+            part = STEPS[step](part, scales[:, step:step + 1], integer).clamp_(0, top)
+            part = part.round_() if integer else part
+        if whole:
+            values = part
+        else:
+            put(values, rows, part)
     return as_dtype(values, images.dtype)
