@@ -16,7 +16,7 @@ import torch
 from .augment_kernels import as_dtype, top_value
 from .images_data import put, take
 
-__all__ = ['TRIES', 'GREY', 'erasing_boxes', 'jitter', 'resized_crops', 'resized_crop_boxes']
+__all__ = ['TRIES', 'GREY', 'erasing_boxes', 'jitter', 'resample_boxes', 'resized_crops', 'resized_crop_boxes']
 
 TRIES = 10                      # torchvision's attempts before its fallback
 GREY = (0.2989, 0.587, 0.114)   # torchvision's rgb_to_grayscale weights
@@ -80,14 +80,71 @@ def resized_crops(images: torch.Tensor, boxes: np.ndarray, size: tuple[int, int]
                   antialias: bool) -> torch.Tensor:
     """Every image's box ``(x, y, width, height)`` resized to ``size=(width, height)``: ``(n, C, h, w)``.
 
-    Each crop is a view resized by ``F.interpolate`` as torchvision's ``resized_crop`` does (uint8 images
-    directly in bilinear and nearest mode), so the pixels are torchvision's, bit for bit.
+    On the CPU each crop is a view resized by ``F.interpolate``, as torchvision's ``resized_crop`` does (uint8
+    images directly in bilinear and nearest mode), so the pixels are torchvision's bit for bit. On other devices
+    all items go through ``resample_boxes`` at once (within float rounding of the same, a grey level for uint8).
     """
+    if images.device.type != 'cpu':
+        return resample_boxes(images, boxes, size, mode, antialias)
     from .images_kernels import resize
     out = torch.empty((len(images), images.shape[1], size[1], size[0]), dtype=images.dtype, device=images.device)
     for k, (x, y, width, height) in enumerate(boxes.tolist()):
         out[k] = resize(images[k:k + 1, :, y:y + height, x:x + width], size, mode, antialias)[0]
     return out
+
+
+def _taps(starts: np.ndarray, lengths: np.ndarray, out: int, mode: str, antialias: bool) -> tuple:
+    """Per item, the source positions ``(n, out, K)`` and weights of ``out`` samples of a box ``starts`` and
+    ``lengths`` long on one axis, as ``F.interpolate(align_corners=False)`` resamples (PIL's triangle filter
+    widened by the scale when antialiasing a reduction); unused taps have weight 0."""
+    lengths = lengths[:, None].astype(np.float64)
+    scale = lengths / out
+    if mode == 'nearest':     # torch computes floor(i * (in / out)) in float32
+        ratio = (lengths.astype(np.float32) / np.float32(out)).astype(np.float32)
+        index = np.minimum(np.floor(np.arange(out, dtype=np.float32) * ratio), lengths - 1)[..., None]
+        return starts[:, None, None] + index.astype(np.int64), np.ones(index.shape)
+    centers = scale * (np.arange(out) + 0.5)
+    if not antialias:
+        real = np.maximum(centers - 0.5, 0)
+        low = np.floor(real)
+        high = np.minimum(low + 1, lengths - 1)
+        index = np.stack([low, high], axis=-1)
+        weights = np.stack([1 - (real - low), real - low], axis=-1)
+        return starts[:, None, None] + index.astype(np.int64), weights
+    support = np.where(scale >= 1, scale, 1.0)
+    first = np.maximum(np.trunc(centers - support + 0.5), 0)
+    last = np.minimum(np.trunc(centers + support + 0.5), lengths)
+    taps = int((last - first).max())
+    index = first[..., None] + np.arange(taps)
+    distance = (index - centers[..., None] + 0.5) / np.where(scale >= 1, scale, 1.0)[..., None]
+    weights = np.where(index < last[..., None], np.clip(1 - np.abs(distance), 0, None), 0)
+    weights /= np.where(weights.sum(-1, keepdims=True) == 0, 1, weights.sum(-1, keepdims=True))
+    index = np.minimum(index, lengths[..., None] - 1)
+    return starts[:, None, None] + index.astype(np.int64), weights
+
+
+def resample_boxes(images: torch.Tensor, boxes: np.ndarray, size: tuple[int, int], mode: str,
+                   antialias: bool) -> torch.Tensor:
+    """``resized_crops`` for all items at once: rows then columns, each a weighted sum of gathered taps."""
+    n, channels = images.shape[:2]
+    values = images
+    for axis, (start, length, out) in enumerate(((boxes[:, 1], boxes[:, 3], size[1]),
+                                                 (boxes[:, 0], boxes[:, 2], size[0]))):
+        index, weights = _taps(start, length, out, mode, antialias)
+        index = torch.as_tensor(index, device=images.device)
+        dtype = torch.float64 if images.dtype == torch.float64 else torch.float32
+        weights = torch.as_tensor(weights, dtype=dtype, device=images.device)
+        shape = (n, channels, out, values.shape[3]) if axis == 0 else (n, channels, values.shape[2], out)
+        total = torch.zeros(shape, dtype=dtype, device=images.device)
+        for tap in range(index.shape[2]):
+            if axis == 0:
+                picked = values.gather(2, index[:, None, :, tap, None].expand(shape))
+                total.addcmul_(picked.to(dtype), weights[:, None, :, tap, None])
+            else:
+                picked = values.gather(3, index[:, None, None, :, tap].expand(shape))
+                total.addcmul_(picked.to(dtype), weights[:, None, None, :, tap])
+        values = total
+    return as_dtype(values, images.dtype)
 
 
 def _grey(values: torch.Tensor, integer: bool) -> torch.Tensor:

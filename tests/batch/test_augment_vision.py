@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flowpipe.batch.augment_vision_kernels import TRIES, erasing_boxes, resized_crop_boxes
+from flowpipe.batch.augment_vision_kernels import TRIES, erasing_boxes, resample_boxes, resized_crop_boxes, resized_crops
 from flowpipe.expr import PerItem
 
 from .image_cases import make_batch, ragged, random_images
@@ -82,6 +82,22 @@ def test_random_resized_crop_is_crop_then_interpolate_per_item(mode, antialias, 
         options = {} if mode == 'nearest' else {'align_corners': False, 'antialias': antialias}
         expected = F.interpolate(crop, size=(10, 12), mode=mode, **options)[0].permute(1, 2, 0).numpy()
         np.testing.assert_allclose(result.astype(np.float64), expected.astype(np.float64), atol=1e-6)
+
+
+@pytest.mark.parametrize('mode, antialias', [('bilinear', True), ('bilinear', False), ('nearest', True)])
+@pytest.mark.parametrize('size', [(12, 9), (24, 24), (7, 31)])
+def test_all_items_at_once_give_interpolates_pixels(mode, antialias, size):
+    # the path off the CPU (one gather pass for every box), run here on the CPU against the per-crop interpolate
+    images = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (6, 3, 40, 50)).astype(np.uint8))
+    boxes = np.array([[0, 0, 50, 40], [3, 5, 10, 7], [10, 2, 33, 30], [0, 0, 1, 1], [49, 39, 1, 1], [5, 5, 44, 12]])
+    floats = images.to(torch.get_default_dtype()) / 255
+    together, apart = resample_boxes(floats, boxes, size, mode, antialias), resized_crops(floats, boxes, size, mode,
+                                                                                          antialias)
+    assert together.dtype == floats.dtype and together.shape == (6, 3, size[1], size[0])
+    torch.testing.assert_close(together, apart, atol=1e-5, rtol=0)
+    difference = (resample_boxes(images, boxes, size, mode, antialias).int() - resized_crops(
+        images, boxes, size, mode, antialias).int()).abs()
+    assert difference.max() <= 1            # torch's own uint8 path computes in fixed point
 
 
 def test_random_resized_crop_fallback_is_the_centred_allowed_box():
