@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flowpipe.batch.augment_vision_kernels import TRIES, erasing_boxes, resample_boxes, resized_crop_boxes, resized_crops
+from flowpipe.batch.augment_vision_kernels import (TRIES, erasing_boxes, resample_boxes, resized_crop_boxes,
+                                                   resized_crops)
 from flowpipe.expr import PerItem
 
 from .image_cases import make_batch, ragged, random_images
