@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from flowpipe import B, Dataset, ImagesBatch, Pipeline, V
+from flowpipe import B, Dataset, I, ImagesBatch, Pipeline, V
 from flowpipe.expr import PerItem
 
 from .image_cases import hwc, make_batch, ragged, random_images
@@ -161,3 +161,35 @@ def test_torchvision_actions_are_lazy_and_the_same_whatever_the_prefetch(name, k
     other = seen_images(template, 12, prefetch=0)
     random = name != 'center_crop'
     assert any(not np.array_equal(a, b) for a, b in zip(reference, other)) == random
+
+
+class Stop(Exception):
+    """The failure the resume test injects."""
+
+
+STOP = {'at': None}
+
+
+def stop_at(number):
+    if number == STOP['at']:
+        raise Stop(f'batch {number}')
+
+
+def test_torchvision_actions_resume_to_the_images_of_the_uninterrupted_run(tmp_path):
+    template = (Pipeline().init_variable('seen', []).call(stop_at, I('c'))
+                .random_resized_crop(8).color_jitter(0.4, 0.4, 0.4, 0.1).random_erasing(p=0.5, value=(1, 2, 3))
+                .update(V('seen', mode='a'), B.images))
+    dataset = Dataset(24, batch_class=ImagesBatch, preloaded={'images': random_images(n=24), 'labels': np.arange(24)})
+    run = {'batch_size': 6, 'n_epochs': 2, 'shuffle': 3, 'seed': 11}
+    reference = template << dataset
+    reference.run(**run)
+    STOP['at'] = 5
+    try:
+        with pytest.raises(Stop):
+            (template << dataset).run(**run, checkpoint=tmp_path)
+    finally:
+        STOP['at'] = None
+    resumed = template << dataset
+    resumed.run(**run, checkpoint=tmp_path, resume=True)
+    assert len(reference.v('seen')) == len(resumed.v('seen')) == 8
+    assert all(np.array_equal(a, b) for a, b in zip(reference.v('seen'), resumed.v('seen')))
