@@ -8,8 +8,8 @@ processed. Models live in
 from .batch import Batch, ImagesBatch, action, apply_parallel
 from .config import Config
 from .data import Dataset, DatasetIndex, FilesIndex, make_rng
-from .errors import (CheckpointError, DeviceError, ExpressionError, LaunchError, ModelFileError, SkipBatch,
-                     StopPipeline, UnknownActionError)
+from .errors import (CheckpointError, DeviceError, ExpressionError, FolderInUseError, LaunchError, ModelFileError,
+                     SkipBatch, StopPipeline, UnknownActionError)
 from .execution.checkpoint import Checkpoint
 from .expr import PP, B, C, D, F, I, L, M, P, R, V, W, PerItem, save_data_to
 from .gpus import set_gpus
@@ -20,7 +20,7 @@ from .progress import CPUMonitor, MemoryMonitor, Notifier, ResourceMonitor, noti
 Monitor = ResourceMonitor  # batchflow's name for the resource monitor (flowpipe.progress.Monitor is the bar's)
 
 __all__ = ['B', 'Batch', 'C', 'CPUMonitor', 'Checkpoint', 'CheckpointError', 'Config', 'ConstantSampler', 'D',
-           'Dataset', 'DatasetIndex', 'DeviceError', 'ExpressionError', 'F', 'FilesIndex', 'HistoSampler', 'I',
+           'Dataset', 'DatasetIndex', 'DeviceError', 'ExpressionError', 'F', 'FilesIndex', 'FolderInUseError', 'HistoSampler', 'I',
            'ImagesBatch', 'L', 'LaunchError', 'M', 'MemoryMonitor', 'ModelFileError', 'Monitor', 'Notifier',
            'NumpySampler', 'P', 'PP', 'PerItem', 'Pipeline', 'R', 'ResourceMonitor', 'Sampler', 'ScipySampler',
            'SkipBatch', 'StopPipeline', 'UnknownActionError', 'V', 'W', 'action', 'apply_parallel', 'make_rng',

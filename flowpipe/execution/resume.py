@@ -22,6 +22,7 @@ from typing import Any
 import dill
 import numpy as np
 
+from ..folder_lock import lock_on_main
 from ..pipeline.model_actions import PendingModel, loaded_files, mark_loaded
 from . import checkpoint as files
 from .checkpoint import as_checkpoint
@@ -64,17 +65,28 @@ class RunCheckpoints:
         self.pipeline, self.world = pipeline, world
         self.fingerprint = files.fingerprint(pipeline, args, 1 if world is None else world.size)
         self.path: str | None = None          # the checkpoint file resumed from
-        self.saved = self._read(args.resume)
-        found = files.latest_in(self.spec.path) if self.saved is None and self.spec is not None else None
-        if found is not None:
-            raise CheckpointError(f"Expected an empty checkpoint folder for a run that does not resume. Received: "
-                                  f"{self.spec.path!r}, which holds {found!r}. Pass "
-                                  "resume=True to go on from it, or delete the folder's checkpoints to start afresh.")
+        # the folder is this run's until it ends: rank 0 writes and removes its files
+        self.lock = None if self.spec is None else lock_on_main(self.spec.path, 'checkpoints', 'run checkpoints', world)
+        try:
+            self.saved = self._read(args.resume)
+            found = files.latest_in(self.spec.path) if self.saved is None and self.spec is not None else None
+            if found is not None:
+                raise CheckpointError(f"Expected an empty checkpoint folder for a run that does not resume. Received: "
+                                      f"{self.spec.path!r}, which holds {found!r}. Pass resume=True to go on from it, "
+                                      "or delete the folder's checkpoints to start afresh.")
+        except BaseException:
+            self.close()
+            raise
         self.done = self.saved['batches'] if self.saved is not None else 0
         self.written = self.done if self.saved is not None else None
         #: the run's ``TrainingRun`` when it has callbacks: their state goes into every checkpoint
         self.events: Any = None
         self._clock = time.monotonic()
+
+    def close(self) -> None:
+        """The run has ended: let another run use the folder."""
+        if self.lock is not None:
+            self.lock.release()
 
     def _read(self, resume: Any) -> dict | None:
         if resume is False or resume is None:

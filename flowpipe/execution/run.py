@@ -203,8 +203,21 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     if args.checkpoint is not None or args.resume:
         check_resumable(pipeline)
         checkpoints = RunCheckpoints(pipeline, args, world)
-    if checkpoints is not None:
         seeds = checkpoints.root(seeds)
+    if checkpoints is None:
+        return _run(pipeline, args, world, whole, seeds, (n_epochs, n_iters), ahead, None)
+    try:
+        return _closing(_run(pipeline, args, world, whole, seeds, (n_epochs, n_iters), ahead, checkpoints),
+                        checkpoints)
+    except BaseException:
+        checkpoints.close()
+        raise
+
+
+def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tuple[int, bool],
+         limits: tuple[int | None, int | None], ahead: bool, checkpoints: RunCheckpoints | None) -> Iterator[Any]:
+    """The generator of the run's batches, the arguments checked and the seeds agreed (``iterate``)."""
+    dataset, (n_epochs, n_iters) = pipeline.dataset, limits
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
     block = None if world is None or whole is None else _block(total, world)
 
@@ -226,6 +239,14 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     events = TrainingRun(pipeline, args.callbacks, clock, world) if args.callbacks else None
     return _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0,
                     events, clock, block)
+
+
+def _closing(batches: Iterator[Any], checkpoints: RunCheckpoints) -> Iterator[Any]:
+    """``batches``; once they end (or are closed), the checkpoint folder is free for another run."""
+    try:
+        yield from batches
+    finally:
+        checkpoints.close()
 
 
 def _block(total: int | None, world: Any) -> tuple[int, int]:
