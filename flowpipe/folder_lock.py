@@ -98,12 +98,13 @@ class FolderLock:
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, 'O_CLOEXEC', 0), 0o644)
             try:
-                if fcntl is not None:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if fcntl is None:
+                    raise OSError(errno.ENOSYS, 'no fcntl module on this system')
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as error:
                 if error.errno not in _BUSY:
                     warnings.warn(f"flowpipe: the file system of {self.folder!r} cannot lock files ({error}): "
-                                  f"another run writing {self.what} there at the same time is not detected.",
+                                  f"another process writing {self.what} there at the same time is not detected.",
                                   UserWarning, stacklevel=3)
                     return fd, None
                 holder = _read(fd)

@@ -71,6 +71,18 @@ def test_another_process_holds_the_folder_until_it_dies_and_its_lock_is_taken_ov
     assert_same(reference, outcome(resumed))
 
 
+def test_a_file_system_without_locks_is_said_and_the_run_goes_on(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, 'No locks available')
+    monkeypatch.setattr(fcntl, 'flock', no_locks)
+    with pytest.warns(UserWarning, match=rf"{tmp_path}' cannot lock files .*not detected"):
+        pipeline().run(**RUN, checkpoint=tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ['checkpoint-000000015.flowpipe']
+
+
 @pytest.mark.slow        # several processes: in CI or with FLOWPIPE_SLOW=1
 def test_every_rank_of_a_job_into_a_held_folder_raises_naming_the_holder(tmp_path):
     running = pipeline().gen_batch(**RUN, checkpoint=tmp_path)
