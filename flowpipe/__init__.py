@@ -20,10 +20,10 @@ from .progress import CPUMonitor, MemoryMonitor, Notifier, ResourceMonitor, noti
 Monitor = ResourceMonitor  # batchflow's name for the resource monitor (flowpipe.progress.Monitor is the bar's)
 
 __all__ = ['B', 'Batch', 'C', 'CPUMonitor', 'Checkpoint', 'CheckpointError', 'Config', 'ConstantSampler', 'D',
-           'Dataset', 'DatasetIndex', 'DeviceError', 'ExpressionError', 'F', 'FilesIndex', 'FolderInUseError', 'HistoSampler', 'I',
-           'ImagesBatch', 'L', 'LaunchError', 'M', 'MemoryMonitor', 'ModelFileError', 'Monitor', 'Notifier',
-           'NumpySampler', 'P', 'PP', 'PerItem', 'Pipeline', 'R', 'ResourceMonitor', 'Sampler', 'ScipySampler',
-           'SkipBatch', 'StopPipeline', 'UnknownActionError', 'V', 'W', 'action', 'apply_parallel', 'make_rng',
-           'notifier', 'save_data_to', 'set_gpus']
+           'Dataset', 'DatasetIndex', 'DeviceError', 'ExpressionError', 'F', 'FilesIndex', 'FolderInUseError',
+           'HistoSampler', 'I', 'ImagesBatch', 'L', 'LaunchError', 'M', 'MemoryMonitor', 'ModelFileError',
+           'Monitor', 'Notifier', 'NumpySampler', 'P', 'PP', 'PerItem', 'Pipeline', 'R', 'ResourceMonitor',
+           'Sampler', 'ScipySampler', 'SkipBatch', 'StopPipeline', 'UnknownActionError', 'V', 'W', 'action',
+           'apply_parallel', 'make_rng', 'notifier', 'save_data_to', 'set_gpus']
 assert __all__ == sorted(__all__)
 __version__ = '0.1.0'

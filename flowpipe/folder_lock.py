@@ -5,10 +5,9 @@ with ``flock``, which the kernel releases when the holding process ends, however
 ``SIGKILL``): a dead holder never keeps a folder, and no timeout is involved. The file holds its owner's record
 (pid, host, start time, what it writes) for the message another run gets. A second holder — another process, or
 another run of this process — gets ``FolderInUseError`` naming the folder, the holder and the fix. Released, the
-file is removed; a lock file left by a process that ended without releasing it is taken over, with a warning
-naming that process, and its record is kept as ``stale`` for the new holder to read (a resumed run finds there
-what its interrupted part wrote). Under ``torchrun``/``launch`` the rank that writes takes the lock
-(``lock_on_main``), and every rank raises when it cannot.
+file is removed; a lock file left by a process that ended without releasing it (killed) is taken over, with a
+warning naming that process. Under ``torchrun``/``launch`` the rank that writes takes the lock (``lock_on_main``),
+and every rank raises when it cannot.
 """
 from __future__ import annotations
 
@@ -50,10 +49,6 @@ class FolderLock:
     def __init__(self, folder: str | os.PathLike, name: str, what: str):
         self.folder, self.what = os.fspath(folder), what
         self.path = os.path.join(self.folder, f'.{name}.lock')
-        #: the record of a holder that ended without releasing the lock, taken over by ``acquire``; else ``None``
-        self.stale: dict[str, Any] | None = None
-        self._record: dict[str, Any] = {}
-        self._fd: int | None = None
         self._finalizer: Any = None
 
     @property
@@ -70,23 +65,16 @@ class FolderLock:
         with _GUARD:
             if key in _HELD:
                 raise FolderInUseError(self._busy(_HELD[key], this_process=True))
-            self._fd, self.stale = self._lock()
+            fd, stale = self._lock()
             _HELD[key] = record
-        self._finalizer = weakref.finalize(self, _release, self._fd, self.path, key, os.getpid())
-        self._record = record
-        self.note()
-        if self.stale:
-            warnings.warn(f"flowpipe: took over the lock {self.path!r} of {_holder(self.stale)}, which ended without "
+        self._finalizer = weakref.finalize(self, _release, fd, self.path, key, os.getpid())
+        data = json.dumps(record).encode()
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+        if stale:
+            warnings.warn(f"flowpipe: took over the lock {self.path!r} of {_holder(stale)}, which ended without "
                           "releasing it (the process is gone).", UserWarning, stacklevel=2)
         return self
-
-    def note(self, **values: Any) -> None:
-        """Keep ``values`` in the lock file's record beside the owner's (what a resumed run needs to know)."""
-        if self.held:
-            self._record.update(values)
-            data = json.dumps(self._record).encode()
-            os.pwrite(self._fd, data, 0)
-            os.ftruncate(self._fd, len(data))
 
     def release(self) -> None:
         """Remove the lock file and let the next run in (nothing when not held)."""

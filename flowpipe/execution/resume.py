@@ -17,7 +17,7 @@ import pickle
 import random
 import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import dill
 import numpy as np
@@ -87,6 +87,13 @@ class RunCheckpoints:
         """The run has ended: let another run use the folder."""
         if self.lock is not None:
             self.lock.release()
+
+    def closing(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """``batches``; once they end (or are closed), the folder is free for another run."""
+        try:
+            yield from batches
+        finally:
+            self.close()
 
     def _read(self, resume: Any) -> dict | None:
         if resume is False or resume is None:

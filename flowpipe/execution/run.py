@@ -207,8 +207,7 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     if checkpoints is None:
         return _run(pipeline, args, world, whole, seeds, (n_epochs, n_iters), ahead, None)
     try:
-        return _closing(_run(pipeline, args, world, whole, seeds, (n_epochs, n_iters), ahead, checkpoints),
-                        checkpoints)
+        return checkpoints.closing(_run(pipeline, args, world, whole, seeds, (n_epochs, n_iters), ahead, checkpoints))
     except BaseException:
         checkpoints.close()
         raise
@@ -239,14 +238,6 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
     events = TrainingRun(pipeline, args.callbacks, clock, world) if args.callbacks else None
     return _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0,
                     events, clock, block)
-
-
-def _closing(batches: Iterator[Any], checkpoints: RunCheckpoints) -> Iterator[Any]:
-    """``batches``; once they end (or are closed), the checkpoint folder is free for another run."""
-    try:
-        yield from batches
-    finally:
-        checkpoints.close()
 
 
 def _block(total: int | None, world: Any) -> tuple[int, int]:

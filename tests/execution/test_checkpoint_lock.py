@@ -10,15 +10,9 @@ from flowpipe import FolderInUseError
 from flowpipe.parallel import launch
 
 from .checkpoint_cases import RUN, TRIGGER, Crash, assert_same, outcome, pipeline, run_into
+from .test_checkpoint import no_trigger  # noqa: F401 - autouse: every test starts and ends without a trigger
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture(autouse=True)
-def no_trigger():
-    TRIGGER.update(at=None, error=None, delay=0.0, where='first')
-    yield
-    TRIGGER.update(at=None, error=None, delay=0.0, where='first')
 
 
 def _files(folder):
