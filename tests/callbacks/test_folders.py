@@ -120,9 +120,12 @@ def test_csv_logger_keeps_a_file_of_other_columns_and_refuses_one_it_cannot_read
         {'run': '', 'epoch': '0', 'note': 'kept, as it was', 'step': '', 'val/loss': ''},
         {'run': logger.run, 'epoch': '0', 'note': '', 'step': '1', 'val/loss': '1.0'}]
     (tmp_path / 'other.csv').write_bytes(b'a,b\n1,2,3\n')
-    with pytest.raises(ValueError, match=r"other.csv.*Move that file away"):
-        CSVLogger(tmp_path, 'other.csv').on_run_start(run)
-    assert (tmp_path / 'other.csv').read_bytes() == b'a,b\n1,2,3\n'
+    (tmp_path / 'binary.csv').write_bytes(b'\xff\xfe\x00')
+    for name in ('other.csv', 'binary.csv'):
+        before = (tmp_path / name).read_bytes()
+        with pytest.raises(ValueError, match=rf"{name}' to be a CSV file.*Move that file away"):
+            CSVLogger(tmp_path, name).on_run_start(run)
+        assert (tmp_path / name).read_bytes() == before
 
 
 def test_a_second_run_into_the_folders_of_a_running_one_is_refused(tmp_path):
