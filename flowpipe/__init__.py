@@ -11,6 +11,7 @@ from .data import Dataset, DatasetIndex, FilesIndex, make_rng
 from .errors import (CheckpointError, DeviceError, ExpressionError, FolderInUseError, LaunchError, ModelFileError,
                      SkipBatch, StopPipeline, UnknownActionError)
 from .execution.checkpoint import Checkpoint
+from .execution.deterministic import deterministic
 from .expr import PP, B, C, D, F, I, L, M, P, R, V, W, PerItem, save_data_to
 from .gpus import set_gpus
 from .pipeline import Pipeline
@@ -24,6 +25,6 @@ __all__ = ['B', 'Batch', 'C', 'CPUMonitor', 'Checkpoint', 'CheckpointError', 'Co
            'HistoSampler', 'I', 'ImagesBatch', 'L', 'LaunchError', 'M', 'MemoryMonitor', 'ModelFileError',
            'Monitor', 'Notifier', 'NumpySampler', 'P', 'PP', 'PerItem', 'Pipeline', 'R', 'ResourceMonitor',
            'Sampler', 'ScipySampler', 'SkipBatch', 'StopPipeline', 'UnknownActionError', 'V', 'W', 'action',
-           'apply_parallel', 'make_rng', 'notifier', 'save_data_to', 'set_gpus']
+           'apply_parallel', 'deterministic', 'make_rng', 'notifier', 'save_data_to', 'set_gpus']
 assert __all__ == sorted(__all__)
 __version__ = '0.1.0'

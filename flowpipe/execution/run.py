@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import StopPipeline, add_note
 from .agreement import agree_on_run
 from .checkpoint import as_checkpoint
+from .deterministic import check_deterministic, deterministic
 from .epochs import EpochClock
 from .events import TrainingRun, check_callbacks
 from .locks import OrderedLocks
@@ -75,6 +76,7 @@ class RunArgs:
     checkpoint: Any = None
     resume: Any = False
     callbacks: tuple = ()
+    deterministic: bool | str = False
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
@@ -117,6 +119,7 @@ class RunArgs:
         if self.seed is not None and not isinstance(self.seed, (numbers.Integral, np.random.SeedSequence)):
             raise TypeError(f"Expected seed to be an int or None. Received: seed={self.seed!r}")
         as_checkpoint(self.checkpoint)
+        check_deterministic(self.deterministic)
         if not isinstance(self.resume, (bool, str, os.PathLike)):
             raise TypeError(f"Expected resume as True, False or the path of a checkpoint (file or folder). "
                             f"Received: resume={self.resume!r}")
@@ -236,8 +239,15 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
     clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs)
     events = TrainingRun(pipeline, args.callbacks, clock, world) if args.callbacks else None
-    return _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0,
-                    events, clock, block)
+    stream = _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0,
+                      events, clock, block)
+    return stream if args.deterministic is False else _deterministic(stream, args.deterministic)
+
+
+def _deterministic(stream: Iterator[Any], mode: bool | str) -> Iterator[Any]:
+    """``stream`` with torch's deterministic switches on from its first batch until it ends or is closed."""
+    with deterministic(mode):
+        yield from stream
 
 
 def _block(total: int | None, world: Any) -> tuple[int, int]:

@@ -270,7 +270,7 @@ class Pipeline(PipelineAliases):
             prefetch: int | None = None, lazy: bool = False, seed: int | None = None,
             profile: bool | None = None, reset: Any = None, target: str | None = None, notifier: Any = None,
             checkpoint: Any = None, resume: Any = None, callbacks: Any = None, workers: int | None = None,
-            **kwargs: Any) -> Pipeline:
+            deterministic: bool | str | None = None, **kwargs: Any) -> Pipeline:
         """Process every batch; returns the pipeline (a new one holding the arguments when ``lazy=True``).
 
         Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one
@@ -282,7 +282,9 @@ class Pipeline(PipelineAliases):
         writes checkpoints as batches complete; ``resume=True`` (or a checkpoint's path) continues after the latest
         one (see docs/pipelines.md#checkpoints). ``callbacks`` (``flowpipe.callbacks`` objects: validation, early
         stopping, best checkpoints, loggers) hear of run start, batch ends, epoch ends and run end (see
-        docs/training.md). Extra keyword arguments go to the index's ``gen_batch``.
+        docs/training.md). ``deterministic=True`` (or ``'warn'``) turns on torch's deterministic algorithms for the
+        run, so that GPU steps repeat bit for bit too (see docs/training.md#deterministic-gpu-runs). Extra keyword
+        arguments go to the index's ``gen_batch``.
         """
         from ..execution.run import RunArgs, run_pipeline
         bar = bar_or_notifier(bar, notifier)
@@ -296,8 +298,10 @@ class Pipeline(PipelineAliases):
                   bar: Any = None, prefetch: int | None = None, seed: int | None = None,
                   profile: bool | None = None, reset: Any = None, target: str | None = None,
                   notifier: Any = None, checkpoint: Any = None, resume: Any = None, callbacks: Any = None,
-                  workers: int | None = None, **kwargs: Any) -> Iterator[Any]:
-        """Yield processed batches; the arguments are those of ``run``.
+                  workers: int | None = None, deterministic: bool | str | None = None,
+                  **kwargs: Any) -> Iterator[Any]:
+        """Yield processed batches; the arguments are those of ``run`` (``deterministic``: torch's switches stay on
+        until the loop ends).
 
         With ``checkpoint``, the checkpoint of a batch is written when the loop asks for the next one (or leaves),
         so it holds what the loop's body did to the pipeline's variables and models; so are the callbacks called.
