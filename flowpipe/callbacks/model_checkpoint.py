@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import numbers
 import os
 import uuid
@@ -83,7 +82,7 @@ class ModelCheckpoint(Callback):
 
     def on_epoch_end(self, run: Any, epoch: int) -> None:
         score = monitored(run, self)
-        if score is None or math.isnan(score):
+        if score is None:
             return
         if len(self.kept) == self.save_top_k and not self._better(score, self.kept[-1][0]):
             return

@@ -5,7 +5,7 @@ import numbers
 import pickle
 from typing import Any, Callable, Mapping
 
-from .base import Callback
+from .base import Callback, flat_records
 
 __all__ = ['Validate', 'merge_variables']
 
@@ -15,7 +15,8 @@ class Validate(Callback):
 
     Each validation run starts from fresh variables (``reset('variables')``); the models are the training run's
     own when the pipeline imports them (``import_model('net', train)``). With ``every=N`` the values of the last
-    validation are logged at each epoch end.
+    validation are logged at each epoch end. A pipeline that trains (``train_model``) is refused, and so is the
+    training pipeline itself: validation would train on.
 
     In a distributed job (``shard=True``) the ranks validate contiguous blocks of whole batches, then every rank
     takes the variables one process would hold (``merge_variables``: list variables are joined in batch order), so
@@ -42,10 +43,16 @@ class Validate(Callback):
         if not metrics or wrong:
             raise TypeError(f"Expected metrics as {{name: fn(pipeline) -> float}}, at least one. Received: "
                             f"metrics={metrics!r}")
+        _check_predicts(pipeline)
         self.pipeline, self.every, self.batch_size, self.metrics = pipeline, every, batch_size, metrics
         self.shard = bool(shard)
         self.run_kwargs = run_kwargs
         self.values: dict[str, float] = {}
+
+    def on_run_start(self, run: Any) -> None:
+        if self.pipeline is run.pipeline:
+            raise ValueError(f"Expected a validation pipeline apart from the training one. Received: Validate(<the "
+                             f"training pipeline>): each validation would reset its variables and train on. {_FIX}")
 
     def validate(self) -> dict[str, float]:
         """One validation run; the metrics as ``{'val/<name>': value}``."""
@@ -81,6 +88,22 @@ class Validate(Callback):
 
     def __repr__(self) -> str:
         return f"Validate(every={self.every!r}, batch_size={self.batch_size!r}, metrics={sorted(self.metrics)})"
+
+
+_FIX = ("Validate a pipeline that imports the trained model and predicts, e.g. (Pipeline().import_model('net', "
+        "train).init_variable('losses', []).predict_model('net', ..., save_to=V('losses', mode='a'))) << "
+        "dataset.test.")
+
+
+def _check_predicts(pipeline: Any) -> None:
+    """Refuse a validation pipeline that trains: each validation would train a model on the validation data."""
+    records = getattr(pipeline, 'all_records', None)
+    training = [record for record in flat_records(records() if records is not None else ())
+                if record.name == 'train_model']
+    if training:
+        raise ValueError(f"Expected a validation pipeline that does not train. Received: one with {training[0]!r} "
+                         f"(the training pipeline itself, or one made from its template?): each validation would "
+                         f"train on the validation data. {_FIX}")
 
 
 def _snapshot(value: Any) -> tuple[list | None, Any]:

@@ -13,7 +13,6 @@ import numbers
 import os
 import re
 import shutil
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +22,12 @@ from ..atomic import dump_atomically
 from ..errors import add_note
 from .nodes import CheckpointError
 
-__all__ = ['Checkpoint', 'FORMAT', 'as_checkpoint', 'differences', 'fingerprint', 'latest', 'latest_in', 'read',
-           'shards_of', 'shards_path', 'stable_repr', 'write']
+__all__ = ['Checkpoint', 'FORMAT', 'as_checkpoint', 'latest', 'latest_in', 'read', 'shards_of', 'shards_path',
+           'write']
 
 FORMAT = 'flowpipe-checkpoint'
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: the fingerprint is the run's canonical description (``canonical.py``)
 _NAME = re.compile(r'^checkpoint-(\d+)\.flowpipe$')
-_ADDRESS = re.compile(r' at 0x[0-9a-fA-F]+')
 
 
 @dataclass(frozen=True)
@@ -177,47 +175,3 @@ def read(path: str) -> dict:
         raise CheckpointError(f"Expected a checkpoint of format version {FORMAT_VERSION} or older. Received: "
                               f"{path!r}, version {payload.get('format_version')!r}. Upgrade flowpipe to read it.")
     return payload
-
-
-# ----- what must match to resume -----
-
-def stable_repr(value: Any) -> str:
-    """``repr`` without memory addresses (functions, objects), so it is the same in every process."""
-    return _ADDRESS.sub('', repr(value))
-
-
-def fingerprint(pipeline: Any, args: Any, world_size: int = 1) -> dict[str, Any]:
-    """What decides a run's batches besides its state: the actions, config, dataset, run arguments and the number
-    of processes of a distributed job."""
-    actions = [stable_repr(record) for record in pipeline.all_records()]
-    index = pipeline.dataset.index
-    ids = index.indices
-    data = ids.tobytes() if ids.dtype.kind in 'iuf' else repr(ids.tolist()).encode()
-    run = {'batch_size': args.batch_size, 'shuffle': args.shuffle, 'n_epochs': args.n_epochs,
-           'n_iters': args.n_iters, 'drop_last': args.drop_last, 'seed': args.seed, 'world_size': world_size,
-           **dict(args.extra)}
-    return {'actions': actions, 'config': stable_repr(dict(pipeline.config)),
-            'dataset': f'{type(pipeline.dataset).__name__} of {len(ids)} items (ids crc32 {zlib.crc32(data)})',
-            'run': {key: stable_repr(value) for key, value in run.items()}}
-
-
-def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """Readable lines naming what differs between two fingerprints (empty when they match)."""
-    lines = []
-    old, new = saved['actions'], now['actions']
-    for position in range(max(len(old), len(new))):
-        first = old[position] if position < len(old) else '(none)'
-        second = new[position] if position < len(new) else '(none)'
-        if first != second:
-            lines.append(f"action #{position}: checkpoint {first}, now {second}")
-            break
-    if len(old) != len(new):
-        lines.append(f"number of actions: checkpoint {len(old)}, now {len(new)}")
-    for key in ('config', 'dataset'):
-        if saved[key] != now[key]:
-            lines.append(f"{key}: checkpoint {saved[key]}, now {now[key]}")
-    for key in sorted(set(saved['run']) | set(now['run'])):
-        first, second = saved['run'].get(key, '(not given)'), now['run'].get(key, '(not given)')
-        if first != second:
-            lines.append(f"run argument {key}: checkpoint {first}, now {second}")
-    return lines

@@ -2,9 +2,12 @@
 
 It is the one place the run loop tells callbacks what happened: ``start`` before the first batch, ``batch_end``
 after each batch of the first stage (its stateful actions done), which also announces the epochs that batch ends
-(``EpochClock``), and ``end``. ``train/loss`` is the mean of the epoch's training losses: while callbacks listen,
-``train_model`` adds each step's loss (``TorchModel.last_loss``, a tensor) to ``pipeline.state.train_losses``, read
-as a float at the batch's end (a read per step, which a model's default ``nonfinite_loss`` check already waits for).
+(``EpochClock``), and ``end``. ``train/loss`` is the mean of the losses of the epoch's training steps taken: while
+callbacks listen, ``train_model`` adds each step's loss (``TorchModel.last_loss``, a tensor) to
+``pipeline.state.train_losses``, read as a float at the batch's end (a read per step, which a model's default
+``nonfinite_loss`` check already waits for), or ``None`` for a step skipped for a non-finite loss
+(``nonfinite_loss='skip'``), counted in ``train/skipped_steps`` instead (logged from the first epoch with such a
+step on).
 """
 from __future__ import annotations
 
@@ -14,7 +17,10 @@ from typing import Any, Sequence
 from ..callbacks.base import Callback
 from .epochs import EpochClock
 
-__all__ = ['TrainingRun', 'check_callbacks']
+__all__ = ['SKIPPED', 'TrainingRun', 'check_callbacks']
+
+#: the logged count of the epoch's training steps skipped for a non-finite loss
+SKIPPED = 'train/skipped_steps'
 
 
 def check_callbacks(callbacks: Any) -> tuple:
@@ -56,7 +62,7 @@ class TrainingRun:
         self.stopped = False
         #: inside a batch's callbacks: a checkpoint taken now would hold some of them only
         self.busy = False
-        self._loss_sum, self._loss_count = 0.0, 0
+        self._loss_sum, self._loss_count, self._skipped = 0.0, 0, 0
         self._next_end = clock.end_step(0)
 
     def stop(self) -> None:
@@ -74,8 +80,9 @@ class TrainingRun:
         seq, self.step = self.step, self.step + 1
         losses = self.pipeline.state.train_losses
         if losses:
-            total = sum(float(loss) for loss in losses)
-            self._loss_sum, self._loss_count = self._loss_sum + total, self._loss_count + len(losses)
+            taken = [float(loss) for loss in losses if loss is not None]
+            self._loss_sum, self._loss_count = self._loss_sum + sum(taken), self._loss_count + len(taken)
+            self._skipped += len(losses) - len(taken)
             losses.clear()
         for callback in self._on_batch:
             callback.on_batch_end(self, batch)
@@ -91,7 +98,10 @@ class TrainingRun:
     def _epoch_end(self, epoch: int) -> None:
         mean = self._loss_sum / self._loss_count if self._loss_count else math.nan
         self.logs = {'epoch': epoch, 'step': self.step, 'train/loss': mean, **_learning_rates(self.pipeline)}
-        self._loss_sum, self._loss_count = 0.0, 0
+        # logged from the first epoch that skipped a step on: a run without skips keeps its columns
+        if self._skipped or (self.history and SKIPPED in self.history[-1]):
+            self.logs[SKIPPED] = self._skipped
+        self._loss_sum, self._loss_count, self._skipped = 0.0, 0, 0
         agreed = self.world is None
         for callback in self.callbacks:
             if not agreed and callback.order > 0:
@@ -108,13 +118,14 @@ class TrainingRun:
 
     def state(self) -> dict:
         return {'step': self.step, 'epoch': self.epoch, 'history': [dict(logs) for logs in self.history],
-                'logs': dict(self.logs), 'stopped': self.stopped, 'loss': (self._loss_sum, self._loss_count),
+                'logs': dict(self.logs), 'stopped': self.stopped,
+                'loss': (self._loss_sum, self._loss_count, self._skipped),
                 'callbacks': [callback.state() for callback in self.callbacks]}
 
     def load_state(self, state: dict) -> None:
         self.step, self.epoch, self.stopped = state['step'], state['epoch'], state['stopped']
         self.history, self.logs = [dict(logs) for logs in state['history']], dict(state['logs'])
-        self._loss_sum, self._loss_count = state['loss']
+        self._loss_sum, self._loss_count, self._skipped = state['loss']
         self._next_end = self.clock.end_step(self.epoch)
         if len(state['callbacks']) != len(self.callbacks):
             raise ValueError(f"Expected the {len(state['callbacks'])} callbacks the checkpoint was written with. "

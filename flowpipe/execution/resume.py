@@ -25,8 +25,10 @@ import numpy as np
 from ..folder_lock import lock_on_main
 from ..pipeline.model_actions import PendingModel, loaded_files, mark_loaded
 from . import checkpoint as files
+from .canonical import describe
 from .checkpoint import as_checkpoint
 from .nodes import CheckpointError, chain_busy
+from .resume_changes import allowed_changes, apply_optimizer_changes, model_overrides, warn_changes
 
 __all__ = ['RunCheckpoints', 'check_resumable']
 
@@ -63,8 +65,10 @@ class RunCheckpoints:
     def __init__(self, pipeline: Any, args: Any, world: Any = None):
         self.spec = as_checkpoint(args.checkpoint)
         self.pipeline, self.world = pipeline, world
-        self.fingerprint = files.fingerprint(pipeline, args, 1 if world is None else world.size)
+        self.fingerprint = describe(pipeline, args, 1 if world is None else world.size)
         self.path: str | None = None          # the checkpoint file resumed from
+        #: the ``(key, old, new)`` changes from the checkpoint's run that this run applies (``resume_changes``)
+        self.changes: list = []
         # the folder is this run's until it ends: rank 0 writes and removes its files
         self.lock = None if self.spec is None else lock_on_main(self.spec.path, 'checkpoints', 'run checkpoints', world)
         try:
@@ -115,28 +119,39 @@ class RunCheckpoints:
             return None
         self.path = path
         saved = files.read(path)
-        changed = files.differences(saved['fingerprint'], self.fingerprint)
-        if changed:
-            raise CheckpointError(f"Expected the pipeline and run arguments of the checkpoint {path!r}. Received a "
-                                  "different run:\n  " + '\n  '.join(changed) +
-                                  "\nResume with the same pipeline and arguments, or start afresh without resume=.")
+        if saved.get('format_version', 0) < 2:
+            raise CheckpointError(f"Expected a checkpoint of format version {files.FORMAT_VERSION}, whose fingerprint "
+                                  f"holds the whole config. Received: {path!r}, version {saved.get('format_version')!r} "
+                                  "(written by an earlier flowpipe). Resume it with that flowpipe, or start afresh.")
+        self.changes = allowed_changes(saved['fingerprint'], self.fingerprint, path)
         return saved
 
     def root(self, default: tuple[int, bool]) -> tuple[int, bool]:
         """The run's ``(root seed, given)``: the checkpoint's when resuming, else ``default``."""
         return (self.saved['root'], self.saved['given']) if self.saved is not None else default
 
+    def check_limit(self, total: int | None) -> None:
+        """Refuse ``n_epochs``/``n_iters`` changed on resume to fewer batches than the checkpoint's run took."""
+        if self.saved is not None and total is not None and total < self.done:
+            raise ValueError(f"Expected n_epochs or n_iters giving at least the {self.done} batches the checkpoint "
+                             f"{self.path!r} was written after. Received: a run of {total} batches. Pass a larger "
+                             "limit, or start afresh without resume=.")
+
     def restore(self, stream: Any) -> None:
         """Put the checkpoint's state into the pipeline and the run's nodes (before the first batch)."""
         if self.saved is None:
             return
+        if self.world is None or self.world.rank == 0:
+            warn_changes(self.changes, self.path)
         state = self.pipeline.state
         own = self.saved['ranks'][self.world.rank] if self.world is not None else self.saved
         with state.variables.lock:
             state.variables.update(own['variables'])
-        _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}))
+        _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}),
+                     model_overrides(self.changes, self.pipeline))
         if self.saved.get('shards') is not None:
             _load_shards(state.models, files.shards_of(self.path), self.saved['shards'])
+        apply_optimizer_changes(self.changes, self.pipeline, state.models)
         stream.load_state(self.saved['nodes'])
         if self.events is not None:
             if self.saved.get('events') is None:
@@ -273,8 +288,9 @@ def _model_states(models: Any, tensors: bool = True) -> dict[str, Any]:
     return states
 
 
-def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str]) -> None:
-    """Put the saved models into the store; those ``load_model`` had loaded count as loaded from their files."""
+def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str], overrides: dict[str, dict]) -> None:
+    """Put the saved models into the store, those not built yet built with ``overrides[name]`` (the changed
+    model keys); those ``load_model`` had loaded count as loaded from their files."""
     for name, payload in saved.items():
         if payload is None:
             continue
@@ -286,7 +302,7 @@ def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str]) -> 
             io.load_into(current, payload)
             continue
         with torch.random.fork_rng(devices=[]):        # building must not move the generator restored later
-            model = io.from_payload(payload)
+            model = io.from_payload(payload, **overrides.get(name, {}))
         with models.lock:
             models[name] = model
     mark_loaded(models, {name: source for name, source in loaded.items() if saved.get(name) is not None})

@@ -222,6 +222,8 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
     dataset, (n_epochs, n_iters) = pipeline.dataset, limits
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
     block = None if world is None or whole is None else _block(total, world)
+    if checkpoints is not None and block is None:
+        checkpoints.check_limit(total)
 
     def batches() -> Iterator[Any]:
         drawn = dataset.index.gen_batch(args.batch_size, args.shuffle, n_iters, n_epochs, args.drop_last, seeds[0],

@@ -130,3 +130,16 @@ def test_tensorboard_logger_without_tensorboard_names_the_extra(monkeypatch, tmp
     monkeypatch.setitem(sys.modules, 'torch.utils.tensorboard', None)     # as where tensorboard is not installed
     with pytest.raises(ImportError, match=r'flowpipe\[tensorboard\]'):
         TensorBoardLogger(tmp_path).on_run_start(FakeRun())
+
+
+def test_the_training_pipeline_or_one_that_trains_is_refused_as_validation():
+    train = cases.pipeline(devices=('CPU',), microbatch=None, augment=False)
+    for val in (train, train << {'unused': 1}):       # itself, or a pipeline made from its template
+        with pytest.raises(ValueError, match=r"does not train. Received: one with train_model\('net'.*import_model"):
+            Validate(val, batch_size=20, metrics={'loss': lambda p: 0.0})
+    counter = Pipeline().init_variable('n', 0).update(V('n'), V('n') + 1) << train.dataset
+    validate = Validate(counter, batch_size=20, metrics={'n': lambda p: p.v('n')})
+    with pytest.raises(ValueError, match='apart from the training one.*import_model'):
+        counter.run(8, n_epochs=2, callbacks=[validate])
+    assert counter.v('n') == 0                         # refused before the first batch
+    assert validate.validate() == {'val/n': 2.0}       # a pipeline that does not train validates

@@ -152,11 +152,11 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tmp_path, m
 def test_a_different_pipeline_or_run_is_refused(tmp_path):
     crash_at(3, **RUN, checkpoint=tmp_path)
     other = pipeline().update(V('loss'), V('loss'))
-    with pytest.raises(CheckpointError, match=r"action #8: checkpoint \(none\), now update"):
+    with pytest.raises(CheckpointError, match=r"action #8: \(none\) → update"):
         other.run(**RUN, checkpoint=tmp_path, resume=True)
-    with pytest.raises(CheckpointError, match="run argument batch_size: checkpoint 8, now 4"):
+    with pytest.raises(CheckpointError, match="batch_size: 8 → 4"):
         pipeline().run(**{**RUN, 'batch_size': 4}, checkpoint=tmp_path, resume=True)
-    with pytest.raises(CheckpointError, match="config: checkpoint"):
+    with pytest.raises(CheckpointError, match=r"config lr: \(not given\) → 1"):
         (pipeline() << {'lr': 1}).run(**RUN, checkpoint=tmp_path, resume=True)
 
 

@@ -113,5 +113,5 @@ def test_a_sharded_checkpoint_of_2_ranks_is_refused_by_a_job_of_3_naming_the_wor
     folder = str(tmp_path / 'checkpoints')
     written = launch(sharded_jobs.run_with_sharded_checkpoints, 2, args=(folder,), timeout=TIMEOUT)
     assert written[0] == ['checkpoint-000000005.flowpipe', 'checkpoint-000000005.shards']
-    with pytest.raises(LaunchError, match='run argument world_size: checkpoint 2, now 3'):
+    with pytest.raises(LaunchError, match='world_size: 2 → 3'):
         launch(sharded_jobs.run_with_sharded_checkpoints, 3, args=(folder, True), timeout=TIMEOUT)
