@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from typing import Any
+
+from ..rank0 import warn0
 
 __all__ = ['Callback']
 
@@ -80,10 +81,10 @@ def monitored(run: Any, callback: Any) -> float | None:
 
 
 def _warn_once(callback: Any, flag: str, message: str) -> None:
-    """Warn once per callback and kind: a long run must not repeat it at every epoch."""
+    """Warn once per callback and kind: a long run must not repeat it at every epoch, nor every rank of a job."""
     if not getattr(callback, flag, False):
         setattr(callback, flag, True)
-        warnings.warn(message, UserWarning, stacklevel=3)
+        warn0(message, UserWarning, stacklevel=3)
 
 
 def check_number(owner: str, name: str, value: Any, low: float = 0.0) -> float:

@@ -1,15 +1,15 @@
 """The ranks of a distributed job agree on what decides a run before its first batch.
 
-Every rank draws the same global batches and trains the same model only when every rank runs the same pipeline
-with the same batch size, epochs or iterations, ``drop_last``, shuffle and seed on the same index, and the same
-config: a rank given other arguments or another config value (a typo, an environment variable) would train on
-other batches or with another learning rate, silently, or hang in a collective that another sharding layout does not
-join. So a run starts with one all-gather of each rank's root seed and the digest of its canonical description of
-the run (``canonical.py``: run arguments, dataset, the whole pipeline config, every key of every model config,
-evaluated, and every action with all its arguments; config keys named ``device`` or ``device_map`` are left out,
-as each rank may name its own GPU there). Only when the digests differ, a second all-gather brings the
-descriptions, and every rank raises ``ValueError`` naming each key that differs, its values and the ranks holding
-them; otherwise every rank takes rank 0's seed (the one the run drew, when none was given).
+Every rank draws the same global batches and trains the same model only when every rank runs the same pipeline with
+the same batch size, epochs or iterations, ``drop_last``, ``whole_epochs``, shuffle and seed on the same index, and
+the same config: a rank given other arguments or another config value (a typo, an environment variable) would train
+on other batches or with another learning rate, silently, or hang in a collective that another sharding layout does
+not join. So a run starts with one all-gather of each rank's root seed and the digest of its canonical description
+of the run (``canonical.py``: run arguments, dataset, the whole pipeline config, every key of every model config,
+evaluated, and every action with all its arguments; config keys named ``device`` or ``device_map`` are left out, as
+each rank may name its own GPU there). Only when the digests differ, a second all-gather brings the descriptions,
+and every rank raises ``ValueError`` naming each key that differs, its values and the ranks holding them; otherwise
+every rank takes rank 0's seed (the one the run drew, when none was given).
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def describe(pipeline: Any, args: Any, world_size: int = 1) -> dict[str, Any]:
     data = ids.tobytes() if ids.dtype.kind in 'iuf' else repr(ids.tolist()).encode()
     run = {'batch_size': args.batch_size, 'shuffle': args.shuffle, 'n_epochs': args.n_epochs,
            'n_iters': args.n_iters, 'drop_last': args.drop_last, 'seed': args.seed, 'world_size': world_size,
-           **dict(args.extra)}
+           **({'whole_epochs': True} if args.whole_epochs else {}), **dict(args.extra)}
     reads: dict[str, set] = {}
     records = pipeline.all_records()
     for record in _flat(records):

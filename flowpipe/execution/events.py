@@ -15,6 +15,7 @@ import math
 from typing import Any, Sequence
 
 from ..callbacks.base import Callback
+from ..rank0 import is_main
 from .epochs import EpochClock
 
 __all__ = ['SKIPPED', 'TrainingRun', 'check_callbacks']
@@ -55,7 +56,7 @@ class TrainingRun:
         # only the callbacks that listen to batch ends are called per batch: the others cost nothing there
         self._on_batch = [callback for callback in self.callbacks
                           if type(callback).on_batch_end is not Callback.on_batch_end]
-        self.is_main = world is None or world.rank == 0
+        self.is_main = world.rank == 0 if world is not None else is_main()
         self.step, self.epoch = 0, 0
         self.logs: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []

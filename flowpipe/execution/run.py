@@ -19,6 +19,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from ..errors import StopPipeline, add_note
+from ..rank0 import is_main
 from .agreement import agree_on_run
 from .checkpoint import as_checkpoint
 from .deterministic import check_deterministic, deterministic
@@ -67,6 +68,7 @@ class RunArgs:
     n_epochs: int | None = None
     n_iters: int | None = None
     drop_last: bool = False
+    whole_epochs: bool = False
     bar: Any = False
     prefetch: int = 0
     target: str = 'threads'
@@ -114,6 +116,8 @@ class RunArgs:
             _check_count(name, getattr(self, name), allow_none=True)
         _check_count('prefetch', self.prefetch, allow_none=False, minimum=0)
         _check_count('workers', self.workers, allow_none=True)
+        if not isinstance(self.whole_epochs, (bool, np.bool_)):
+            raise TypeError(f"Expected whole_epochs to be True or False. Received: whole_epochs={self.whole_epochs!r}")
         if self.target not in TARGETS:
             raise ValueError(f"Expected target to be one of {TARGETS}. Received: target={self.target!r}")
         if self.seed is not None and not isinstance(self.seed, (numbers.Integral, np.random.SeedSequence)):
@@ -220,14 +224,16 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
          limits: tuple[int | None, int | None], ahead: bool, checkpoints: RunCheckpoints | None) -> Iterator[Any]:
     """The generator of the run's batches, the arguments checked and the seeds agreed (``iterate``)."""
     dataset, (n_epochs, n_iters) = pipeline.dataset, limits
-    total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last)
+    # an index's gen_batch is given whole_epochs only when asked for: indices written before it keep working
+    sampling = {'whole_epochs': True} if args.whole_epochs else {}
+    total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last, **sampling)
     block = None if world is None or whole is None else _block(total, world)
     if checkpoints is not None and block is None:
         checkpoints.check_limit(total)
 
     def batches() -> Iterator[Any]:
         drawn = dataset.index.gen_batch(args.batch_size, args.shuffle, n_iters, n_epochs, args.drop_last, seeds[0],
-                                        **args.extra)
+                                        **sampling, **args.extra)
         if world is None:
             return drawn
         # a block's earlier batches are drawn and dropped: no item of theirs is loaded
@@ -239,10 +245,10 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
             raise
         raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
-    clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs)
+    clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs, args.whole_epochs)
     events = TrainingRun(pipeline, args.callbacks, clock, world) if args.callbacks else None
-    stream = _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, world is None or world.rank == 0,
-                      events, clock, block)
+    # rank 0's bar only, also where every rank runs every batch (a Validate with shard=False)
+    stream = _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, is_main(), events, clock, block)
     return stream if args.deterministic is False else _deterministic(stream, args.deterministic)
 
 
