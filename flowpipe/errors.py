@@ -3,13 +3,14 @@
 Control flow: ``SkipBatch`` drops the current batch, ``StopPipeline`` ends the run cleanly.
 Domain errors users catch: ``DeviceError`` (no device matches a spec), ``ModelFileError`` (a model file
 that is not a flowpipe file or comes from an incompatible version), ``LaunchError`` (a rank of a launched
-distributed job failed), ``CheckpointError`` (a checkpoint that cannot be written, read or used for a run).
+distributed job failed), ``CheckpointError`` (a checkpoint that cannot be written, read or used for a run),
+``FolderInUseError`` (another run holds the lock of a folder this run would write into).
 Bad values raise ``ValueError``, bad types ``TypeError``, unknown names ``KeyError``/``AttributeError`` subclasses
 below, so that plain ``except KeyError`` still works. ``add_note`` attaches a note to an exception on every
 supported Python (3.10 has no ``BaseException.add_note``).
 """
 
-__all__ = ['CheckpointError', 'DeviceError', 'ExpressionError', 'LaunchError', 'ModelFileError',
+__all__ = ['CheckpointError', 'DeviceError', 'ExpressionError', 'FolderInUseError', 'LaunchError', 'ModelFileError',
            'SkipBatch', 'StopPipeline', 'UnknownActionError', 'add_note']
 
 
@@ -58,6 +59,11 @@ class ModelFileError(ValueError):
 
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be written, read or used for this run; the message says why and what to do."""
+
+
+class FolderInUseError(RuntimeError):
+    """Another run (another process, or another run of this one) holds the lock of a folder this run writes into;
+    the message names the folder, the holder and what to do."""
 
 
 class ExpressionError(KeyError):

@@ -160,6 +160,11 @@ AUGMENTATIONS = [
     ("rotate(20).scale(1.2, True)\n.shift((6, 0)).flip()",
      lambda b: b.rotate(20).scale(1.2, True).shift((6, 0)).flip()),
     ('split_to_patches(48)\n(the first of 4)', lambda b: b.split_to_patches(48, stride=48)),
+    ('random_resized_crop(96,\nscale=(0.3, 0.6))', lambda b: b.random_resized_crop(96, scale=(0.3, 0.6))),
+    ('center_crop((64, 48))', lambda b: b.center_crop((64, 48))),
+    ('color_jitter(0.4, 0.4,\n0.4, 0.1)', lambda b: b.color_jitter(0.4, 0.4, 0.4, 0.1)),
+    ('color_jitter(\nhue=(0.3, 0.3))', lambda b: b.color_jitter(hue=(0.3, 0.3))),
+    ('random_erasing(p=1,\nvalue=(0, 0, 255))', lambda b: b.random_erasing(p=1, value=(0, 0, 255))),
 ]
 
 

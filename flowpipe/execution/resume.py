@@ -17,11 +17,12 @@ import pickle
 import random
 import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import dill
 import numpy as np
 
+from ..folder_lock import lock_on_main
 from ..pipeline.model_actions import PendingModel, loaded_files, mark_loaded
 from . import checkpoint as files
 from . import relayout
@@ -70,17 +71,35 @@ class RunCheckpoints:
         self.path: str | None = None          # the checkpoint file resumed from
         #: the ``(key, old, new)`` changes from the checkpoint's run that this run applies (``resume_changes``)
         self.changes: list = []
-        self.saved = self._read(args.resume)
-        found = files.latest_in(self.spec.path) if self.saved is None and self.spec is not None else None
-        if found is not None:
-            raise CheckpointError(f"Expected an empty checkpoint folder for a run that does not resume. Received: "
-                                  f"{self.spec.path!r}, which holds {found!r}. Pass "
-                                  "resume=True to go on from it, or delete the folder's checkpoints to start afresh.")
+        # the folder is this run's until it ends: rank 0 writes and removes its files
+        self.lock = None if self.spec is None else lock_on_main(self.spec.path, 'checkpoints', 'run checkpoints', world)
+        try:
+            self.saved = self._read(args.resume)
+            found = files.latest_in(self.spec.path) if self.saved is None and self.spec is not None else None
+            if found is not None:
+                raise CheckpointError(f"Expected an empty checkpoint folder for a run that does not resume. Received: "
+                                      f"{self.spec.path!r}, which holds {found!r}. Pass resume=True to go on from it, "
+                                      "or delete the folder's checkpoints to start afresh.")
+        except BaseException:
+            self.close()
+            raise
         self.done = self.saved['batches'] if self.saved is not None else 0
         self.written = self.done if self.saved is not None else None
         #: the run's ``TrainingRun`` when it has callbacks: their state goes into every checkpoint
         self.events: Any = None
         self._clock = time.monotonic()
+
+    def close(self) -> None:
+        """The run has ended: let another run use the folder."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def closing(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """``batches``; once they end (or are closed), the folder is free for another run."""
+        try:
+            yield from batches
+        finally:
+            self.close()
 
     def _read(self, resume: Any) -> dict | None:
         if resume is False or resume is None:

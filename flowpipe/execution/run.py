@@ -210,8 +210,20 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     if args.checkpoint is not None or args.resume:
         check_resumable(pipeline)
         checkpoints = RunCheckpoints(pipeline, args, world)
-    if checkpoints is not None:
         seeds = checkpoints.root(seeds)
+    if checkpoints is None:
+        return _run(pipeline, args, world, whole, seeds, (n_epochs, n_iters), ahead, None)
+    try:
+        return checkpoints.closing(_run(pipeline, args, world, whole, seeds, (n_epochs, n_iters), ahead, checkpoints))
+    except BaseException:
+        checkpoints.close()
+        raise
+
+
+def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tuple[int, bool],
+         limits: tuple[int | None, int | None], ahead: bool, checkpoints: RunCheckpoints | None) -> Iterator[Any]:
+    """The generator of the run's batches, the arguments checked and the seeds agreed (``iterate``)."""
+    dataset, (n_epochs, n_iters) = pipeline.dataset, limits
     # an index's gen_batch is given whole_epochs only when asked for: indices written before it keep working
     sampling = {'whole_epochs': True} if args.whole_epochs else {}
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last, **sampling)

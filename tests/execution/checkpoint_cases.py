@@ -78,6 +78,15 @@ def assert_same(first, second):
 RUN = {'batch_size': BATCH, 'n_epochs': EPOCHS, 'shuffle': 5}
 
 
+def run_into(folder):
+    """A run with checkpoints into ``folder`` (a job of ``launch``): ``'done'``, or the error it raised."""
+    try:
+        pipeline(devices=('CPU',), microbatch=None).run(**RUN, checkpoint=folder)
+    except Exception as error:  # noqa: BLE001 - the test reads every rank's error
+        return f'{type(error).__name__}: {error}'
+    return 'done'
+
+
 def main(folder, out, slow):
     torch.set_num_threads(1)
     TRIGGER['delay'] = 0.3 if slow else 0.0
