@@ -115,4 +115,5 @@ def test_a_sharded_checkpoint_of_2_ranks_is_resumed_by_a_job_of_3(tmp_path):
     # the run had ended: resumed on 3 ranks it trains no more and writes nothing new (continuing a stopped run on
     # another number of ranks: tests/parallel/test_relayout_resume.py)
     resumed = launch(sharded_jobs.run_with_sharded_checkpoints, 3, args=(folder, True), timeout=TIMEOUT)
-    assert resumed == [written[0]] * 3
+    for names in resumed:          # the folder's lock file shows while rank 0 still holds it
+        assert [name for name in names if name.startswith('checkpoint-')] == written[0]
