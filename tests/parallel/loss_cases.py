@@ -1,0 +1,154 @@
+"""Losses of every normalization (the table of ``docs/parallel.md``), each with a network and a batch, and one SGD
+step of an engine against the same step written by hand on the whole batch.
+
+Used by ``test_loss_normalization.py`` (one process), ``test_loss_properties.py`` (hypothesis) and, in launched
+ranks, by ``test_loss_normalization_distributed.py``: every function returns plain data.
+"""
+import numpy as np
+import torch
+from torch import nn
+
+from flowpipe.models.torch import NormalizedLoss
+from flowpipe.parallel import build_engine, distributed, make_plan, shard_sizes
+
+CLASSES, FEATURES, SIDE = 4, 5, 3
+
+
+def class_weights():
+    return torch.tensor([1.0, 2.0, 0.5, 3.0], dtype=torch.float64)
+
+
+class MaskedMSE(NormalizedLoss):
+    """A user's loss: the mean squared error over the entries a mask keeps."""
+
+    normalizer_name = 'the kept entries'
+
+    def sum(self, outputs, target, mask):
+        return ((outputs - target) ** 2 * mask).sum()
+
+    def normalizer(self, target, mask):
+        return mask.sum()
+
+
+def _labels(n, generator, ignored, ignore=-100, shape=()):
+    labels = torch.randint(0, CLASSES, (n, *shape), generator=generator)
+    if shape:       # per-pixel: some pixels of every item ignored too
+        labels[torch.rand(labels.shape, generator=generator) < 0.3] = ignore
+    labels[ignored] = ignore
+    return [labels]
+
+
+def _probabilities(n, generator, ignored):
+    return [torch.softmax(torch.randn(n, CLASSES, generator=generator, dtype=torch.float64), 1)]
+
+
+def _values(n, generator, ignored):
+    return [torch.randn(n, CLASSES, generator=generator, dtype=torch.float64)]
+
+
+def _binary(n, generator, ignored):
+    return [torch.randint(0, 2, (n, CLASSES), generator=generator).double()]
+
+
+def _masked(n, generator, ignored):
+    mask = (torch.rand(n, CLASSES, generator=generator) < 0.7).double()
+    mask[ignored] = 0
+    return [torch.randn(n, CLASSES, generator=generator, dtype=torch.float64), mask]
+
+
+#: name -> (loss maker, network kind, targets maker (n, generator, ignored items) -> list of targets)
+CASES = {
+    'ce': (nn.CrossEntropyLoss, 'vector', _labels),
+    'ce ignore_index': (nn.CrossEntropyLoss, 'vector', _labels),
+    'ce weight': (lambda: nn.CrossEntropyLoss(weight=class_weights()), 'vector', _labels),
+    'ce sum': (lambda: nn.CrossEntropyLoss(reduction='sum'), 'vector', _labels),
+    'ce label_smoothing': (lambda: nn.CrossEntropyLoss(weight=class_weights(), label_smoothing=0.1, ignore_index=-1),
+                           'vector', lambda n, g, ignored: _labels(n, g, ignored, ignore=-1)),
+    'ce probabilities': (lambda: nn.CrossEntropyLoss(weight=class_weights()), 'vector', _probabilities),
+    'segmentation ignore_index=255': (lambda: nn.CrossEntropyLoss(ignore_index=255), 'image',
+                                      lambda n, g, ignored: _labels(n, g, ignored, 255, (SIDE, SIDE))),
+    'nll weight': (lambda: nn.NLLLoss(weight=class_weights()), 'vector', _labels),
+    'bce with logits pos_weight': (lambda: nn.BCEWithLogitsLoss(pos_weight=class_weights()), 'vector', _binary),
+    'bce': (nn.BCELoss, 'probability', _binary),
+    'mse': (nn.MSELoss, 'vector', _values),
+    'mse sum': (lambda: nn.MSELoss(reduction='sum'), 'vector', _values),
+    'l1': (nn.L1Loss, 'vector', _values),
+    'smooth l1': (lambda: nn.SmoothL1Loss(beta=0.5), 'vector', _values),
+    'huber': (lambda: nn.HuberLoss(delta=0.5), 'vector', _values),
+    'kldiv batchmean': (lambda: nn.KLDivLoss(reduction='batchmean'), 'vector', _probabilities),
+    'multi-margin weight': (lambda: nn.MultiMarginLoss(weight=class_weights()), 'vector',
+                            lambda n, g, ignored: [torch.randint(0, CLASSES, (n,), generator=g)]),
+    'masked mse (own NormalizedLoss)': (MaskedMSE, 'vector', _masked),
+}
+
+#: the cases whose targets can leave a piece with nothing to count
+MASKED = ('ce ignore_index', 'ce label_smoothing', 'segmentation ignore_index=255', 'masked mse (own NormalizedLoss)')
+
+
+def network(kind, seed=0):
+    torch.manual_seed(seed)
+    if kind == 'image':
+        layers = [nn.Conv2d(2, 6, 3, padding=1), nn.Tanh(), nn.Conv2d(6, CLASSES, 1)]
+    else:
+        layers = [nn.Linear(FEATURES, 8), nn.Tanh(), nn.Linear(8, CLASSES)]
+        if kind == 'probability':
+            layers.append(nn.Sigmoid())
+    return nn.Sequential(*layers).double()
+
+
+def batch(name, n, ignored=(), seed=1):
+    """Inputs and targets of ``n`` items for case ``name``; ``ignored``: items with nothing to count (padding)."""
+    _, kind, targets = CASES[name]
+    generator = torch.Generator().manual_seed(seed)
+    shape = (2, SIDE, SIDE) if kind == 'image' else (FEATURES,)
+    inputs = torch.randn(n, *shape, generator=generator, dtype=torch.float64)
+    return inputs, targets(n, generator, list(ignored) if name in MASKED else [])
+
+
+def reference_step(name, inputs, targets, lr=0.1):
+    """The hand-written full-batch step: the parameters after it, and the loss."""
+    make, kind, _ = CASES[name]
+    model = network(kind)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    loss = make()(model(inputs), *targets)
+    loss.backward()
+    optimizer.step()
+    return [p.detach().numpy().copy() for p in model.parameters()], float(loss)
+
+
+def engine_step(name, inputs, targets, device='cpu', microbatch=None, weights=None, lr=0.1, loss=None, world=None,
+                sharding=None):
+    """One step of the engine of a plan; the parameters (whole, gathered on a sharded rank) and the step's loss."""
+    make, kind, _ = CASES[name]
+    plan = make_plan(device, microbatch, weights, num_gpus=0, world=world, sharding=sharding)
+    with build_engine(network(kind), plan) as engine:
+        optimizer = torch.optim.SGD(engine.parameters(), lr=lr)
+        result = engine.train_step([inputs], targets, make() if loss is None else loss, optimizer)
+        params = [_full(p) for p in engine.module.parameters()]
+    return params, float(result.loss)
+
+
+def _full(tensor):
+    gather = getattr(tensor, 'full_tensor', None)
+    return (tensor if gather is None else gather()).detach().cpu().numpy().copy()
+
+
+def relative(actual, expected):
+    """The largest relative deviation of parameters (each tensor's by its largest entry)."""
+    return max(float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)) for a, b in zip(actual, expected))
+
+
+def rank_step(name, n, ignored, microbatch=None, sharding=None):
+    """One step in a launched job, each rank on its contiguous shard of the global batch (in one process: the
+    whole batch, on one device); the parameters and the loss."""
+    world = distributed.init()
+    inputs, targets = batch(name, n, ignored)
+    if world is not None:
+        sizes = shard_sizes(n, world.size)
+        start = sum(sizes[:world.rank])
+        inputs, targets = inputs[start:start + sizes[world.rank]], [t[start:start + sizes[world.rank]] for t in targets]
+    return engine_step(name, inputs, targets, microbatch=microbatch, world=world, sharding=sharding)
+
+
+def rank_steps(names, n, ignored, microbatch=None, sharding=None):
+    return {name: rank_step(name, n, ignored, microbatch, sharding) for name in names}
