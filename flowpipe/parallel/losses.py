@@ -25,8 +25,9 @@ from torch import nn
 
 from .split import Piece
 
-__all__ = ['ELEMENTS', 'ITEMS', 'NormalizedLoss', 'StepLoss', 'TORCH_NORMALIZERS', 'TorchLoss', 'describe_loss',
-           'normalized', 'normalizer_value', 'torch_normalized']
+__all__ = ['ELEMENTS', 'ITEMS', 'ITEM_SHARES', 'NORMALIZER', 'NormalizedLoss', 'PLAIN_SUM', 'StepLoss',
+           'TORCH_NORMALIZERS', 'TorchLoss', 'describe_loss', 'normalized', 'normalizer_value', 'torch_normalized',
+           'weighting']
 
 ITEMS = 'the items'
 ELEMENTS = 'the elements of the target'
@@ -50,13 +51,19 @@ class NormalizedLoss:
             def normalizer(self, target, mask):
                 return mask.sum()
 
+    The normalizer adds up over the items: a batch's is the sum of its pieces' (a count, a sum of weights), so
+    the ranks of a distributed job add theirs. Two kinds of loss say so instead of counting:
+
     Attributes:
         per_item: the normalizer is the number of items and ``__call__`` the mean over the items: the engines
             then weight each piece's loss by its share of the items and count nothing.
+        plain_sum: the loss is a plain sum (``normalizer`` gives 1 for any batch, which does not add up): each
+            piece adds its sum as it is.
         normalizer_name: what the normalizer counts, for the device plan.
     """
 
     per_item: bool = False
+    plain_sum: bool = False
     normalizer_name: str = 'normalizer()'
 
     def sum(self, outputs: Any, *targets: torch.Tensor) -> torch.Tensor:
@@ -140,7 +147,7 @@ class TorchLoss(NormalizedLoss):
                              f'batchmean. Received: {loss!r}. Use torch_normalized(loss), which gives None there.')
         self.loss, self.float_targets = loss, float_targets
         self.normalizer_name, self._normalizer = rule
-        self.per_item = self.normalizer_name == ITEMS
+        self.per_item, self.plain_sum = self.normalizer_name == ITEMS, self.normalizer_name == _SUM
         self._summed = copy.copy(loss)          # shares the module's tensors (weight) and options
         self._summed.reduction = 'sum'
 
@@ -181,6 +188,18 @@ def normalized(loss_fn: Any) -> Any:
     return None
 
 
+ITEM_SHARES, PLAIN_SUM, NORMALIZER = 'item shares', 'plain sum', 'normalizer'
+
+
+def weighting(form: Any) -> str:
+    """How the pieces of a loss in normalized ``form`` (``normalized``) are weighted: ``ITEM_SHARES`` (each
+    piece's value by its share of the items: a loss flowpipe cannot place, or a per-item mean), ``PLAIN_SUM``
+    (each piece's sum as it is) or ``NORMALIZER`` (each piece's sum divided by the whole batch's normalizer)."""
+    if form is None or getattr(form, 'per_item', False):
+        return ITEM_SHARES
+    return PLAIN_SUM if getattr(form, 'plain_sum', False) else NORMALIZER
+
+
 def normalizer_value(value: Any) -> float | torch.Tensor:
     """A normalizer as the engines divide by it: a number, read from a CPU tensor (no device synchronization);
     a tensor on a GPU stays there (reading it would wait for the device)."""
@@ -218,6 +237,6 @@ def describe_loss(loss_fn: Any) -> tuple[str | None, str | None]:
         return None, (f'loss {name}: its normalization is not declared, so each piece is weighted by its share of '
                       f'the items: exact only if the loss is a mean over items (declare sum() and normalizer(), '
                       f'docs/parallel.md, "Losses")')
-    if getattr(form, 'per_item', False):
+    if weighting(form) == ITEM_SHARES:
         return None, None
-    return getattr(form, 'normalizer_name', NormalizedLoss.normalizer_name), None
+    return getattr(form, 'normalizer_name', _SUM if weighting(form) == PLAIN_SUM else 'normalizer()'), None

@@ -113,7 +113,7 @@ def reference_step(name, inputs, targets, lr=0.1):
     loss = make()(model(inputs), *targets)
     loss.backward()
     optimizer.step()
-    return [p.detach().numpy().copy() for p in model.parameters()], float(loss)
+    return [p.detach().numpy().copy() for p in model.parameters()], float(loss.detach())
 
 
 def engine_step(name, inputs, targets, device='cpu', microbatch=None, weights=None, lr=0.1, loss=None, world=None,
@@ -152,3 +152,19 @@ def rank_step(name, n, ignored, microbatch=None, sharding=None):
 
 def rank_steps(names, n, ignored, microbatch=None, sharding=None):
     return {name: rank_step(name, n, ignored, microbatch, sharding) for name in names}
+
+
+def predicted_losses(n_items=11, batch_size=5):
+    """``predict_model(fetches='loss')`` batch by batch with a class-weighted cross-entropy and padding labels:
+    over 2 ranks the first global batch's shard on rank 0 is all padding, the last leaves rank 1 idle."""
+    from flowpipe import B, Dataset, Pipeline, V
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(n_items, FEATURES)), rng.integers(0, CLASSES, size=n_items)
+    y[[0, 1, 2, 5, 6]] = -100
+    config = {'model': network('vector'), 'inputs/x/shape': (FEATURES,), 'inputs/y/classes': CLASSES,
+              'loss': {'name': 'ce', 'weight': class_weights()}}
+    pipeline = (Pipeline().init_variable('loss', []).init_model('net', config=config)
+                .predict_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))
+                << Dataset(n_items, preloaded={'x': x, 'y': y}))
+    pipeline.run(batch_size, n_epochs=1)
+    return list(pipeline.v('loss'))

@@ -44,7 +44,7 @@ from torch import nn
 
 from ...torchutils import NO_CONTEXT
 from ..plan import DevicePlan
-from ..losses import StepLoss, normalized, normalizer_value
+from ..losses import ITEM_SHARES, PLAIN_SUM, StepLoss, normalized, normalizer_value, weighting
 from ..precision import Precision, make_precision
 from ..randomness import draw_step_seed, piece_random, piece_seed
 from ..speed import compiled, resolve_memory_format, torch_memory_format
@@ -238,11 +238,12 @@ class Engine:
 
     def step_loss(self, loss_fn: Callable, form: Any, batch: BatchTensors, groups: Groups) -> StepLoss:
         """What each piece computes: ``loss_fn`` weighted by the piece's share of the items for a loss flowpipe
-        cannot place (``form`` ``None``), a per-item mean or a whole batch in one piece; otherwise the piece's sum
-        divided by the whole batch's normalizer (``batch_normalizer``)."""
-        if form is None or getattr(form, 'per_item', False) or _one_piece(groups):
+        cannot place (``form`` ``None``), a per-item mean or a whole batch in one piece; otherwise the piece's sum,
+        as it is for a plain sum, else divided by the whole batch's normalizer (``batch_normalizer``)."""
+        rule = weighting(form)
+        if rule == ITEM_SHARES or _one_piece(groups):
             return StepLoss(loss_fn)
-        return StepLoss(form.sum, self.batch_normalizer(form, batch))
+        return StepLoss(form.sum, 1 if rule == PLAIN_SUM else self.batch_normalizer(form, batch))
 
     def batch_normalizer(self, form: Any, batch: BatchTensors) -> float | torch.Tensor:
         """The loss's normalizer of the whole batch (``losses.normalizer_value``), counted before the split; a

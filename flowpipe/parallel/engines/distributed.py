@@ -40,7 +40,7 @@ from ...torchutils import NO_CONTEXT
 from .. import distributed
 from ..plan import DevicePlan
 from ..precision import Precision
-from ..losses import normalized
+from ..losses import ITEM_SHARES, NORMALIZER, PLAIN_SUM, normalized, weighting
 from ..randomness import piece_seed
 from ..speed import compiled
 from ..split import Piece, split_batch
@@ -60,7 +60,7 @@ _NO_BUFFER_SYNC = ({'forward_sync_buffers': False}
 def _shard_normalizer(form: Any, targets: Any) -> float | None:
     """This rank's loss normalizer, read to the host for the count exchange (a GPU target waits for the device
     here); ``None`` for a loss whose pieces are weighted by their share of the items."""
-    if form is None or getattr(form, 'per_item', False):
+    if weighting(form) != NORMALIZER:
         return None
     tensors = as_batch(targets, 'targets')
     if not tensors or (tensors[0].dim() and not tensors[0].shape[0]):
@@ -275,11 +275,13 @@ class DistributedEngine(Engine):
         if current_shard() is None:
             return super().predicted_loss(loss_fn, outputs, targets)
         form = normalized(loss_fn)
-        count = int(targets[0].shape[0]) if targets[0].dim() else 1
-        if form is None or getattr(form, 'per_item', False):
+        rule, count = weighting(form), int(targets[0].shape[0]) if targets[0].dim() else 1
+        if rule == ITEM_SHARES:
             return self.batch_mean(super().predicted_loss(loss_fn, outputs, targets), count)
         with torch.no_grad():
             total = float(form.sum(outputs, *targets)) if count else 0.0
+        if rule == PLAIN_SUM:           # the sum over the ranks, divided once by 1
+            return self._reduced_ratio(total, 1.0 if self._rank == 0 else 0.0)
         return self._reduced_ratio(total, float(form.normalizer(*targets)) if count else 0.0)
 
     def backward_sync(self, last: bool) -> contextlib.AbstractContextManager:
