@@ -173,18 +173,22 @@ def torch_normalized(loss: nn.Module, float_targets: bool = False) -> TorchLoss 
 
 
 _WRAPPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_UNSEEN = object()
 
 
 def normalized(loss_fn: Any) -> Any:
     """The normalized form of ``loss_fn``: itself when it has ``sum`` and ``normalizer`` methods (a
     ``NormalizedLoss``), a ``TorchLoss`` for a torch loss module flowpipe can place (made once per module), else
     ``None``: a loss flowpipe cannot place, whose pieces are weighted by their share of the items."""
+    if isinstance(loss_fn, NormalizedLoss):     # first: the cheapest test, and the loss of every TorchModel
+        return loss_fn
+    if type(loss_fn) in TORCH_NORMALIZERS:
+        form = _WRAPPED.get(loss_fn, _UNSEEN)
+        if form is _UNSEEN:
+            form = _WRAPPED[loss_fn] = torch_normalized(loss_fn)
+        return form
     if callable(getattr(loss_fn, 'normalizer', None)) and callable(getattr(loss_fn, 'sum', None)):
         return loss_fn
-    if isinstance(loss_fn, nn.modules.loss._Loss):
-        if loss_fn not in _WRAPPED:
-            _WRAPPED[loss_fn] = torch_normalized(loss_fn)
-        return _WRAPPED[loss_fn]
     return None
 
 
@@ -223,9 +227,12 @@ class StepLoss:
 
     def weigh(self, loss: torch.Tensor, piece: Piece) -> torch.Tensor:
         """The piece's share of the whole batch's loss."""
-        if self.normalizer is None:     # a whole batch in one piece: multiplying by one is exact, and wasted work
+        normalizer = self.normalizer
+        if normalizer is None:          # a whole batch in one piece: multiplying by one is exact, and wasted work
             return loss if piece.weight == 1.0 else loss * piece.weight
-        return loss / self.normalizer
+        if isinstance(normalizer, torch.Tensor) and normalizer.device != loss.device:
+            normalizer = normalizer.to(loss.device)     # counted on one GPU, a replica on another
+        return loss / normalizer
 
 
 def describe_loss(loss_fn: Any) -> tuple[str | None, str | None]:

@@ -1,0 +1,74 @@
+"""Per-step cost of the loss normalization: a placed loss against the same loss weighted by item shares.
+
+Arms, on the same engine plan and weights: ``placed``, torch's ``nn.CrossEntropyLoss()`` (flowpipe's ``'ce'``): with
+several pieces the engine counts the valid targets of the whole batch (``ignore_index``) and each piece adds its
+sum divided by that count; and ``shares``, the same module called from a function (which flowpipe cannot place):
+each piece's mean weighted by its share of the items, the rule before the normalization. Networks and batches as in
+``bench/engine_step.py`` (``cnn``: batch 32 of 1x16x16 images; ``tiny``: one linear layer, batch 8), Adam, float32,
+one device, with the whole batch in one piece (``microbatch`` off: the placed loss takes the item path, nothing is
+counted) and cut into micro-batches (``--microbatch``, default 4). Blocks of ``--steps`` steps alternate ABBA, fixed
+torch threads, CPU time of the process; printed per setting: the median ms per step of each arm, the median of the
+per-block differences (µs per step) and of the per-block ratios placed / shares.
+
+Run: ``python bench/loss_normalization.py [--steps 100] [--blocks 21] [--threads 1] [--microbatch 4]``
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+
+import torch
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from engine_step import block, cnn, tiny  # noqa: E402
+
+from flowpipe.parallel import build_engine, make_plan  # noqa: E402
+
+
+def arm(net: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn, microbatch: int | None):
+    engine = build_engine(copy.deepcopy(net), make_plan('cpu', microbatch))
+    optimizer = torch.optim.Adam(engine.parameters())
+    return lambda: engine.train_step([inputs], [targets], loss_fn, optimizer).loss
+
+
+def measure(make, steps: int, blocks: int, microbatch: int | None) -> dict[str, float]:
+    net, inputs, targets = make()
+    placed, unplaced = nn.CrossEntropyLoss(), nn.CrossEntropyLoss()
+    arms = {'placed': arm(net, inputs, targets, placed, microbatch),
+            # the same module behind a function: flowpipe cannot place it, so the pieces take the item shares
+            'shares': arm(net, inputs, targets, lambda outputs, target: unplaced(outputs, target), microbatch)}
+    for step in arms.values():
+        block(step, steps)                          # warm-up
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    for index in range(blocks):
+        for name in (('placed', 'shares') if index % 2 == 0 else ('shares', 'placed')):
+            times[name].append(block(arms[name], steps))
+    pairs = list(zip(times['placed'], times['shares']))
+    return {'placed': statistics.median(times['placed']), 'shares': statistics.median(times['shares']),
+            'cost': statistics.median(p - s for p, s in pairs), 'ratio': statistics.median(p / s for p, s in pairs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--steps', type=int, default=100)
+    parser.add_argument('--blocks', type=int, default=21)
+    parser.add_argument('--threads', type=int, default=1)
+    parser.add_argument('--microbatch', type=int, default=4)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, {args.blocks} blocks of {args.steps} '
+          f'steps per arm, ABBA')
+    print(f"{'network':>8} {'microbatch':>10} {'placed ms':>10} {'shares ms':>10} {'cost us/step':>13} {'ratio':>6}")
+    for name, make in (('cnn', cnn), ('tiny', tiny)):
+        for microbatch in (None, args.microbatch):
+            result = measure(make, args.steps, args.blocks, microbatch)
+            print(f"{name:>8} {str(microbatch):>10} {1e3 * result['placed']:10.3f} {1e3 * result['shares']:10.3f} "
+                  f"{1e6 * result['cost']:13.1f} {result['ratio']:6.3f}")
+
+
+if __name__ == '__main__':
+    main()
