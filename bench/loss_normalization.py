@@ -10,7 +10,12 @@ counted) and cut into micro-batches (``--microbatch``, default 4). Blocks of ``-
 torch threads, CPU time of the process; printed per setting: the median ms per step of each arm, the median of the
 per-block differences (µs per step) and of the per-block ratios placed / shares.
 
-Run: ``python bench/loss_normalization.py [--steps 100] [--blocks 21] [--threads 1] [--microbatch 4]``
+With ``--deviations`` it prints instead, for every loss of ``tests/parallel/loss_cases.py`` (12 items, the first 4
+padding where the loss can ignore items), the largest relative deviation of float64 parameters after one SGD step
+from the hand-written full-batch step, on the layouts of ``docs/parallel.md``'s table, with the loss placed and with
+the same loss behind a function (item shares, the rule before the normalization).
+
+Run: ``python bench/loss_normalization.py [--steps 100] [--blocks 21] [--threads 1] [--microbatch 4] [--deviations]``
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import copy
 import os
 import statistics
 import sys
+import warnings
 
 import torch
 from torch import nn
@@ -52,14 +58,39 @@ def measure(make, steps: int, blocks: int, microbatch: int | None) -> dict[str, 
             'cost': statistics.median(p - s for p, s in pairs), 'ratio': statistics.median(p / s for p, s in pairs)}
 
 
+def deviations() -> None:
+    """The table of ``--deviations``."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests.parallel.loss_cases import CASES, batch, engine_step, reference_step, relative
+    warnings.filterwarnings('ignore', "reduction: 'mean' divides the total loss")     # KLDivLoss's 'mean'
+    layouts = {"['CPU:0', 'CPU:1']": (['CPU:0', 'CPU:1'], None), 'microbatch=3': ('cpu', 3),
+               "'CPU:0x3', microbatch=4": ('CPU:0x3', 4)}
+    print(f"{'loss':>32} {'rule':>12} " + ' '.join(f'{name:>24}' for name in layouts))
+    for name, (make, _, _) in CASES.items():
+        inputs, targets = batch(name, 12, ignored=range(4))
+        expected, _ = reference_step(name, inputs, targets)
+        for rule in ('placed', 'item shares'):
+            cells = []
+            for device, microbatch in layouts.values():
+                loss = make()
+                shares = (lambda outputs, *tensors: loss(outputs, *tensors)) if rule == 'item shares' else loss
+                params, value = engine_step(name, inputs, targets, device, microbatch, loss=shares)
+                cells.append(f'{relative(params, expected):.1e}' + (' (loss nan)' if value != value else ''))
+            print(f'{name:>32} {rule:>12} ' + ' '.join(f'{cell:>24}' for cell in cells))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--steps', type=int, default=100)
     parser.add_argument('--blocks', type=int, default=21)
     parser.add_argument('--threads', type=int, default=1)
     parser.add_argument('--microbatch', type=int, default=4)
+    parser.add_argument('--deviations', action='store_true', help='the deviation table instead of the timing')
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.deviations:
+        deviations()
+        return
     print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, {args.blocks} blocks of {args.steps} '
           f'steps per arm, ABBA')
     print(f"{'network':>8} {'microbatch':>10} {'placed ms':>10} {'shares ms':>10} {'cost us/step':>13} {'ratio':>6}")

@@ -78,24 +78,21 @@ class NormalizedLoss:
         return self.sum(outputs, *targets) / self.normalizer(*targets)
 
 
-def _items(target: torch.Tensor, *_: Any) -> int:
+def _items(target: torch.Tensor) -> int:
     return int(target.shape[0]) if target.dim() else 1
 
 
-def _classes(loss: nn.Module) -> tuple[str, Callable] | None:
+def _classes(loss: nn.Module, target: torch.Tensor) -> torch.Tensor | int:
     """Cross-entropy and NLL: class indices count the (weighted) valid targets, class probabilities the items
     times positions; ``label_smoothing`` keeps the normalizer (torch divides both of its terms by it)."""
-    weight, ignore = getattr(loss, 'weight', None), getattr(loss, 'ignore_index', -100)
-
-    def normalizer(target: torch.Tensor, *_: Any) -> torch.Tensor | int:
-        if target.is_floating_point():          # probabilities: a weighted sum over classes, mean over positions
-            return target.numel() // target.shape[1] if target.dim() > 1 else 1
-        valid = target != ignore
-        if weight is None:
-            return valid.sum()
-        index = target.to(weight.device).masked_fill(~valid.to(weight.device), 0)
-        return (weight[index] * valid.to(weight.device)).sum()
-    return (_WEIGHTED if weight is not None else _VALID), normalizer
+    if target.is_floating_point():          # probabilities: a weighted sum over classes, a mean over positions
+        return target.numel() // target.shape[1] if target.dim() > 1 else 1
+    weight = loss.weight
+    valid = target != loss.ignore_index
+    if weight is None:
+        return valid.sum()
+    valid = valid.to(weight.device)         # counted where the weights are: no copy of them, no synchronization
+    return (weight[target.to(weight.device).masked_fill(~valid, 0)] * valid).sum()
 
 
 #: torch loss classes whose ``reduction='mean'`` is a mean over the elements of the target
@@ -113,19 +110,17 @@ TORCH_NORMALIZERS = {nn.CrossEntropyLoss: f'{_VALID}; with weight=, {_WEIGHTED};
                      **{cls: ELEMENTS for cls in _ELEMENT_LOSSES}, **{cls: ITEMS for cls in _ITEM_LOSSES}}
 
 
-def _rule(loss: nn.Module) -> tuple[str, Callable] | None:
-    """What ``loss`` divides its sum by and how to count it on targets; ``None``: not a loss flowpipe places
-    (an unknown class, a subclass that may compute otherwise, ``reduction='none'``)."""
+def _rule(loss: nn.Module) -> str | None:
+    """What ``loss`` divides its sum by; ``None``: not a loss flowpipe places (an unknown class, a subclass that
+    may compute otherwise, ``reduction='none'``)."""
     cls, reduction = type(loss), getattr(loss, 'reduction', None)
     if cls not in TORCH_NORMALIZERS or reduction not in ('mean', 'sum', 'batchmean'):
         return None
     if reduction == 'sum':
-        return _SUM, lambda *targets: 1
+        return _SUM
     if cls in (nn.CrossEntropyLoss, nn.NLLLoss):
-        return _classes(loss)
-    if cls in _ITEM_LOSSES or reduction == 'batchmean':
-        return ITEMS, _items
-    return ELEMENTS, lambda target, *_: target.numel()
+        return _VALID if loss.weight is None else _WEIGHTED
+    return ITEMS if cls in _ITEM_LOSSES or reduction == 'batchmean' else ELEMENTS
 
 
 class TorchLoss(NormalizedLoss):
@@ -145,8 +140,7 @@ class TorchLoss(NormalizedLoss):
         if rule is None:
             raise ValueError(f'Expected a torch loss of a class in TORCH_NORMALIZERS with reduction mean, sum or '
                              f'batchmean. Received: {loss!r}. Use torch_normalized(loss), which gives None there.')
-        self.loss, self.float_targets = loss, float_targets
-        self.normalizer_name, self._normalizer = rule
+        self.loss, self.float_targets, self.normalizer_name = loss, float_targets, rule
         self.per_item, self.plain_sum = self.normalizer_name == ITEMS, self.normalizer_name == _SUM
         self._summed = copy.copy(loss)          # shares the module's tensors (weight) and options
         self._summed.reduction = 'sum'
@@ -158,7 +152,12 @@ class TorchLoss(NormalizedLoss):
         return self._summed(outputs, *self._targets(outputs, targets))
 
     def normalizer(self, *targets: torch.Tensor) -> torch.Tensor | int:
-        return self._normalizer(*targets)
+        rule, target = self.normalizer_name, targets[0]
+        if rule == _SUM:
+            return 1
+        if rule == ITEMS:
+            return _items(target)
+        return target.numel() if rule == ELEMENTS else _classes(self.loss, target)
 
     def __call__(self, outputs: Any, *targets: torch.Tensor) -> torch.Tensor:
         return self.loss(outputs, *self._targets(outputs, targets))

@@ -11,7 +11,7 @@ from torch import nn
 from flowpipe.models.torch import NormalizedLoss
 from flowpipe.parallel import build_engine, distributed, make_plan, shard_sizes
 
-CLASSES, FEATURES, SIDE = 4, 5, 3
+CLASSES, FEATURES, SIDE, STEPS = 4, 5, 3, 5
 
 
 def class_weights():
@@ -56,6 +56,51 @@ def _masked(n, generator, ignored):
     return [torch.randn(n, CLASSES, generator=generator, dtype=torch.float64), mask]
 
 
+def _signs(n, generator, ignored):
+    return [torch.randint(0, 2, (n, CLASSES), generator=generator).double() * 2 - 1]
+
+
+def _pair(n, generator, ignored):       # a second input and +-1 per item (cosine embedding)
+    return [torch.randn(n, CLASSES, generator=generator, dtype=torch.float64),
+            torch.randint(0, 2, (n,), generator=generator).double() * 2 - 1]
+
+
+def _ranked(n, generator, ignored):     # a second input and +-1 per element (margin ranking)
+    return [torch.randn(n, CLASSES, generator=generator, dtype=torch.float64), *_signs(n, generator, ignored)]
+
+
+def _triplet(n, generator, ignored):
+    return [torch.randn(n, CLASSES, generator=generator, dtype=torch.float64) for _ in range(2)]
+
+
+def _gaussian(n, generator, ignored):
+    return [*_values(n, generator, ignored), torch.rand(n, CLASSES, generator=generator, dtype=torch.float64) + 0.5]
+
+
+def _counts(n, generator, ignored):
+    return [torch.randint(0, 5, (n, CLASSES), generator=generator).double()]
+
+
+def _label_sets(n, generator, ignored):     # class indices, -1 ends each item's set
+    return [torch.randint(-1, CLASSES, (n, CLASSES), generator=generator)]
+
+
+def _sequences(n, generator, ignored):      # CTC: labels 1.. (0 is the blank), full input lengths, 1-2 labels
+    return [torch.randint(1, CLASSES, (n, 2), generator=generator), torch.full((n,), STEPS, dtype=torch.long),
+            torch.randint(1, 3, (n,), generator=generator)]
+
+
+class TimeFirst(nn.Module):
+    """Log-probabilities of ``STEPS`` time steps, time first (as ``nn.CTCLoss`` takes them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(FEATURES, STEPS * CLASSES)
+
+    def forward(self, inputs):
+        return self.linear(inputs).view(-1, STEPS, CLASSES).log_softmax(2).transpose(0, 1)
+
+
 #: name -> (loss maker, network kind, targets maker (n, generator, ignored items) -> list of targets)
 CASES = {
     'ce': (nn.CrossEntropyLoss, 'vector', _labels),
@@ -76,8 +121,20 @@ CASES = {
     'smooth l1': (lambda: nn.SmoothL1Loss(beta=0.5), 'vector', _values),
     'huber': (lambda: nn.HuberLoss(delta=0.5), 'vector', _values),
     'kldiv batchmean': (lambda: nn.KLDivLoss(reduction='batchmean'), 'vector', _probabilities),
+    'kldiv mean': (nn.KLDivLoss, 'vector', _probabilities),
+    'poisson nll': (nn.PoissonNLLLoss, 'vector', _counts),
+    'gaussian nll': (nn.GaussianNLLLoss, 'vector', _gaussian),
+    'soft margin': (nn.SoftMarginLoss, 'vector', _signs),
+    'hinge embedding': (nn.HingeEmbeddingLoss, 'vector', _signs),
+    'margin ranking': (nn.MarginRankingLoss, 'vector', _ranked),
+    'multi-label soft margin': (nn.MultiLabelSoftMarginLoss, 'vector', _binary),
+    'multi-label margin': (nn.MultiLabelMarginLoss, 'vector', _label_sets),
     'multi-margin weight': (lambda: nn.MultiMarginLoss(weight=class_weights()), 'vector',
                             lambda n, g, ignored: [torch.randint(0, CLASSES, (n,), generator=g)]),
+    'cosine embedding': (nn.CosineEmbeddingLoss, 'vector', _pair),
+    'triplet margin': (nn.TripletMarginLoss, 'vector', _triplet),
+    'triplet margin with distance': (nn.TripletMarginWithDistanceLoss, 'vector', _triplet),
+    'ctc': (nn.CTCLoss, 'time first', _sequences),
     'masked mse (own NormalizedLoss)': (MaskedMSE, 'vector', _masked),
 }
 
@@ -87,6 +144,8 @@ MASKED = ('ce ignore_index', 'ce label_smoothing', 'segmentation ignore_index=25
 
 def network(kind, seed=0):
     torch.manual_seed(seed)
+    if kind == 'time first':
+        return TimeFirst().double()
     if kind == 'image':
         layers = [nn.Conv2d(2, 6, 3, padding=1), nn.Tanh(), nn.Conv2d(6, CLASSES, 1)]
     else:

@@ -12,7 +12,8 @@ from . import loss_cases
 from .loss_cases import CASES, batch, reference_step, relative
 
 # several processes each: CI or FLOWPIPE_SLOW=1; exact under a float32 and a float64 default dtype
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('default_dtype')]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('default_dtype'),
+              pytest.mark.filterwarnings("ignore:reduction. 'mean' divides the total loss:UserWarning")]
 
 TIMEOUT = 300
 N, IGNORED = 12, list(range(6))     # over 2 ranks, rank 0's shard is all padding where the loss can ignore items
