@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import statistics
 import sys
 import warnings
 
@@ -30,7 +29,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from engine_step import block, cnn, tiny  # noqa: E402
+from engine_step import abba, cnn, tiny  # noqa: E402
 
 from flowpipe.parallel import build_engine, make_plan  # noqa: E402
 
@@ -44,18 +43,10 @@ def arm(net: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn, mi
 def measure(make, steps: int, blocks: int, microbatch: int | None) -> dict[str, float]:
     net, inputs, targets = make()
     placed, unplaced = nn.CrossEntropyLoss(), nn.CrossEntropyLoss()
-    arms = {'placed': arm(net, inputs, targets, placed, microbatch),
-            # the same module behind a function: flowpipe cannot place it, so the pieces take the item shares
-            'shares': arm(net, inputs, targets, lambda outputs, target: unplaced(outputs, target), microbatch)}
-    for step in arms.values():
-        block(step, steps)                          # warm-up
-    times: dict[str, list[float]] = {name: [] for name in arms}
-    for index in range(blocks):
-        for name in (('placed', 'shares') if index % 2 == 0 else ('shares', 'placed')):
-            times[name].append(block(arms[name], steps))
-    pairs = list(zip(times['placed'], times['shares']))
-    return {'placed': statistics.median(times['placed']), 'shares': statistics.median(times['shares']),
-            'cost': statistics.median(p - s for p, s in pairs), 'ratio': statistics.median(p / s for p, s in pairs)}
+    return abba({'placed': arm(net, inputs, targets, placed, microbatch),
+                 # the same module behind a function: flowpipe cannot place it, so the pieces take the item shares
+                 'shares': arm(net, inputs, targets, lambda outputs, target: unplaced(outputs, target), microbatch)},
+                steps, blocks)
 
 
 def deviations() -> None:
