@@ -5,8 +5,11 @@ steps on sequences of batch-first tensors; it knows nothing of pipelines, batche
 :meth:`Engine.train_step`. A subclass places the module in ``__init__`` and overrides the hooks its placement
 needs (each is a no-op or the one-replica case here):
 
-- ``step_context()``, ``before_step(inputs, targets)``, ``step_seed(seed)``, ``after_step(inputs, result,
-  return_outputs)``: around the step (a distributed engine's exchange of item counts, named collectives);
+- ``step_context()``, ``before_step(inputs, targets, form)``, ``step_seed(seed)``, ``after_step(inputs, result,
+  return_outputs)``: around the step (a distributed engine's exchange of item counts and loss normalizers, named
+  collectives);
+- ``batch_normalizer(form, batch)``: the loss's normalizer of the whole batch, which every piece's sum is divided by
+  (``flowpipe.parallel.losses``; a distributed engine's is the ranks' sum);
 - ``prepare(inputs, targets)``: check the step's tensors;
 - ``groups(batch_size)``: the pieces each replica computes, with their loss weights;
 - ``run_replicas(groups, work)``: how the replicas run their pieces (here one after another, in this thread);
@@ -43,8 +46,8 @@ import torch
 from torch import nn
 
 from ...torchutils import NO_CONTEXT
-from ..plan import DevicePlan
 from ..losses import ITEM_SHARES, PLAIN_SUM, StepLoss, normalized, normalizer_value, weighting
+from ..plan import DevicePlan
 from ..precision import Precision, make_precision
 from ..randomness import draw_step_seed, piece_random, piece_seed
 from ..speed import compiled, resolve_memory_format, torch_memory_format
