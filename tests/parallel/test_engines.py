@@ -511,7 +511,7 @@ class RecordingStepEngine(SingleEngine):
     def step_context(self):
         return self._context()
 
-    def before_step(self, inputs, targets):
+    def before_step(self, inputs, targets, form=None):
         self.events.append(('before_step', len(inputs[0]), len(targets[0])))
 
     def step_seed(self, seed):

@@ -15,7 +15,6 @@ Ready networks (``ResNet18``...) are subclasses that only say how to make their 
 from __future__ import annotations
 
 import functools
-import math
 import threading
 import warnings
 from collections.abc import Mapping
@@ -210,7 +209,7 @@ class TorchModel:
         """
         if self.engine is None:
             return self._plan.describe(batch_size) + '\n  network not built yet: it is built at the first step'
-        return self.engine.describe(batch_size)
+        return self.engine.describe(batch_size, loss=self.loss_fn)
 
     # steps
 
@@ -293,14 +292,9 @@ class TorchModel:
 
         def loss() -> float:
             """The batch's loss; in a distributed run the global batch's, whose shards the ranks hold."""
-            target = net_targets[0]
-            count, value = (target.shape[0] if target.dim() else 1), math.nan    # no items on an idle rank
-            if count:
-                moved = [target.to(outputs.device) for target in net_targets]
-                moved = [t.to(outputs.dtype) if t.is_floating_point() else t for t in moved]
-                with torch.no_grad():
-                    value = float(self.loss_fn(outputs, *moved))
-            return self.engine.batch_mean(value, count)
+            moved = [target.to(outputs.device) for target in net_targets]
+            moved = [t.to(outputs.dtype) if t.is_floating_point() else t for t in moved]
+            return self.engine.predicted_loss(self.loss_fn, outputs, moved)
         return self._fetch(fetches, names, loss, outputs)
 
     def _averaged(self) -> Any:
