@@ -26,7 +26,7 @@ exit 0
 def _run(tmp_path, python):
     env = {**os.environ, 'PYTHON': str(python), 'CALLS': str(tmp_path / 'calls')}
     return subprocess.run(['bash', str(SCRIPT), str(tmp_path / 'report')], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=900)
 
 
 def test_without_a_cuda_device_it_says_so_and_runs_nothing(tmp_path):

@@ -58,7 +58,7 @@ def _setup(checkout, **env):
     environ = {**os.environ, 'PATH': f"{checkout / 'tools'}{os.pathsep}/usr/bin{os.pathsep}/bin",
                'REAL_PYTHON': sys.executable, **env}
     return subprocess.run(['bash', str(checkout / 'scripts' / 'setup.sh')], capture_output=True, text=True,
-                          env=environ, timeout=60)
+                          env=environ, timeout=900)
 
 
 def test_a_first_run_says_each_step_and_hides_pip(checkout):

@@ -60,7 +60,6 @@ def test_program_builds_the_model_from_the_data_and_places_it():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # up to four ResNet18 epochs: 10-45 s each alone, far more on a loaded machine
 @pytest.mark.parametrize('config', [{'device': 'cpu', 'microbatch': None},
                                     {'device': ['CPU:0', 'CPU:1'], 'microbatch': 16}])
 def test_program_reaches_high_accuracy(config):
@@ -100,7 +99,7 @@ def test_demo_on_a_missing_gpu_prints_one_line_with_the_available_devices():
     if torch.cuda.device_count() > 4:
         pytest.skip('this machine has the GPUs the test asks for')
     done = subprocess.run([sys.executable, '-m', 'flowpipe', 'demo', '--device', 'GPU:4', '--no-bar'],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 2 and done.stdout == ''
     assert 'Traceback' not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "Received: 'GPU:4'" in done.stderr and 'Available:' in done.stderr and 'cpu:0' in done.stderr
