@@ -125,3 +125,32 @@ def test_flowpipe_demo_script_help_lists_the_demo_options(capsys):
                                                                                         '--epochs', '--model'))
     pyproject = (Path(__file__).resolve().parent.parent / 'pyproject.toml').read_text(encoding='utf-8')
     assert 'flowpipe-demo = "flowpipe.__main__:demo_main"' in pyproject
+
+
+
+# the import names of the test extra's packages (pyproject.toml), which the demo's venv does not have
+EXTRAS = {'PIL', 'dask', 'distributed', 'ipykernel', 'ipywidgets', 'jupyter', 'matplotlib', 'nbclient', 'nbformat',
+          'notebook', 'onnx', 'onnxscript', 'pandas', 'psutil', 'pytest', 'pytest_timeout', 'safetensors',
+          'tensorboard'}
+
+
+def test_the_demo_needs_no_optional_extra(tmp_path):
+    """``make demo`` installs flowpipe's dependencies only (scripts/setup.sh demo): the demo runs where no package
+    of the test extra can be imported (a copy of site-packages without them, with Python's site set-up off)."""
+    import os
+    import subprocess
+    import sys
+    import sysconfig
+    from pathlib import Path
+    site = Path(sysconfig.get_paths()['purelib'])
+    for entry in site.iterdir():
+        if entry.name.split('.')[0].split('-')[0] not in EXTRAS and not entry.name.endswith('.pth'):
+            (tmp_path / entry.name).symlink_to(entry)
+    root = Path(__file__).resolve().parent.parent
+    code = ("import importlib.util, sys; from flowpipe.__main__ import main; "
+            f"assert not any(importlib.util.find_spec(name) for name in {sorted(EXTRAS)!r}); "
+            "sys.exit(main(['demo', '--model', 'MLP', '--epochs', '1']))")
+    done = subprocess.run([sys.executable, '-S', '-c', code], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, 'PYTHONPATH': f'{root}{os.pathsep}{tmp_path}'})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert 'held-out accuracy:' in done.stdout
