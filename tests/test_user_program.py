@@ -154,3 +154,22 @@ def test_the_demo_needs_no_optional_extra(tmp_path):
                           env={**os.environ, 'PYTHONPATH': f'{root}{os.pathsep}{tmp_path}'})
     assert done.returncode == 0, done.stderr[-3000:]
     assert 'held-out accuracy:' in done.stdout
+
+
+@pytest.mark.slow     # the demo as it runs by default: two epochs of ResNet18
+@pytest.mark.parametrize('threads', [2, 1])
+def test_the_demo_prints_the_accuracy_the_docs_give(threads):
+    import re
+    from pathlib import Path
+
+    from flowpipe.__main__ import demo
+    page = (Path(__file__).resolve().parent.parent / 'docs' / 'models.md').read_text(encoding='utf-8')
+    claimed = [float(value) for value in re.findall(r'`held-out accuracy: ([0-9.]+)`', page)]
+    assert len(claimed) == 2, claimed                   # with torch's 2 threads, then with one
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        accuracy = demo(bar=False)
+    finally:
+        torch.set_num_threads(previous)
+    assert abs(accuracy - claimed[0 if threads == 2 else 1]) <= 0.01, (threads, accuracy, claimed)
