@@ -9,7 +9,7 @@ from .batch import Batch, ImagesBatch, action, apply_parallel
 from .config import Config
 from .data import Dataset, DatasetIndex, FilesIndex, make_rng
 from .errors import (CheckpointError, DeviceError, ExpressionError, LaunchError, ModelFileError, SkipBatch,
-                     StopPipeline, UnknownActionError)
+                     StopPipeline, UnknownActionError, UnsafeFileError)
 from .execution.checkpoint import Checkpoint
 from .expr import PP, B, C, D, F, I, L, M, P, R, V, W, PerItem, save_data_to
 from .gpus import set_gpus
@@ -23,7 +23,7 @@ __all__ = ['B', 'Batch', 'C', 'CPUMonitor', 'Checkpoint', 'CheckpointError', 'Co
            'Dataset', 'DatasetIndex', 'DeviceError', 'ExpressionError', 'F', 'FilesIndex', 'HistoSampler', 'I',
            'ImagesBatch', 'L', 'LaunchError', 'M', 'MemoryMonitor', 'ModelFileError', 'Monitor', 'Notifier',
            'NumpySampler', 'P', 'PP', 'PerItem', 'Pipeline', 'R', 'ResourceMonitor', 'Sampler', 'ScipySampler',
-           'SkipBatch', 'StopPipeline', 'UnknownActionError', 'V', 'W', 'action', 'apply_parallel', 'make_rng',
+           'SkipBatch', 'StopPipeline', 'UnknownActionError', 'UnsafeFileError', 'V', 'W', 'action', 'apply_parallel', 'make_rng',
            'notifier', 'save_data_to', 'set_gpus']
 assert __all__ == sorted(__all__)
 __version__ = '0.1.0'

@@ -95,7 +95,7 @@ class RunCheckpoints:
         if path is None:
             return None
         self.path = path
-        saved = files.read(path)
+        saved = files.read(path, trusted=self.spec is not None and self.spec.trusted)
         changed = files.differences(saved['fingerprint'], self.fingerprint)
         if changed:
             raise CheckpointError(f"Expected the pipeline and run arguments of the checkpoint {path!r}. Received a "

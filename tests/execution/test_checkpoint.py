@@ -117,7 +117,7 @@ def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypat
             file.write(b'half a checkpoint')
             raise Crash('killed while writing')
         real_dump(payload, file, **kwargs)
-    monkeypatch.setattr(files.dill, 'dump', dump_then_die)
+    monkeypatch.setattr(dill, 'dump', dump_then_die)
     with pytest.raises(Crash, match='while writing'):
         pipeline().run(**RUN, checkpoint=tmp_path)
     monkeypatch.undo()
@@ -136,7 +136,7 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tmp_path, m
             file.write(b'the part that fitted')
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_dump(payload, file, **kwargs)
-    monkeypatch.setattr(files.dill, 'dump', dump_until_the_disk_is_full)
+    monkeypatch.setattr(dill, 'dump', dump_until_the_disk_is_full)
     with pytest.raises(OSError) as caught:
         pipeline().run(**RUN, checkpoint=tmp_path)
     monkeypatch.undo()

@@ -255,12 +255,12 @@ def _state_dict(path: str, fmt: str) -> dict:
                      "(onnxruntime.InferenceSession(path)), or save with fmt='safetensors' or fmt=None to load back.")
 
 
-def load(model: 'TorchModel', path: str, fmt: str | None = None) -> None:
+def load(model: 'TorchModel', path: str, fmt: str | None = None, trusted: bool = False) -> None:
     """Load into ``model`` a file of ``save``: flowpipe's own (the whole state, by ``io``), an export's metadata
     file or an exported file (the weights of the file)."""
     fmt = file_format(path, fmt)
     if fmt is None:
-        contents = io.read(path, formats=(io.FORMAT, META_FORMAT))
+        contents = io.read(path, formats=(io.FORMAT, META_FORMAT), trusted=trusted)
         if contents['format'] == io.FORMAT:
             io.load_into(model, contents)
             return
@@ -295,20 +295,21 @@ def _no_loss(*args: Any) -> torch.Tensor:
                      "which holds no config. Received: no 'loss'. Give it: TorchModel.from_file(path, loss='ce').")
 
 
-def from_file(path: str, model_class: type | None, fmt: str | None = None, **overrides: Any) -> 'TorchModel':
+def from_file(path: str, model_class: type | None, fmt: str | None = None, trusted: bool = False,
+              **overrides: Any) -> 'TorchModel':
     """A new model from a file of ``save``: flowpipe's own (by ``io``), an export's metadata file (its class and
     config, the exported weights) or a bare TorchScript/``.pt2`` file (a ``TorchModel`` around its module)."""
     from .model import TorchModel
     fmt = file_format(path, fmt)
     if fmt is None:
-        contents = io.read(path, formats=(io.FORMAT, META_FORMAT))
+        contents = io.read(path, formats=(io.FORMAT, META_FORMAT), trusted=trusted)
         if contents['format'] == io.FORMAT:
             return io.from_payload(contents, model_class, **overrides)
         config = dict(contents['config'])
         if contents.get('module') is not None:
             config['model'] = contents['module']
         model = (model_class or contents['model_class'])(config, **overrides)
-        load(model, path)
+        load(model, path, trusted=trusted)
         model.iteration = contents.get('iteration', 0)
         return model
     if fmt in ('torchscript', 'export'):
