@@ -75,8 +75,8 @@ def _allowed_object(module: str, value: Any) -> bool:
         return callable(value) and getattr(value, '__module__', None) == 'torch.nn.functional'
     if not isinstance(value, type):
         return False
-    if issubclass(value, torch.nn.Module):
-        return module.startswith(('torch.nn.', 'flowpipe.'))
+    if issubclass(value, torch.nn.Module):     # not torch.nn.parallel's wrappers: they join process groups
+        return module.startswith(('torch.nn.', 'flowpipe.')) and not module.startswith('torch.nn.parallel')
     if module.startswith('flowpipe.'):
         from .config import Config
         from .models.torch.callbacks import BaseCallback

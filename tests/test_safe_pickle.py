@@ -165,7 +165,8 @@ def test_a_checkpoint_of_arrays_tensors_and_flowpipe_models_resumes_safely(tmp_p
                                           ('torch', 'load'), ('torch.nn.functional', 'torch'),
                                           ('torch', 'nn.functional.cross_entropy'), ('flowpipe.parallel', 'launch'),
                                           ('dill._dill', '_create_function'), ('__main__', 'Net'),
-                                          ('flowpipe.callbacks', 'CSVLogger'), ('numpy', 'load')])
+                                          ('flowpipe.callbacks', 'CSVLogger'), ('numpy', 'load'),
+                                          ('torch.nn.parallel.distributed', 'DistributedDataParallel')])
 def test_the_safe_reader_refuses_code(module, name):
     assert refused_global(module, name)
 
