@@ -29,14 +29,18 @@ from .errors import UnsafeFileError
 
 __all__ = ['UnsafeFileError', 'load', 'refused_global', 'unsafe']
 
+# torch's own tensor rebuild functions, those its weights_only loader allows
+_TORCH_REBUILDS = ('_rebuild_tensor', '_rebuild_tensor_v2', '_rebuild_tensor_v3', '_rebuild_parameter',
+                   '_rebuild_parameter_with_state', '_rebuild_qtensor', '_rebuild_sparse_tensor',
+                   '_rebuild_meta_tensor_no_storage', '_rebuild_nested_tensor', '_rebuild_wrapper_subclass',
+                   '_rebuild_device_tensor_from_numpy', '_rebuild_device_tensor_from_cpu_tensor')
 _BUILTINS = {'dict', 'list', 'tuple', 'set', 'frozenset', 'slice', 'complex', 'bytearray', 'bytes', 'int', 'float',
              'str', 'bool', 'range', 'object'}
 _ALLOWED = {('collections', name) for name in ('OrderedDict', 'defaultdict', 'deque', 'Counter')} | {
     ('builtins', name) for name in _BUILTINS} | {('__builtin__', name) for name in _BUILTINS} | {
     ('copyreg', '_reconstructor'), ('_codecs', 'encode'),
-    ('torch._utils', '_rebuild_tensor'), ('torch._utils', '_rebuild_tensor_v2'), ('torch._utils', '_rebuild_parameter'),
-    ('torch._utils', '_rebuild_parameter_with_state'), ('torch._tensor', '_rebuild_from_type_v2'),
-    ('torch', 'Size'), ('torch', 'device'), ('torch', 'Tensor'), ('torch.nn.parameter', 'Parameter'),
+    *(('torch._utils', name) for name in _TORCH_REBUILDS), ('torch._tensor', '_rebuild_from_type_v2'),
+    ('torch.serialization', '_get_layout'), ('torch', 'Size'), ('torch', 'device'), ('torch', 'Tensor'), ('torch.nn.parameter', 'Parameter'),
     ('torch.torch_version', 'TorchVersion'),
     ('numpy', 'ndarray'), ('numpy', 'dtype'), ('numpy.core.multiarray', '_reconstruct'),
     ('numpy.core.multiarray', 'scalar'), ('numpy._core.multiarray', '_reconstruct'), ('numpy._core.multiarray', 'scalar')}
@@ -69,7 +73,7 @@ _REPLACED = {('torch.storage', '_load_from_bytes'): _storage_from_bytes, ('dill.
 def _allowed_object(module: str, value: Any) -> bool:
     """Whether a global of installed torch or flowpipe code only rebuilds data or a model when called."""
     import torch
-    if isinstance(value, torch.dtype):
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
         return True
     if module == 'torch.nn.functional':
         return callable(value) and getattr(value, '__module__', None) == 'torch.nn.functional'

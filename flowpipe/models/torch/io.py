@@ -39,7 +39,7 @@ from ...parallel.sharded_state import filled, materialize
 if TYPE_CHECKING:
     from .model import TorchModel
 
-__all__ = ['FORMAT', 'FORMAT_VERSION', 'from_payload', 'load', 'load_into', 'payload', 'read', 'restore',
+__all__ = ['FORMAT', 'FORMAT_VERSION', 'check_class', 'from_payload', 'load', 'load_into', 'payload', 'read', 'restore',
            'restore_pending', 'save', 'write']
 
 FORMAT = 'flowpipe-model'
@@ -208,9 +208,18 @@ def from_payload(contents: dict, model_class: type | None = None, **overrides: A
         # a sharded checkpoint's skeleton gets memory here, and its weights from the shards next
         config['model'] = materialize(copy.deepcopy(contents['module']))
     cls = model_class or contents['model_class']
+    check_class(cls, contents['model_class'])
     model = cls(config, **overrides)
     load_into(model, contents)
     return model
+
+
+def check_class(wanted: type, saved: type) -> None:
+    """A file loads into its own class, a subclass or a base of it; another network is named, with the fix."""
+    if isinstance(saved, type) and not (issubclass(wanted, saved) or issubclass(saved, wanted)):
+        raise ModelFileError(f"Expected a file of {wanted.__name__} (or a class related to it). Received: a file of "
+                             f"{saved.__module__}.{saved.__qualname__}. Load it with {saved.__name__}.from_file(path) "
+                             "or TorchModel.from_file(path), which build the file's own class.")
 
 
 def restore(contents: dict) -> 'TorchModel':

@@ -1,0 +1,42 @@
+"""A model file of another network, or a damaged exported file, is named with the fix, not a network build
+error or a library's bare exception."""
+import pytest
+
+from flowpipe import ModelFileError
+from flowpipe.models.torch import MLP, SimpleCNN, TorchModel
+
+CONFIG = {'inputs/x/shape': (4,), 'inputs/y/classes': 3, 'initial_block/inputs': 'x', 'body/units': (8,)}
+
+
+@pytest.mark.parametrize('fmt, name', [(None, 'mlp.model'), ('safetensors', 'mlp.pkl')])
+def test_a_file_of_another_network_names_the_file_s_class(tmp_path, fmt, name):
+    MLP(CONFIG).save(tmp_path / name, fmt=fmt)
+    with pytest.raises(ModelFileError, match=r"Expected a file of SimpleCNN \(or a class related to it\)\. Received: "
+                                             r"a file of flowpipe\.models\.torch\.ready\.MLP\. Load it with "
+                                             r"MLP\.from_file\(path\)"):
+        SimpleCNN.from_file(tmp_path / name)
+    assert isinstance(TorchModel.from_file(tmp_path / name), MLP)     # the file's own class, or a base of it
+
+
+class WiderMLP(MLP):
+    """A subclass: a file of MLP loads into it."""
+
+
+def test_a_subclass_loads_its_base_s_file(tmp_path):
+    MLP(CONFIG).save(tmp_path / 'mlp.model')
+    assert type(WiderMLP.from_file(tmp_path / 'mlp.model')) is WiderMLP
+
+
+@pytest.mark.parametrize('fmt, exported', [('safetensors', 'net.safetensors'), ('torchscript', 'net.torchscript.pt')])
+def test_a_truncated_exported_file_is_named_as_damaged(tmp_path, fmt, exported):
+    if fmt == 'safetensors':
+        pytest.importorskip('safetensors')
+    model = MLP(CONFIG)
+    model.save(tmp_path / 'net.pkl', fmt=fmt)
+    whole = (tmp_path / exported).read_bytes()
+    (tmp_path / exported).write_bytes(whole[:len(whole) // 2])
+    message = rf"Expected a complete {fmt} file\. Received: .*{exported}.*truncated or corrupt\. Save \(export\)"
+    with pytest.raises(ModelFileError, match=message):
+        MLP.from_file(tmp_path / 'net.pkl')
+    with pytest.raises(ModelFileError, match=message):
+        model.load(tmp_path / exported)
