@@ -40,3 +40,29 @@ def test_a_truncated_exported_file_is_named_as_damaged(tmp_path, fmt, exported):
         MLP.from_file(tmp_path / 'net.pkl')
     with pytest.raises(ModelFileError, match=message):
         model.load(tmp_path / exported)
+
+
+def test_a_full_disk_under_model_checkpoint_names_the_model_file(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    import dill
+    import numpy as np
+
+    from flowpipe import B, Dataset, Pipeline
+    from flowpipe.callbacks import ModelCheckpoint
+    dataset = Dataset(8, preloaded={'x': np.ones((8, 4)), 'y': np.arange(8) % 3})
+    train = (Pipeline().init_model('net', MLP, config=CONFIG).train_model('net', x=B.x, y=B.y)) << dataset
+
+    def full(value, file, **kwargs):
+        file.write(b'the part that fitted')
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(dill, 'dump', full)
+    with pytest.raises(OSError) as caught:
+        train.run(4, n_epochs=1, callbacks=[ModelCheckpoint(tmp_path / 'best', monitor='train/loss')])
+    assert caught.value.errno == errno.ENOSPC
+    note = '\n'.join(caught.value.__notes__)
+    assert f"Expected to write the model file {str(tmp_path / 'best' / 'epoch-0000.model')!r}" in note
+    assert 'No space left on device' in note and 'no file was left' in note and 'then save again' in note
+    assert os.listdir(tmp_path / 'best') == []                  # the temporary file is removed
+    train.m('net').close()

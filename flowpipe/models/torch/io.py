@@ -32,7 +32,7 @@ import torch
 
 from ... import safe_pickle
 from ...atomic import dump_atomically
-from ...errors import ModelFileError, UnsafeFileError
+from ...errors import ModelFileError, UnsafeFileError, add_note
 from ...parallel.model_parallel import remove_move_hooks
 from ...parallel.sharded_state import filled, materialize
 
@@ -111,8 +111,16 @@ def save(model: 'TorchModel', path: str | os.PathLike) -> None:
 
 
 def write(contents: dict, path: str | os.PathLike) -> None:
-    """Write a model's ``payload`` to ``path`` atomically (as ``save``)."""
-    dump_atomically(contents, path)
+    """Write a model's ``payload`` to ``path`` atomically (as ``save``); a failed write (a full disk, a quota)
+    keeps its ``OSError`` with a note naming the file and what was kept."""
+    try:
+        dump_atomically(contents, path)
+    except OSError as error:
+        before = 'the file already there is unchanged' if os.path.exists(path) else 'no file was left'
+        add_note(error, f"Expected to write the model file {os.fspath(path)!r}. Received: {error.strerror or error} "
+                        f"while writing it; {before}. Free space in {os.path.dirname(os.path.abspath(path))!r} (or "
+                        "save to another folder), then save again.")
+        raise
 
 
 TRUST = "trusted=True (TorchModel.from_file(path, trusted=True), model.load(path, trusted=True))"
