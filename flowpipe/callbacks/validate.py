@@ -38,6 +38,10 @@ class Validate(Callback):
                  **run_kwargs: Any):
         if every != 'epoch' and (isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1):
             raise ValueError(f"Expected every='epoch' or a number of batches >= 1. Received: every={every!r}")
+        _check_pipeline(pipeline)
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
+                                       or batch_size < 1):
+            raise ValueError(f"Expected batch_size as an int >= 1. Received: batch_size={batch_size!r}.")
         metrics = dict(metrics or {})
         wrong = [name for name, fn in metrics.items() if not isinstance(name, str) or not callable(fn)]
         if not metrics or wrong:
@@ -67,11 +71,16 @@ class Validate(Callback):
             starts = {name: items for name, (items, _) in initial.items() if items is not None}
             for name, value in merge_variables(starts, distributed.all_gather(mine)).items():
                 self.pipeline.set_variable(name, value)
-        self.values = {f'val/{name}': float(fn(self.pipeline)) for name, fn in self.metrics.items()}
+        self.values = {f'val/{name}': _number(name, fn(self.pipeline)) for name, fn in self.metrics.items()}
         return self.values
 
     def logged_names(self) -> frozenset[str]:
         return frozenset(f'val/{name}' for name in self.metrics)
+
+    def on_run_start(self, run: Any) -> None:
+        if self.batch_size is None and (self.pipeline.run_args is None or self.pipeline.run_args.batch_size is None):
+            raise ValueError("Expected the validation batch size. Received: batch_size=None, and the validation "
+                             "pipeline stores none (run(..., lazy=True)). Pass Validate(pipeline, batch_size=N, ...).")
 
     def on_batch_end(self, run: Any, batch: Any) -> None:
         if self.every != 'epoch' and run.step % self.every == 0:
@@ -104,6 +113,26 @@ def _check_predicts(pipeline: Any) -> None:
         raise ValueError(f"Expected a validation pipeline that does not train. Received: one with {training[0]!r} "
                          f"(the training pipeline itself, or one made from its template?): each validation would "
                          f"train on the validation data. {_FIX}")
+
+
+def _check_pipeline(pipeline: Any) -> None:
+    """Refuse at once what would fail only at the first validation: no pipeline."""
+    from ..pipeline import Pipeline
+    if not isinstance(pipeline, Pipeline):
+        raise TypeError(f"Expected the validation pipeline, bound to its dataset (Validate(val_pipeline << "
+                        f"dataset.test, ...)). Received: pipeline={pipeline!r}. Pass the pipeline to validate with.")
+
+
+def _number(name: str, value: Any) -> float:
+    """A metric's value as a float: a real number, or a one-item array or tensor; else an error naming it."""
+    if isinstance(value, numbers.Real):
+        return float(value)
+    count = value.numel() if hasattr(value, 'numel') else getattr(value, 'size', None)
+    if count == 1 and hasattr(value, 'item'):
+        return float(value.item())
+    raise TypeError(f"Expected the metric {name!r} to return a number (a float, or an array or tensor of one "
+                    f"item). Received: {type(value).__name__} {value!r:.80}. Return one number from the metric, "
+                    f"e.g. float(np.mean(...)).")
 
 
 def _snapshot(value: Any) -> tuple[list | None, Any]:

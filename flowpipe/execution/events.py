@@ -15,6 +15,7 @@ import math
 from typing import Any, Sequence
 
 from ..callbacks.base import Callback
+from ..errors import CheckpointError
 from ..rank0 import is_main
 from .epochs import EpochClock
 
@@ -121,18 +122,50 @@ class TrainingRun:
         return {'step': self.step, 'epoch': self.epoch, 'history': [dict(logs) for logs in self.history],
                 'logs': dict(self.logs), 'stopped': self.stopped,
                 'loss': (self._loss_sum, self._loss_count, self._skipped),
-                'callbacks': [callback.state() for callback in self.callbacks]}
+                'callbacks': [(_kind(callback), _described(callback), callback.state())
+                              for callback in self.callbacks]}
 
     def load_state(self, state: dict) -> None:
         self.step, self.epoch, self.stopped = state['step'], state['epoch'], state['stopped']
         self.history, self.logs = [dict(logs) for logs in state['history']], dict(state['logs'])
         self._loss_sum, self._loss_count, self._skipped = state['loss']
         self._next_end = self.clock.end_step(self.epoch)
-        if len(state['callbacks']) != len(self.callbacks):
-            raise ValueError(f"Expected the {len(state['callbacks'])} callbacks the checkpoint was written with. "
-                             f"Received: {len(self.callbacks)}. Resume with the same callbacks= list.")
-        for callback, saved in zip(self.callbacks, state['callbacks']):
+        for callback, saved in zip(self.callbacks, matched_states(self.callbacks, state['callbacks'])):
             callback.load_state(saved)
+
+
+def _kind(callback: Any) -> str:
+    return f'{type(callback).__module__}.{type(callback).__qualname__}'
+
+
+def _described(callback: Any) -> str:
+    from .checkpoint import stable_repr
+    return stable_repr(callback)
+
+
+def matched_states(callbacks: Sequence[Any], saved: list) -> list:
+    """The saved state of each callback, matched by kind and description (``repr``), whatever the order of the
+    ``callbacks=`` list: two callbacks of one kind keep their own states. A callback without a saved state of its
+    kind, or a saved one left over, is a ``CheckpointError`` naming them."""
+    if saved and not isinstance(saved[0], tuple):         # a checkpoint of an earlier flowpipe: by position
+        saved = [(_kind(callback), _described(callback), state) for callback, state in zip(callbacks, saved)]
+    left, states = list(saved), []
+    for callback in callbacks:
+        kind, described = _kind(callback), _described(callback)
+        same = [entry for entry in left if entry[:2] == (kind, described)]
+        alike = [entry for entry in left if entry[0] == kind]
+        found = same[0] if same else alike[0] if len(alike) == 1 else None
+        if found is None:
+            break
+        left.remove(found)
+        states.append(found[2])
+    if len(states) != len(callbacks) or left:
+        raise CheckpointError(
+            f"Expected the callbacks the checkpoint was written with, in any order. Received: "
+            f"{[_described(callback) for callback in callbacks]}; the checkpoint has "
+            f"{[described for _, described, _ in saved]}. Resume with the same callbacks= (the same kinds and "
+            "arguments), or start afresh without resume=.")
+    return states
 
 
 def _distributed() -> Any:

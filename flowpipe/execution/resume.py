@@ -120,7 +120,7 @@ class RunCheckpoints:
         if path is None:
             return None
         self.path = path
-        saved = files.read(path)
+        saved = files.read(path, trusted=self.spec is not None and self.spec.trusted)
         if saved.get('format_version', 0) < 2:
             raise CheckpointError(f"Expected a checkpoint of format version {files.FORMAT_VERSION}, whose fingerprint "
                                   f"holds the whole config. Received: {path!r}, version {saved.get('format_version')!r} "

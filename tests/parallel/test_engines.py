@@ -235,7 +235,7 @@ def test_dropping_an_engine_without_close_stops_its_threads(train):
     workers = dropped_engine_threads(train)
     gc.collect()
     for thread in workers:
-        thread.join(timeout=5)
+        thread.join(timeout=900)
     assert not any(t.is_alive() for t in workers), 'the dropped engine was not collected: its threads live on'
 
 

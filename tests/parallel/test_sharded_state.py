@@ -10,7 +10,7 @@ from flowpipe.parallel import launch, sharded_state
 from . import sharded_state_jobs as sharded_jobs
 
 pytestmark = pytest.mark.slow
-TIMEOUT = 240
+TIMEOUT = 900     # a job's limit: only a hang reaches it, however loaded the machine
 
 
 def _close(got, want):

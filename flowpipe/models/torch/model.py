@@ -391,18 +391,21 @@ class TorchModel:
                                    pickle_metadata=pickle_metadata, **kwargs)
         distributed.barrier()
 
-    def load(self, path: str, fmt: str | None = None) -> 'TorchModel':
+    def load(self, path: str, fmt: str | None = None, *, trusted: bool = False) -> 'TorchModel':
         """Load a file's state into this model, keeping its own placement: a file of ``save`` (weights, optimizer
         and the rest), or the weights of a safetensors, TorchScript or ``torch.export`` file (or of an export's
-        metadata file); ``fmt`` names the format where the extension does not."""
-        export.load(self, path, fmt)
+        metadata file); ``fmt`` names the format where the extension does not. A file of ``save`` is read
+        safely (``flowpipe.safe_pickle``); one that names other code needs ``trusted=True``, which runs it."""
+        export.load(self, path, fmt, trusted=trusted)
         return self
 
     @classmethod
-    def from_file(cls, path: str, fmt: str | None = None, **overrides: Any) -> 'TorchModel':
+    def from_file(cls, path: str, fmt: str | None = None, *, trusted: bool = False,
+                  **overrides: Any) -> 'TorchModel':
         """A new model from a file of ``save`` (or an export's metadata file, or a bare TorchScript or ``.pt2``
-        file); ``overrides`` change config items such as ``device`` or ``microbatch``."""
-        return export.from_file(path, None if cls is TorchModel else cls, fmt, **overrides)
+        file); ``overrides`` change config items such as ``device`` or ``microbatch``. Read safely: a file whose
+        network or config names code other than torch's and flowpipe's needs ``trusted=True``, which runs it."""
+        return export.from_file(path, None if cls is TorchModel else cls, fmt, trusted=trusted, **overrides)
 
     # batchflow's batch-size finder, with its signatures (the model is the first argument)
     compute_optimal_batch_size = batch_size_module.compute_optimal_batch_size
