@@ -12,8 +12,6 @@ from flowpipe.parallel import launch
 from .checkpoint_cases import RUN, TRIGGER, Crash, assert_same, outcome, pipeline, run_into
 from .test_checkpoint import no_trigger  # noqa: F401 - autouse: every test starts and ends without a trigger
 
-pytestmark = pytest.mark.timeout(180)
-
 
 def _files(folder):
     return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder)) if (folder / name).is_file()}
