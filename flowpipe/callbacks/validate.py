@@ -81,7 +81,7 @@ class Validate(Callback):
         metrics = [metric for metric in self.metrics.values() if is_torchmetric(metric)]
         for metric in metrics:
             metric.reset()
-        if metrics and (sharded or distributed.rank() == 0):
+        if metrics and sizes and (sharded or distributed.rank() == 0):      # a rank may have no batch to validate
             update_torchmetrics(metrics, self.pipeline.variables, sizes)
 
     def _value(self, metric: Any, sizes: list[int]) -> float:

@@ -19,7 +19,11 @@ def trained():
 
 def validation(train, data):
     """Logits of each item, its label and each batch's mean cross-entropy, as the built-in names read them."""
-    return (Pipeline().import_model('net', train)
+    return _predicting(Pipeline().import_model('net', train), data)
+
+
+def _predicting(pipeline, data):
+    return (pipeline
             .predict_model('net', x=B.x, y=B.y, fetches=['predictions', 'loss'],
                            save_to=[V('predictions', mode='e'), V('losses', mode='a')])
             .update(V('targets', mode='e'), B.y)) << data
@@ -35,8 +39,13 @@ def torchmetrics_objects():
             'tm_f1': torchmetrics.F1Score(task='multiclass', num_classes=classes, average='macro')}
 
 
-def validate_named(shard=True):
-    """One validation in batches of 10 (10, 10 and 3 items): the logged values."""
-    train, data = trained()
+def validate_named(shard=True, batch_size=10):
+    """One validation in batches of 10 (10, 10 and 3 items) by default: the logged values. The model is made, not
+    trained, where it validates: every rank holds the same parameters (a job's training would average gradients in
+    another order than one process and differ in the last bits); a first validation on every rank makes it there
+    (a job's model is made at its first batch, collectively, even on a rank that then validates no batch)."""
+    data = dist_jobs.dataset()
+    val = _predicting(Pipeline().init_model('net', config=dist_jobs.config()), data)
+    Validate(val, batch_size=batch_size, metrics=['loss'], shard=False).validate()  # every rank makes the model
     metrics = {**{name: name for name in NAMES}, **torchmetrics_objects()}
-    return Validate(validation(train, data), batch_size=10, metrics=metrics, shard=shard).validate()
+    return Validate(val, batch_size=batch_size, metrics=metrics, shard=shard).validate()

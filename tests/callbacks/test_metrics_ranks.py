@@ -28,3 +28,10 @@ def test_torchmetrics_objects_sync_across_ranks_to_one_process_values():
         for values in launch(metric_jobs.validate_named, 2, args=(shard,), timeout=240):
             assert values['val/tm_accuracy'] == alone['val/tm_accuracy'], shard
             assert values['val/tm_f1'] == pytest.approx(alone['val/tm_f1'], rel=1e-6), shard
+
+
+def test_a_rank_without_a_validation_batch_still_takes_part_in_the_sync():
+    pytest.importorskip('torchmetrics')
+    alone = metric_jobs.validate_named(batch_size=30)           # one batch: rank 1 validates none
+    for values in launch(metric_jobs.validate_named, 2, args=(True, 30), timeout=240):
+        assert values == alone
