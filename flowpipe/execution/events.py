@@ -145,7 +145,7 @@ def _kind(callback: Any) -> str:
 
 
 def _described(callback: Any) -> str:
-    from .checkpoint import stable_repr
+    from .canonical_values import stable_repr
     return stable_repr(callback)
 
 
