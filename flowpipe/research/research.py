@@ -92,6 +92,7 @@ class Research:
         out = _redirect(redirect_stdout, dump_results, 'stdout')
         err = _redirect(redirect_stderr, dump_results, 'stderr')
         self._check(workers, branches, debug, parallel, executor_target, detach)
+        self._check_ends()
         if executor_class is not None:
             raise ValueError(f"Expected executor_class=None: flowpipe runs experiments through run(executor=...), any "
                              f"concurrent.futures.Executor, 'dask' or a Dask address. Received: executor_class="
@@ -149,6 +150,14 @@ class Research:
         if detach:
             raise ValueError("Expected detach=False: flowpipe runs a research in the caller (run it in a thread or "
                              "a subprocess to detach it). Received: detach=True.")
+
+    def _check_ends(self) -> None:
+        """A domain whose options are all samplers has no end: without ``n_configs`` (or a domain update that
+        replaces it) the research would draw configs until it is stopped."""
+        if self.n_configs is None and self.domain.len is None and not self.domain.updates:
+            raise ValueError(f"Expected n_configs for a domain of samplers only (it draws configs without end). "
+                             f"Received: n_configs=None, domain={self.domain!r}. Pass Research(..., n_configs=100) "
+                             f"to run 100 drawn configs, or give the options lists of values.")
 
     def _configs(self) -> Iterator[tuple[str, ConfigAlias]]:
         """``(id, config)`` for every config of the domain, updates included."""
