@@ -147,13 +147,11 @@ class WorkerPool:
         Raises ``RuntimeError`` when a worker process has died (killed, out of memory, a crash in C code).
         """
         while True:
-            try:
-                run, seq, ok, payload = self._results.get(timeout=timeout)
-            except queue.Empty:
-                run = None          # raised outside the handler: a kept error must not hold the queue's frame
-            if run is None:
+            message = _receive(self._results, timeout)
+            if message is None:
                 self._check_alive()
                 return None
+            run, seq, ok, payload = message
             if run != self._run:
                 _discard(ok, payload)
                 continue
@@ -173,14 +171,12 @@ class WorkerPool:
         self._run, self._current.value, self.in_use = None, -1, False
         quiet_since = time.monotonic()
         while wait and outstanding and not self.closed and time.monotonic() - quiet_since < _STOP_SECONDS:
-            try:
-                got, seq, ok, payload = self._results.get(timeout=_POLL_SECONDS)
-            except queue.Empty:
-                got = None
-            if got is None:
+            message = _receive(self._results, _POLL_SECONDS)
+            if message is None:
                 if any(not process.is_alive() for process in self._processes):
                     break
                 continue
+            got, seq, ok, payload = message
             quiet_since = time.monotonic()
             if got == run:
                 outstanding.discard(seq)
@@ -290,6 +286,23 @@ class _ReferenceUnpickler(dill.Unpickler):
 
     def persistent_load(self, key: int) -> Any:
         return self.kept[key]
+
+
+def _receive(channel: Any, timeout: float) -> tuple | None:
+    """The next message of ``channel``, or ``None`` after ``timeout`` seconds. An error (Ctrl-C, a dead worker's)
+    is raised outside multiprocessing's frames: a kept error (a notebook's last traceback) must not hold the queue,
+    whose semaphores stay files in /dev/shm until it is collected."""
+    interrupted = False
+    try:
+        return channel.get(timeout=timeout)
+    except queue.Empty:
+        return None
+    except KeyboardInterrupt:
+        interrupted = True
+    if interrupted:
+        del channel                                 # not in the traceback's frame either
+        raise KeyboardInterrupt
+    return None
 
 
 def _discard(ok: bool | None, payload: bytes) -> None:

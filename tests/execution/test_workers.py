@@ -289,13 +289,16 @@ def test_ctrl_c_in_the_caller_stops_the_workers_and_the_pipeline_runs_again():
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as info:
             pipeline.run(4, n_epochs=5, prefetch=2, target='processes')
     finally:
         timer.join()
+    gc.collect()
+    # the error, kept (as a notebook keeps its last one), holds none of the stopped workers' queues
+    assert info.value.__traceback__ is not None
     assert not _workers() - before and not _blocks(_shm() - shm) and not semaphores & _shm()
     pipeline.run(4, n_iters=2, prefetch=2, target='processes')
-    del pipeline
+    del pipeline, info                  # the error's frames hold the pipeline
     gc.collect()
     assert not _workers() - before
 
@@ -346,3 +349,45 @@ def test_a_script_without_a_main_guard_runs_once_and_ships_its_own_classes_and_f
                           env={**os.environ, 'PYTHONPATH': str(ROOT)}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split('\n') == ['body', '[[0, 2, 8], [18, 32, 50]]', '']
+
+
+@pytest.mark.slow     # a fresh interpreter and its workers: in CI or with FLOWPIPE_SLOW=1
+def test_a_worker_deep_in_a_batch_ends_with_its_killed_caller(tmp_path):
+    pids = tmp_path / 'pids'
+    script = tmp_path / 'caller.py'
+    script.write_text(textwrap.dedent(f'''
+        import os, threading
+        import numpy as np
+        from flowpipe import Dataset
+
+        def hang():
+            with open({str(pids)!r}, 'a') as file:
+                file.write(f'{{os.getpid()}}\\n')
+            threading.Event().wait()
+
+        Dataset(8, preloaded={{'x': np.arange(8)}}).p.call(hang).run(4, prefetch=1, target='processes')
+    '''))
+    caller = subprocess.Popen([sys.executable, str(script)], env={**os.environ, 'PYTHONPATH': str(ROOT)},
+                              cwd=tmp_path)
+    try:
+        assert _until(lambda: pids.exists() and pids.read_text().endswith('\n'))
+        worker = int(pids.read_text().split()[0])
+    finally:
+        caller.kill()
+        caller.wait()
+    assert _until(lambda: not _running(worker))
+
+
+def _until(predicate, seconds=100.0):
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return predicate()
+
+
+def _running(pid):
+    """Whether process ``pid`` runs (not gone, not a zombie)."""
+    try:
+        return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
