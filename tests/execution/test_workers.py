@@ -240,16 +240,24 @@ def test_a_run_leaves_only_the_pipelines_pool_which_goes_with_the_pipeline(end):
     assert not any(Path(f'/proc/{pid}').exists() for pid in pool)
 
 
-def _mark(folder, indices):
-    Path(folder, f'{indices[0]}').touch()
+def _mark(folder, indices, suffix=''):
+    Path(folder, f'{indices[0]}{suffix}').touch()
+
+
+def _fail_batch_0_once_batch_1_began(folder, indices):
+    if indices[0] == 0:
+        _until(lambda: Path(folder, '4.began').exists())
+        raise KeyError('batch 0')
 
 
 def test_a_failed_run_waits_for_the_items_its_workers_still_hold(tmp_path):
-    pipeline = _dataset().p.fail_at(1).nap(1.5).call(_mark, str(tmp_path), B('indices'))
-    with pytest.raises(KeyError):
+    pipeline = (_dataset().p.call(_mark, str(tmp_path), B('indices'), '.began')
+                .call(_fail_batch_0_once_batch_1_began, str(tmp_path), B('indices'))
+                .nap(1.5).call(_mark, str(tmp_path), B('indices')))
+    with pytest.raises(KeyError, match='batch 0'):
         pipeline.run(4, prefetch=2, target='processes')
     # batch 1, in a worker's hands when batch 0 failed, was finished before the run ended: no worker goes on
-    assert sorted(os.listdir(tmp_path)) == ['4'] and not pipeline.state.workers.in_use
+    assert sorted(os.listdir(tmp_path)) == ['0.began', '4', '4.began'] and not pipeline.state.workers.in_use
 
 
 def test_a_failed_run_whose_workers_died_leaves_no_semaphore_even_while_its_error_is_kept():
