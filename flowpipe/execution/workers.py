@@ -5,8 +5,8 @@ it is dropped, ``reset('iter')`` or a run asks for another number of workers; th
 takes seconds) are paid once, not per epoch or per run. Each run sends every worker it uses, once, a dill copy
 of its process function (the first stage's runner: config, variables and models as they are when the run
 starts); the dataset goes once for the pool's life, and again when a run finds it changed (its fingerprint,
-``shared.fingerprint``: arrays changed in place included); then only item numbers and sub-indices go out, and batches come back through ``shared.py``: their
-arrays in shared memory, mapped by the caller without a copy.
+``shared.fingerprint``: arrays changed in place included); then only item numbers and sub-indices go out, and
+batches come back through ``shared.py``: their arrays in shared memory, mapped by the caller without a copy.
 
 Workers are started with ``'spawn'`` while ``__main__`` looks like an interactive session's, so that they never
 re-run the user's script (no ``if __name__ == '__main__'`` needed); functions and classes of ``__main__`` or of a

@@ -2,8 +2,8 @@
 
 ``Research`` (the run), ``Domain`` / ``Option`` / ``Alias`` / ``ConfigAlias`` (the configs), ``Experiment`` and
 ``Executor`` (what each config runs), the expressions ``E``, ``EC``, ``O``, ``S``, ``EP``, ``R``,
-``ResearchResults`` (the table), ``ExperimentTimeout`` (a task past ``run(timeout=...)``), ``ProcessPool`` (the default executor of experiments) and ``run_task`` (what a
-worker runs for one task). See docs/research.md.
+``ResearchResults`` (the table), ``ExperimentTimeout`` (a task past ``run(timeout=...)``), ``ProcessPool`` (the
+default executor of experiments) and ``run_task`` (what a worker runs for one task). See docs/research.md.
 """
 from .domain import Alias, ConfigAlias, Domain, Option
 from .executor import Executor

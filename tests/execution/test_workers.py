@@ -16,6 +16,8 @@ import torch
 
 from flowpipe import B, D, F, P, R, V, Batch, Dataset, action
 
+from ..killed_caller import worker_ends_with_killed_caller
+
 # A hang fails the test instead of the suite.
 pytestmark = pytest.mark.timeout(120)
 
@@ -361,29 +363,11 @@ def test_a_script_without_a_main_guard_runs_once_and_ships_its_own_classes_and_f
 
 @pytest.mark.slow     # a fresh interpreter and its workers: in CI or with FLOWPIPE_SLOW=1
 def test_a_worker_deep_in_a_batch_ends_with_its_killed_caller(tmp_path):
-    pids = tmp_path / 'pids'
-    script = tmp_path / 'caller.py'
-    script.write_text(textwrap.dedent(f'''
-        import os, threading
+    assert worker_ends_with_killed_caller(tmp_path, textwrap.dedent('''
         import numpy as np
         from flowpipe import Dataset
-
-        def hang():
-            with open({str(pids)!r}, 'a') as file:
-                file.write(f'{{os.getpid()}}\\n')
-            threading.Event().wait()
-
-        Dataset(8, preloaded={{'x': np.arange(8)}}).p.call(hang).run(4, prefetch=1, target='processes')
+        Dataset(8, preloaded={'x': np.arange(8)}).p.call(hang).run(4, prefetch=1, target='processes')
     '''))
-    caller = subprocess.Popen([sys.executable, str(script)], env={**os.environ, 'PYTHONPATH': str(ROOT)},
-                              cwd=tmp_path)
-    try:
-        assert _until(lambda: pids.exists() and pids.read_text().endswith('\n'))
-        worker = int(pids.read_text().split()[0])
-    finally:
-        caller.kill()
-        caller.wait()
-    assert _until(lambda: not _running(worker))
 
 
 def _until(predicate, seconds=100.0):
@@ -391,11 +375,3 @@ def _until(predicate, seconds=100.0):
     while not predicate() and time.monotonic() < deadline:
         time.sleep(0.1)
     return predicate()
-
-
-def _running(pid):
-    """Whether process ``pid`` runs (not gone, not a zombie)."""
-    try:
-        return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
-    except OSError:
-        return False

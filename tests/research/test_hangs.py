@@ -2,9 +2,6 @@
 its worker ends with a killed caller."""
 import multiprocessing
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -15,7 +12,8 @@ import pytest
 from flowpipe.research import EC, Option, Research
 from flowpipe.research import scheduler
 
-from .test_grid import _env, _wait
+from ..killed_caller import worker_ends_with_killed_caller
+from .test_grid import _wait
 
 # A hang fails the test instead of the suite.
 pytestmark = pytest.mark.timeout(240)
@@ -78,32 +76,10 @@ def test_an_experiment_running_far_longer_than_the_others_is_named_once(tmp_path
 
 @pytest.mark.slow
 def test_a_worker_in_a_hung_experiment_ends_with_its_killed_caller(tmp_path):
-    psutil = pytest.importorskip('psutil')
-    pids = tmp_path / 'pids'
-    script = tmp_path / 'caller.py'
-    script.write_text(textwrap.dedent(f'''
-        import os, threading
+    assert worker_ends_with_killed_caller(tmp_path, textwrap.dedent(f'''
         from flowpipe.research import Research
-
-        def hang():
-            with open({str(pids)!r}, 'a') as file:
-                file.write(f'{{os.getpid()}}\\n')
-            threading.Event().wait()
-
         Research({str(tmp_path / 'r')!r}).add_callable('hang', hang).run(workers=1, bar=False)
     '''))
-    caller = subprocess.Popen([sys.executable, str(script)], env=_env(), cwd=tmp_path)
-    try:
-        assert _wait(lambda: pids.exists() and pids.read_text().endswith('\n'), 200)
-        worker = psutil.Process(int(pids.read_text().split()[0]))
-        assert worker.ppid() == caller.pid
-    finally:
-        caller.kill()
-        caller.wait()
-
-    def gone():
-        return not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
-    assert _wait(gone, 60)
 
 
 @pytest.mark.parametrize('kwargs, match', [
