@@ -17,7 +17,14 @@ prints the median ms per batch of each and the median of the per-block-pair rati
 actions into one resampling (see docs/images.md); a first check prints how far the two arms' images lie apart
 for the same parameters, to show they do the same work.
 
-Run: ``python bench/augment.py [--threads 1] [--iters 3] [--repeats 6] [--device cpu|cuda]``
+``--chain torchvision`` times torchvision's augmentation vocabulary instead: ``random_resized_crop(224)``,
+``color_jitter(0.4, 0.4, 0.4, 0.1)`` (its own random order of the four steps per image) and ``random_erasing(p=0.5)``
+on 64 uint8 RGB images of 320x256, against a per-item loop of the same torch calls (one image at a time: the crop
+resized by ``F.interpolate`` with antialias, the four colour steps, the erased box), drawing the same kinds of
+parameters. Its check prints how far the two arms lie apart for the same draws (0: the same work).
+
+Run: ``python bench/augment.py [--chain geometry|torchvision] [--threads 1] [--iters 3] [--repeats 6]
+[--device cpu|cuda]``
 """
 from __future__ import annotations
 
@@ -31,15 +38,17 @@ import torch
 import torch.nn.functional as F
 
 from flowpipe import Dataset, ImagesBatch, P, Pipeline, R
+from flowpipe.batch.augment_vision_kernels import TRIES, erasing_boxes, jitter, resized_crop_boxes
+from flowpipe.batch.images_kernels import resize
 
 N, SIZE = 64, 224
 
 
-def make_images(device: str) -> torch.Tensor | np.ndarray:
-    """64 smooth random RGB images, uint8, (N, H, W, C)."""
+def make_images(device: str, size: tuple[int, int] = (SIZE, SIZE)) -> torch.Tensor | np.ndarray:
+    """64 smooth random RGB images, uint8, (N, H, W, C), of ``size=(width, height)``."""
     rng = np.random.default_rng(0)
     coarse = rng.integers(0, 256, (N, 3, 28, 28)).astype(np.float32)
-    smooth = F.interpolate(torch.from_numpy(coarse), size=(SIZE, SIZE), mode='bicubic', align_corners=False)
+    smooth = F.interpolate(torch.from_numpy(coarse), size=size[::-1], mode='bicubic', align_corners=False)
     images = smooth.clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
     return images.numpy() if device == 'cpu' else images.to(device)
 
@@ -97,6 +106,64 @@ def check_same_work(images) -> float:
     return float(difference.float().median())
 
 
+JITTER = ((0.6, 1.4), (0.6, 1.4), (0.6, 1.4), (-0.1, 0.1))   # color_jitter(0.4, 0.4, 0.4, 0.1) as ranges
+ERASING = ((0.02, 0.33), (0.3, 3.3))
+
+
+def vision_pipeline(images) -> Pipeline:
+    """The torchvision chain as a flowpipe pipeline."""
+    dataset = Dataset(N, batch_class=ImagesBatch, preloaded={'images': images, 'labels': np.zeros(N)})
+    return dataset.p.random_resized_crop(SIZE).color_jitter(0.4, 0.4, 0.4, 0.1).random_erasing(p=0.5)
+
+
+def vision_draws(random: np.random.Generator, n: int) -> dict:
+    """The uniform numbers the three actions draw for ``n`` images, in their order."""
+    return {'tries': random.random((n, TRIES, 2)), 'corner': random.random((n, 2)),
+            'order': random.random((n, 4)), 'factors': random.random((n, 4)), 'erase': random.random(n) < 0.5,
+            'erase_tries': random.random((n, TRIES, 2)), 'erase_corner': random.random((n, 2))}
+
+
+def vision_one(image: torch.Tensor, draws: dict, k: int) -> torch.Tensor:
+    """The chain on one (C, H, W) uint8 image with item ``k``'s draws: crop and resize, jitter, erase."""
+    sizes = np.array([[image.shape[2], image.shape[1]]])
+    x, y, w, h = resized_crop_boxes(sizes, (0.08, 1.0), (3 / 4, 4 / 3), draws['tries'][k:k + 1],
+                                    draws['corner'][k:k + 1])[0].tolist()
+    image = resize(image[None, :, y:y + h, x:x + w], (SIZE, SIZE))
+    lows, highs = np.array(JITTER).T
+    factors = lows + draws['factors'][k:k + 1] * (highs - lows)
+    image = jitter(image, np.argsort(draws['order'][k:k + 1], axis=1, kind='stable'), factors, (True,) * 4)[0]
+    if draws['erase'][k]:
+        x, y, w, h = erasing_boxes(np.array([[SIZE, SIZE]]), *ERASING, draws['erase_tries'][k:k + 1],
+                                   draws['erase_corner'][k:k + 1])[0].tolist()
+        image[:, y:y + h, x:x + w] = 0
+    return image
+
+
+def vision_loop(images, rng: np.random.Generator) -> torch.Tensor:
+    """The per-item loop over a batch of (N, H, W, C) uint8 images; returns (N, H, W, C)."""
+    batch = torch.as_tensor(images)
+    out = []
+    for image in batch:
+        draws = vision_draws(rng, 1)
+        out.append(vision_one(image.permute(2, 0, 1), draws, 0).permute(1, 2, 0))
+    return torch.stack(out)
+
+
+def check_vision_work(images) -> float:
+    """Largest |difference| of the two arms' images for the same draws."""
+    batch = ImagesBatch(N, data={'images': images})
+    batch.seed = 5
+    ours = batch.random_resized_crop(SIZE).color_jitter(0.4, 0.4, 0.4, 0.1).random_erasing(p=0.5).images
+    again = ImagesBatch(N, data={'images': images})
+    again.seed = 5
+    draws = vision_draws(again.random, N)
+    order = ('tries', 'corner', 'order', 'factors', 'erase', 'erase_tries', 'erase_corner')
+    assert list(draws) == list(order)
+    theirs = torch.stack([vision_one(image.permute(2, 0, 1), draws, k).permute(1, 2, 0)
+                          for k, image in enumerate(torch.as_tensor(images))])
+    return float((torch.as_tensor(ours).int() - theirs.int()).abs().max())
+
+
 def flowpipe_block(pipeline: Pipeline, iters: int) -> None:
     """``iters`` batches of the pipeline, each read as a model would (reading resamples any waiting warp)."""
     for batch in pipeline.gen_batch(N, n_iters=iters, seed=7):
@@ -111,12 +178,17 @@ def timed(block, device: str) -> float:
     return time.perf_counter() - start
 
 
-def measure(images, device: str, iters: int, repeats: int) -> tuple[list[float], list[float]]:
+def measure(images, device: str, iters: int, repeats: int, chain: str) -> tuple[list[float], list[float]]:
     """Seconds per batch of each arm, per block; blocks alternate ABBA."""
-    pipeline = flowpipe_pipeline(images)
     rng, generator = np.random.default_rng(1), torch.Generator(device=device).manual_seed(1)
+    if chain == 'torchvision':
+        pipeline = vision_pipeline(images)
+        loop = lambda: vision_loop(images, rng)  # noqa: E731
+    else:
+        pipeline = flowpipe_pipeline(images)
+        loop = lambda: loop_batch(images, rng, generator)  # noqa: E731
     arms = {'flowpipe': lambda: flowpipe_block(pipeline, iters),
-            'loop': lambda: [loop_batch(images, rng, generator) for _ in range(iters)]}
+            'loop': lambda: [loop() for _ in range(iters)]}
     for arm in arms.values():
         timed(arm, device)   # warm-up
     times: dict[str, list[float]] = {name: [] for name in arms}
@@ -132,13 +204,20 @@ def main() -> None:
     parser.add_argument('--iters', type=int, default=3, help='batches per block')
     parser.add_argument('--repeats', type=int, default=6, help='blocks per arm')
     parser.add_argument('--device', default='cpu', help="'cpu' or 'cuda'")
+    parser.add_argument('--chain', default='geometry', choices=('geometry', 'torchvision'))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    images = make_images(args.device)
-    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, {N} images '
-          f'{SIZE}x{SIZE}x3 uint8, {args.iters} batches per block, {args.repeats} blocks per arm (ABBA)')
-    print(f'same parameters, median |flowpipe - loop| inside the border: {check_same_work(images):.1f} grey levels')
-    ours, loop = measure(images, args.device, args.iters, args.repeats)
+    size = (320, 256) if args.chain == 'torchvision' else (SIZE, SIZE)
+    images = make_images(args.device, size)
+    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, chain {args.chain}, '
+          f'{N} images {size[0]}x{size[1]}x3 uint8, {args.iters} batches per block, {args.repeats} blocks per arm '
+          f'(ABBA)')
+    if args.chain == 'torchvision':
+        print(f'same draws, largest |flowpipe - loop|: {check_vision_work(images):.0f} grey levels')
+    else:
+        print(f'same parameters, median |flowpipe - loop| inside the border: {check_same_work(images):.1f} grey '
+              f'levels')
+    ours, loop = measure(images, args.device, args.iters, args.repeats, args.chain)
     ratios = [b / a for a, b in zip(ours, loop)]
     print(f'flowpipe {1000 * statistics.median(ours):8.1f} ms/batch   '
           f'per-item loop {1000 * statistics.median(loop):8.1f} ms/batch   '

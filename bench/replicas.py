@@ -16,7 +16,8 @@ flat buckets across devices) and through flat buckets (the path across devices, 
 ``--steps`` reductions alternate ABBA; printed: ms per step (median block), the median per-block ratio against per
 tensor, and the aten operations per step that compute or copy (views left out; each is a kernel launch on a GPU,
 a multi-tensor operation counts once).
-Logical CPU devices first; on GPUs (``'GPU:0x2'``, and ``['GPU:0', 'GPU:1']`` with two) where CUDA is present.
+Logical CPU devices first (``--no-cpu`` leaves them out); on GPUs (``'GPU:0x2'``, and ``['GPU:0', 'GPU:1']`` with two)
+where CUDA is present.
 
 ``--batchnorm``: on the shipped Digits data (8x8 images), a small conv net with BatchNorm, batch 64, SGD; for 1, 2,
 4 and 8 replicas it prints how far the first update is from the full-batch update, and the test accuracy after a
@@ -168,12 +169,12 @@ def reduction_cost(device, steps, blocks):
         print(f'{names:>28} {name:>14} {median / steps * 1e3:10.2f} {ratio:8.2f} {ops[name]:>8}')
 
 
-def reduction(steps, blocks):
+def reduction(steps, blocks, cpu=True):
     print(f'ResNet18 (62 parameter tensors, 60 buffers, 11.2M parameters): gradients summed on the primary, buffers '
           f'averaged, state broadcast; torch threads {torch.get_num_threads()}, {blocks} ABBA blocks of {steps} '
           f'steps')
     print(f'{"replicas":>28} {"reduction":>14} {"ms/step":>10} {"vs per tensor":>8} {"aten ops":>8}')
-    for count in (2, 4):
+    for count in (2, 4) if cpu else ():
         reduction_cost([f'CPU:{i}' for i in range(count)], steps, blocks)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus == 0:
@@ -242,11 +243,12 @@ if __name__ == '__main__':
     parser.add_argument('--rounds', type=int, default=5, help='ABBA rounds of epochs')
     parser.add_argument('--steps', type=int, default=5, help='reductions per block (--reduction)')
     parser.add_argument('--blocks', type=int, default=11, help='ABBA rounds of blocks (--reduction)')
+    parser.add_argument('--no-cpu', action='store_true', help='the GPU arm of --reduction alone')
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.batchnorm:
         batchnorm_effect()
     elif args.reduction:
-        reduction(args.steps, args.blocks)
+        reduction(args.steps, args.blocks, cpu=not args.no_cpu)
     else:
         main(args.rounds)

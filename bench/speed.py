@@ -31,6 +31,7 @@ and the naive loop copies with ``.to('cuda')``); without CUDA the GPU part says 
 ``--profile`` first prints where the naive loop's time goes (the share of its convolutions, its largest operators).
 
 Run: ``python bench/speed.py [--iters 10] [--rounds 8] [--batch-size 64] [--threads 1] [--networks cnn resnet18]``
+(``--no-cpu``: the GPU part alone; ``--no-gpu``: the CPU part alone)
 """
 from __future__ import annotations
 
@@ -187,6 +188,7 @@ def main() -> None:
                         help='the flowpipe arms to run beside naive (default: all)')
     parser.add_argument('--compile-all', action='store_true', help='also compile ResNet18 (minutes on a CPU)')
     parser.add_argument('--no-gpu', action='store_true', help='skip the GPU part even where CUDA exists')
+    parser.add_argument('--no-cpu', action='store_true', help='skip the CPU part (the GPU part alone)')
     parser.add_argument('--profile', action='store_true', help="first print where the naive loop's time goes")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -196,7 +198,7 @@ def main() -> None:
     images, labels = np.ascontiguousarray(whole.images), np.asarray(whole.labels)
     print(f'torch {torch.__version__}, {torch.get_num_threads()} thread(s), batch {args.batch_size}, '
           f'{args.iters} iterations per block, {args.rounds} rounds')
-    devices = [torch.device('cpu')]
+    devices = [] if args.no_cpu else [torch.device('cpu')]
     if torch.cuda.is_available() and not args.no_gpu:
         devices.append(torch.device('cuda', 0))
     for device in devices:
@@ -205,7 +207,7 @@ def main() -> None:
             if args.profile:
                 profile_naive(network, arms['naive'])
             report(network, device, *measure(arms, args.iters, args.rounds))
-    if len(devices) == 1:
+    if not any(device.type == 'cuda' for device in devices):
         print('\nGPU: no CUDA device available here (or --no-gpu); the GPU part was not run.')
 
 

@@ -97,8 +97,10 @@ def paste_with_mask(images: torch.Tensor, backgrounds: torch.Tensor, masks: list
     return as_dtype(ground + (moved - ground) * alpha, images.dtype)
 
 
-def fill_boxes(images: torch.Tensor, corners: np.ndarray, boxes: np.ndarray, colors: np.ndarray) -> torch.Tensor:
-    """Set a ``boxes[i] = (width, height)`` box at ``corners[i] = (x, y)`` of every image to ``colors[i]``."""
+def fill_boxes(images: torch.Tensor, corners: np.ndarray, boxes: np.ndarray,
+               colors: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """Set a ``boxes[i] = (width, height)`` box at ``corners[i] = (x, y)`` of every image to ``colors[i]``:
+    ``(n, C)`` colours, or a tensor of images ``(n, C, H, W)`` in ``images``' dtype whose pixels go there."""
     device, (height, width) = images.device, images.shape[2:]
     xs = torch.arange(width, device=device)[None, :]
     ys = torch.arange(height, device=device)[None, :]
@@ -106,6 +108,8 @@ def fill_boxes(images: torch.Tensor, corners: np.ndarray, boxes: np.ndarray, col
     right, bottom = left + torch.as_tensor(boxes[:, 0, None], device=device), \
         top + torch.as_tensor(boxes[:, 1, None], device=device)
     inside = ((ys >= top) & (ys < bottom))[:, None, :, None] & ((xs >= left) & (xs < right))[:, None, None, :]
+    if isinstance(colors, torch.Tensor) and colors.ndim == 4:
+        return torch.where(inside, colors, images)
     color = as_dtype(torch.as_tensor(colors, device=device), images.dtype)[:, :, None, None]
     return torch.where(inside, color, images)
 

@@ -8,8 +8,9 @@ device): actions keep them tensors. Sizes follow PIL: ``(width, height)``, origi
 
 The actions live in mixins by kind: ``augment_geometry`` (rotate, scale, shift, flip, transform,
 elastic_transform), ``augment_regions`` (crop, pad, put_on_background, cutout, split_to_patches),
-``augment_pixels`` (invert, clip, posterize, enhance, pil_convert, multiply, add, normalize) and
-``augment_noise`` (salt, additive_noise, multiplicative_noise, filter).
+``augment_pixels`` (invert, clip, posterize, enhance, pil_convert, multiply, add, normalize),
+``augment_noise`` (salt, additive_noise, multiplicative_noise, filter) and ``augment_vision`` (torchvision's
+random_resized_crop, center_crop, color_jitter, random_erasing).
 """
 from __future__ import annotations
 
@@ -20,10 +21,9 @@ from typing import Any
 import numpy as np
 
 from .augment_geometry import GeometryActions
-from .augment_noise import NoiseActions
 from .augment_params import check_size
 from .augment_pixels import PixelActions
-from .augment_regions import RegionActions
+from .augment_vision import VisionActions
 from .base import Batch, action
 from .images_io import check_draft, pillow, read_images
 
@@ -50,7 +50,7 @@ def _resize_mode(mode: str | None, resample: str | int | None) -> str:
     return mode
 
 
-class ImagesBatch(GeometryActions, RegionActions, PixelActions, NoiseActions):
+class ImagesBatch(GeometryActions, PixelActions, VisionActions):
     """A batch of images (``images``) and their labels (``labels``).
 
     Every image action takes ``src`` (a component or a list of them, ``'images'`` by default), ``dst`` (``src``

@@ -11,13 +11,15 @@ __all__ = ['MODES', 'resize']
 MODES = ('nearest', 'bilinear', 'bicubic')
 
 
-def resize(images: torch.Tensor, size: tuple[int, int], mode: str = 'bilinear') -> torch.Tensor:
-    """Resize ``images`` to ``size=(width, height)``; downscaling is antialiased (as in PIL) unless nearest.
+def resize(images: torch.Tensor, size: tuple[int, int], mode: str = 'bilinear',
+           antialias: bool = True) -> torch.Tensor:
+    """Resize ``images`` to ``size=(width, height)``; downscaling is antialiased (as in PIL) unless nearest or
+    ``antialias=False``.
 
     Integer images are rounded and clipped back to their dtype.
     """
     width, height = size
-    kwargs = {} if mode == 'nearest' else {'align_corners': False, 'antialias': True}
+    kwargs = {} if mode == 'nearest' else {'align_corners': False, 'antialias': antialias}
     # torch resizes uint8 directly (about 10x faster than through float32) in these two modes; its uint8
     # bicubic rounds differently from the float path, so bicubic goes through float.
     direct = images.is_floating_point() or (images.dtype == torch.uint8 and mode in ('nearest', 'bilinear'))

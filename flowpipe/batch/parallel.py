@@ -15,7 +15,7 @@ import numpy as np
 
 from flowpipe.data.arrays import object_array
 from flowpipe.expr import PerItem
-from flowpipe.expr.special import accepts_rng
+from flowpipe.expr.special import accepts_rng, draw_for_items
 
 __all__ = ['accepts_rng', 'apply_parallel', 'apply_to_items', 'collect', 'is_per_item', 'run_items',
            'workers_for']
@@ -71,7 +71,10 @@ def apply_to_items(batch: Any, func: Callable, src: str | Sequence[str], dst: st
         raise TypeError(f"Expected func to be callable. Received: func={func!r}")
     size = len(batch)
     selected = _selected_positions(batch, p, size)
-    seeds = batch.seed.spawn(size) if 'rng' not in kwargs and (with_rng or accepts_rng(func)) else None
+    # spawned for the whole global batch in a distributed run (``draw_for_items``): an item's generator is the one it
+    # has in one process, whatever the world size
+    seeds = (draw_for_items(batch, size, batch.seed.spawn) if 'rng' not in kwargs and (with_rng or accepts_rng(func))
+             else None)
     for source, target in _pairs(src, dst):
         _apply_pair(batch, func, source, target, selected, seeds, args, kwargs, workers)
 
@@ -133,7 +136,7 @@ def _selected_positions(batch: Any, p: float | None, size: int) -> Sequence[int]
         return range(size)
     if isinstance(p, bool) or not isinstance(p, _NUMBERS) or not 0 <= p <= 1:
         raise ValueError(f"Expected p to be a probability in [0, 1] or None. Received: p={p!r}")
-    return np.flatnonzero(batch.random.random(size) < p).tolist()
+    return np.flatnonzero(draw_for_items(batch, size, batch.random.random) < p).tolist()
 
 
 def _item_call(batch: Any, func: Callable, items: Any, args: tuple, kwargs: dict, size: int,

@@ -1,8 +1,11 @@
 """``Callback``: what a run tells the objects listening to it, and the state they keep in checkpoints."""
 from __future__ import annotations
 
-import warnings
+import math
+import numbers
 from typing import Any
+
+from ..rank0 import warn0
 
 __all__ = ['Callback']
 
@@ -49,27 +52,73 @@ class Callback:
 
 
 def monitored(run: Any, callback: Any) -> float | None:
-    """The value ``callback.monitor`` of the epoch that ends.
+    """The value ``callback.monitor`` of the epoch that ends, or ``None``: the callback skips this epoch.
 
-    ``None`` (skip this epoch, with a warning the first time) when another callback of the run logs that name
-    but has not yet at this epoch end (``Validate(every=N)`` with N beyond the epoch's batches); ``KeyError``
-    naming what is logged when no callback logs it (a typo, a missing ``Validate``).
+    ``None`` (no decision, with a warning the first time) when another callback of the run logs that name but has
+    not yet at this epoch end (``Validate(every=N)`` with N beyond the epoch's batches), and when the value is
+    nan: a nan is neither an improvement nor a bad epoch. ``KeyError`` naming what is logged when no callback
+    logs it (a typo, a missing ``Validate``).
     """
     monitor, owner = callback.monitor, type(callback).__name__
     if monitor in run.logs:
-        return float(run.logs[monitor])
+        value = float(run.logs[monitor])
+        if not math.isnan(value):
+            return value
+        _warn_once(callback, '_warned_nan', f"{owner} skips epoch {run.logs.get('epoch')}: monitor={monitor!r} is "
+                   f"nan. Expected a number to compare with the best. Received: {monitor}=nan. A nan is neither "
+                   "an improvement nor a bad epoch: epochs with a nan value are skipped (no decision). Find why "
+                   "the metric is nan (a nan loss, an empty validation set, a division by zero in the metric).")
+        return None
     later = [other for other in getattr(run, 'callbacks', ()) if monitor in other.logged_names()]
     if not later:
         raise KeyError(f"Expected {owner} to find monitor={monitor!r} among the epoch's logged values. Received: "
                        f"{sorted(run.logs)}. Put a Validate(...) that logs it in callbacks=, or monitor one of these.")
-    # warned once per callback: a long run must not repeat it at every epoch before the first value
-    if not getattr(callback, '_warned_missing', False):
-        callback._warned_missing = True
-        warnings.warn(f"{owner} skips epoch {run.logs.get('epoch')}: monitor={monitor!r} is logged by "
-                      f"{later[0]!r}, which has no value yet at this epoch end. Received: {sorted(run.logs)}. "
-                      "Epochs without the value are skipped (no decision); validate every epoch, or every fewer "
-                      "batches than an epoch holds, for a decision at each epoch end.", UserWarning, stacklevel=2)
+    _warn_once(callback, '_warned_missing', f"{owner} skips epoch {run.logs.get('epoch')}: monitor={monitor!r} is "
+               f"logged by {later[0]!r}, which has no value yet at this epoch end. Received: {sorted(run.logs)}. "
+               "Epochs without the value are skipped (no decision); validate every epoch, or every fewer batches "
+               "than an epoch holds, for a decision at each epoch end.")
     return None
+
+
+def _warn_once(callback: Any, flag: str, message: str) -> None:
+    """Warn once per callback and kind: a long run must not repeat it at every epoch, nor every rank of a job."""
+    if not getattr(callback, flag, False):
+        setattr(callback, flag, True)
+        warn0(message, UserWarning, stacklevel=3)
+
+
+def check_number(owner: str, name: str, value: Any, low: float = 0.0) -> float:
+    """``value`` as a finite float ``>= low``; ``ValueError`` naming the argument otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < low:
+        raise ValueError(f"Expected {owner}'s {name} as a finite number >= {low:g}. Received: {name}={value!r}. "
+                         f"Pass a finite number >= {low:g} (with nan or inf no value compares as the rule says).")
+    return float(value)
+
+
+def model_names(pipeline: Any) -> list[str] | None:
+    """The names of the models ``pipeline`` holds or declares (``init_model``, ``import_model``, ``load_model``);
+    ``None`` when a declared name is a named expression, known only as batches flow."""
+    declared = _declared_names(pipeline.all_records())
+    return None if declared is None else sorted(declared | set(pipeline.state.models))
+
+
+def _declared_names(records: Any) -> set[str] | None:
+    """The model names ``init_model``, ``import_model`` and ``load_model`` among ``records`` register; ``None`` when
+    one of them is a named expression (known only as batches flow)."""
+    names: set[str] = set()
+    for record in flat_records(records):
+        if record.name in ('init_model', 'import_model', 'load_model'):
+            name = record.kwargs.get('name', record.args[0] if record.args else None)
+            if not isinstance(name, str):
+                return None
+            names.add(name)
+    return names
+
+
+def flat_records(records: Any) -> list:
+    """A pipeline's action records, those inside ``p @ prob`` included."""
+    return [inner for record in records
+            for inner in (flat_records(record.actions) if hasattr(record, 'actions') else (record,))]
 
 
 def check_mode(mode: Any) -> str:

@@ -5,7 +5,7 @@ import math
 import numbers
 from typing import Any
 
-from .base import Callback, check_mode, monitored
+from .base import Callback, check_mode, check_number, monitored
 
 __all__ = ['EarlyStopping']
 
@@ -28,8 +28,7 @@ class EarlyStopping(Callback):
     def __init__(self, monitor: str = 'val/loss', mode: str = 'min', patience: int = 0, min_delta: float = 0.0):
         if isinstance(patience, bool) or not isinstance(patience, numbers.Integral) or patience < 0:
             raise ValueError(f"Expected patience as an int >= 0. Received: patience={patience!r}")
-        if isinstance(min_delta, bool) or not isinstance(min_delta, numbers.Real) or min_delta < 0:
-            raise ValueError(f"Expected min_delta as a number >= 0. Received: min_delta={min_delta!r}")
+        min_delta = check_number('EarlyStopping', 'min_delta', min_delta)
         self.monitor, self.mode, self.patience, self.min_delta = monitor, check_mode(mode), int(patience), min_delta
         self.best = math.inf if self.mode == 'min' else -math.inf
         self.wait = 0

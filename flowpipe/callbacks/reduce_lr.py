@@ -5,7 +5,7 @@ import math
 import numbers
 from typing import Any
 
-from .base import Callback, check_mode, monitored
+from .base import Callback, check_mode, check_number, model_names, monitored
 
 __all__ = ['ReduceLROnPlateau']
 
@@ -29,13 +29,23 @@ class ReduceLROnPlateau(Callback):
         for name, value in (('patience', patience), ('cooldown', cooldown)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
                 raise ValueError(f"Expected {name} as an int >= 0. Received: {name}={value!r}")
-        if not isinstance(min_lr, numbers.Real) or min_lr < 0:
-            raise ValueError(f"Expected min_lr as a number >= 0. Received: min_lr={min_lr!r}")
+        threshold, min_lr, eps = (check_number('ReduceLROnPlateau', name, value)
+                                  for name, value in (('threshold', threshold), ('min_lr', min_lr), ('eps', eps)))
+        if not isinstance(model_name, str):
+            raise TypeError(f"Expected ReduceLROnPlateau's model_name as the name of a model of the run's pipeline "
+                            f"(a str). Received: model_name={model_name!r}. Pass e.g. 'net'.")
         self.model_name, self.monitor, self.mode = model_name, monitor, check_mode(mode)
-        self.factor, self.patience, self.threshold = float(factor), int(patience), float(threshold)
-        self.cooldown, self.min_lr, self.eps = int(cooldown), float(min_lr), float(eps)
+        self.factor, self.patience, self.threshold = float(factor), int(patience), threshold
+        self.cooldown, self.min_lr, self.eps = int(cooldown), min_lr, eps
         self.best = math.inf if self.mode == 'min' else -math.inf
         self.bad_epochs = self.cooldown_left = 0
+
+    def on_run_start(self, run: Any) -> None:
+        names = model_names(run.pipeline)
+        if names is not None and self.model_name not in names:
+            raise ValueError(f"Expected ReduceLROnPlateau's model_name to name a model of the run's pipeline. "
+                             f"Received: model_name={self.model_name!r}; the pipeline's models: {names}. Pass one of "
+                             "them (the model whose optimizer is to lower its learning rate).")
 
     def on_epoch_end(self, run: Any, epoch: int) -> None:
         value = monitored(run, self)

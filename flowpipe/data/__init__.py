@@ -1,7 +1,9 @@
-"""Item indices and datasets: ``DatasetIndex``, ``FilesIndex``, ``Dataset``, and ``make_rng`` for shuffling."""
+"""Item indices and datasets: ``DatasetIndex``, ``FilesIndex``, ``Dataset``, ``ImageFolder``, and ``make_rng``
+for shuffling."""
 from .dataset import Dataset
 from .files import FilesIndex
+from .image_folder import ImageFolder
 from .index import DatasetIndex
 from .sampling import make_rng
 
-__all__ = ['Dataset', 'DatasetIndex', 'FilesIndex', 'make_rng']
+__all__ = ['Dataset', 'DatasetIndex', 'FilesIndex', 'ImageFolder', 'make_rng']

@@ -183,9 +183,11 @@ class Dataset:
                              f"fold={fold!r}{'' if self.n_splits else '; call cv_split(n_splits=...) first'}")
         return getattr(self, f'cv{fold}')
 
-    def split(self, shares: float | Sequence[float] = 0.8, shuffle: bool | int = False) -> None:
-        """Make ``train``, ``test`` and ``validation`` sub-datasets (see ``DatasetIndex.split``)."""
-        self.index.split(shares, shuffle)
+    def split(self, shares: float | Sequence[float] | None = None, shuffle: bool | int = False, *,
+              train: float | None = None, test: float | None = None, validation: float | None = None) -> None:
+        """Make ``train``, ``test`` and ``validation`` sub-datasets (see ``DatasetIndex.split``): ``split(0.8)``
+        makes ``train`` and ``test``, ``split(train=0.8, validation=0.2)`` ``train`` and ``validation``."""
+        self.index.split(shares, shuffle, train=train, test=test, validation=validation)
         for part in ('train', 'test', 'validation'):
             sub_index = getattr(self.index, part)
             setattr(self, part, None if sub_index is None else self.create_subset(sub_index))
@@ -205,20 +207,23 @@ class Dataset:
         return self.batch_class(index, data=data, dataset=self, check=False)
 
     def n_batches(self, batch_size: int, n_iters: int | None = None, n_epochs: int | None = None,
-                  drop_last: bool = False) -> int | None:
+                  drop_last: bool = False, whole_epochs: bool = False) -> int | None:
         """The number of batches ``gen_batch`` yields, ``None`` when infinite."""
-        return self.index.n_batches(batch_size, n_iters, n_epochs, drop_last)
+        return self.index.n_batches(batch_size, n_iters, n_epochs, drop_last, whole_epochs)
 
     def gen_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
-                  n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> Iterator[Any]:
+                  n_epochs: int | None = None, drop_last: bool = False, seed: Any = None,
+                  whole_epochs: bool = False) -> Iterator[Any]:
         """Yield batches directly, without a pipeline (arguments as in ``DatasetIndex.gen_batch``)."""
-        indices = self.index.gen_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed)
+        indices = self.index.gen_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed, whole_epochs)
         return (self.create_batch(index) for index in indices)
 
     def next_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
-                   n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> Any:
+                   n_epochs: int | None = None, drop_last: bool = False, seed: Any = None,
+                   whole_epochs: bool = False) -> Any:
         """The next batch of the iteration kept in the index (see ``DatasetIndex.next_batch``)."""
-        return self.create_batch(self.index.next_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed))
+        return self.create_batch(self.index.next_batch(batch_size, shuffle, n_iters, n_epochs, drop_last, seed,
+                                                       whole_epochs))
 
     def reset(self, what: str = 'iter') -> None:
         """Restart ``next_batch`` from the beginning (``what='iter'``, the only state a dataset has)."""

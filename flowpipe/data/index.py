@@ -135,17 +135,21 @@ class DatasetIndex:
         self.get_pos(ids)
         return self._from_ids(ids, parent=self)
 
-    def split(self, shares: float | Sequence[float] = 0.8, shuffle: bool | int = False) -> None:
+    def split(self, shares: float | Sequence[float] | None = None, shuffle: bool | int = False, *,
+              train: float | None = None, test: float | None = None, validation: float | None = None) -> None:
         """Split the items into ``train``, ``test`` and ``validation`` sub-indices.
 
         Args:
             shares: the train share (the rest is ``test``), or ``[train, test]`` / ``[train, test, validation]``
                 shares summing to at most 1: ``validation`` takes every item train and test do not, so no item
                 is left out (``[0.6, 0.3]`` is a 60/30/10 split). A non-zero share never gives an empty part.
+                ``0.8`` when neither ``shares`` nor a named share is given.
             shuffle: ``False`` keeps the order, ``True`` or an int seed picks items at random. Each part keeps
                 its items in index order.
+            train, test, validation: the shares by name instead of ``shares``, summing to 1: ``split(train=0.8,
+                validation=0.2)`` makes ``train`` and ``validation`` (``test`` is ``None``).
         """
-        counts = split_counts(len(self), shares)
+        counts = split_counts(len(self), named_shares(shares, train=train, test=test, validation=validation))
         if isinstance(shuffle, (bool, int, np.integer)) or shuffle is None:
             # an int seeds numpy directly here (not the run's seed tree): splits made so far stay the same
             seed = None if isinstance(shuffle, bool) or shuffle is None else int(shuffle)
@@ -158,9 +162,10 @@ class DatasetIndex:
             start += count
         self.train, self.test, self.validation = parts
 
-    def calc_split(self, shares: float | Sequence[float] = 0.8) -> tuple[int, int, int]:
-        """The sizes ``(train, test, validation)`` that ``split(shares)`` makes."""
-        return tuple(split_counts(len(self), shares))
+    def calc_split(self, shares: float | Sequence[float] | None = None, *, train: float | None = None,
+                   test: float | None = None, validation: float | None = None) -> tuple[int, int, int]:
+        """The sizes ``(train, test, validation)`` that ``split`` with these shares makes."""
+        return tuple(split_counts(len(self), named_shares(shares, train=train, test=test, validation=validation)))
 
     def shuffle(self, shuffle: Any = False) -> np.ndarray:
         """Positions ``0..n-1`` in the order of an epoch shuffled by ``shuffle`` (see ``flowpipe.make_rng``)."""
@@ -168,12 +173,13 @@ class DatasetIndex:
         return np.arange(len(self)) if rng is None else rng.permutation(len(self))
 
     def n_batches(self, batch_size: int, n_iters: int | None = None, n_epochs: int | None = None,
-                  drop_last: bool = False) -> int | None:
+                  drop_last: bool = False, whole_epochs: bool = False) -> int | None:
         """The number of batches ``gen_batch`` yields with these arguments, ``None`` when infinite."""
-        return n_batches(len(self), batch_size, n_iters, n_epochs, drop_last)
+        return n_batches(len(self), batch_size, n_iters, n_epochs, drop_last, whole_epochs)
 
     def gen_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
-                  n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> Iterator[DatasetIndex]:
+                  n_epochs: int | None = None, drop_last: bool = False, seed: Any = None,
+                  whole_epochs: bool = False) -> Iterator[DatasetIndex]:
         """Yield sub-indices of ``batch_size`` items (lazily; forever when neither limit is given).
 
         Args:
@@ -184,13 +190,15 @@ class DatasetIndex:
             drop_last: drop each epoch's incomplete tail; otherwise a batch may cross an epoch boundary and
                 only the last batch may be short.
             seed: the run's root seed (int), or a ``SeedSequence``/``Generator`` to shuffle with.
+            whole_epochs: every epoch ends with its own batch, short when ``batch_size`` does not divide the
+                number of items (``DataLoader(drop_last=False)``'s batches); no batch crosses an epoch boundary.
 
         Raises:
             ValueError: empty index, ``batch_size < 1``, both limits, or ``batch_size > len`` with ``drop_last``.
         """
         check_batch_args(len(self), batch_size, n_iters, n_epochs, drop_last)
         rng = shuffle_generator(shuffle, seed)
-        return self._gen_batch(gen_positions(len(self), batch_size, rng, n_iters, n_epochs, drop_last))
+        return self._gen_batch(gen_positions(len(self), batch_size, rng, n_iters, n_epochs, drop_last, whole_epochs))
 
     def _gen_batch(self, positions: Iterator[np.ndarray]) -> Iterator[DatasetIndex]:
         ids, from_ids = self._indices, self._from_ids
@@ -198,19 +206,21 @@ class DatasetIndex:
             yield from_ids(ids[batch_positions], parent=self)
 
     def next_batch(self, batch_size: int, shuffle: bool | int = False, n_iters: int | None = None,
-                   n_epochs: int | None = None, drop_last: bool = False, seed: Any = None) -> DatasetIndex:
+                   n_epochs: int | None = None, drop_last: bool = False, seed: Any = None,
+                   whole_epochs: bool = False) -> DatasetIndex:
         """The next batch of an iteration kept in the index (see ``gen_batch``; ``reset('iter')`` restarts it).
 
         ``batch_size`` may change from call to call: the iteration goes on from where it is. Calling with other
-        ``shuffle``, ``n_iters``, ``n_epochs``, ``drop_last`` or ``seed`` starts a new iteration.
+        ``shuffle``, ``n_iters``, ``n_epochs``, ``drop_last``, ``seed`` or ``whole_epochs`` starts a new iteration.
 
         Raises:
             StopIteration: the iteration's ``n_iters`` or ``n_epochs`` are exhausted.
         """
-        key = (shuffle, type(shuffle), n_iters, n_epochs, drop_last, seed)
+        key = (shuffle, type(shuffle), n_iters, n_epochs, drop_last, seed, whole_epochs)
         check_batch_args(len(self), batch_size, n_iters, n_epochs, drop_last)
         if self._iter is None or self._iter_key != key:
-            self._iter = PositionCursor(len(self), shuffle_generator(shuffle, seed), n_epochs, drop_last)
+            self._iter = PositionCursor(len(self), shuffle_generator(shuffle, seed), n_epochs, drop_last,
+                                        whole_epochs)
             self._iter_key, self._iter_count = key, 0
         positions = None if n_iters is not None and self._iter_count >= n_iters else self._iter.take(batch_size)
         if positions is None:
@@ -231,13 +241,29 @@ class DatasetIndex:
         self.reset('iter')
 
 
-def split_counts(size: int, shares: float | Sequence[float]) -> list[int]:
+SPLIT_PARTS = ('train', 'test', 'validation')
+
+
+def named_shares(shares: Any, **named: float | None) -> Any:
+    """``shares``, or the shares given by part name as a dict; ``0.8`` when none is given."""
+    given = {name: value for name, value in named.items() if value is not None}
+    if not given:
+        return 0.8 if shares is None else shares
+    if shares is not None:
+        raise ValueError(f"Expected the shares either as shares= or by name ({', '.join(SPLIT_PARTS)}), not both. "
+                         f"Received: shares={shares!r}, {given!r}; pass e.g. split(train=0.8, validation=0.2)")
+    return given
+
+
+def split_counts(size: int, shares: float | Sequence[float] | dict) -> list[int]:
     """Item counts of ``[train, test, validation]`` for ``shares``; non-zero shares get at least one item.
 
-    One share is train's, and test takes the rest; with two or three, validation takes the rest.
+    One share is train's, and test takes the rest; with two or three, validation takes the rest. A dict gives the
+    shares by part name, summing to 1 (a part it does not name gets no item).
     """
     values = _normalize_shares(shares)
-    values[2] = max(0.0, 1.0 - values[0] - values[1])
+    if not isinstance(shares, dict):
+        values[2] = max(0.0, 1.0 - values[0] - values[1])
     raw = [share * size for share in values]
     counts = [int(np.floor(value + 1e-9)) for value in raw]
     if abs(sum(values) - 1) < 1e-9:
@@ -257,7 +283,9 @@ def split_counts(size: int, shares: float | Sequence[float]) -> list[int]:
     return counts
 
 
-def _normalize_shares(shares: float | Sequence[float]) -> list[float]:
+def _normalize_shares(shares: float | Sequence[float] | dict) -> list[float]:
+    if isinstance(shares, dict):
+        return _named_values(shares)
     if isinstance(shares, (int, float, np.number)) and not isinstance(shares, bool):
         values = [float(shares), 1 - float(shares)]
     elif isinstance(shares, (list, tuple, np.ndarray)) and not isinstance(shares, str):
@@ -272,6 +300,19 @@ def _normalize_shares(shares: float | Sequence[float]) -> list[float]:
         raise ValueError(f"Expected shares in [0, 1] summing to at most 1. Received: shares={shares!r}; "
                          "e.g. shares=0.8 or shares=[0.7, 0.2, 0.1]")
     return values + [0.0] * (3 - len(values))
+
+
+def _named_values(shares: dict) -> list[float]:
+    """``[train, test, validation]`` from shares given by name: numbers in [0, 1] summing to 1."""
+    for name, share in shares.items():
+        if isinstance(share, bool) or not isinstance(share, (int, float, np.number)):
+            raise TypeError(f"Expected {name} to be a number in [0, 1]. Received: {name}={share!r}")
+    values = [float(shares.get(name, 0.0)) for name in SPLIT_PARTS]
+    if any(not 0 <= share <= 1 for share in values) or abs(sum(values) - 1) > 1e-9:
+        given = ', '.join(f'{name}={share!r}' for name, share in shares.items())
+        raise ValueError(f"Expected named shares in [0, 1] summing to 1, so that no item is left out. Received: "
+                         f"{given}; give the rest to a part, e.g. split(train=0.8, validation=0.2)")
+    return values
 
 
 def _as_ids(index: Any, allow_count: bool = True) -> np.ndarray:

@@ -2,8 +2,10 @@
 
 Positions (0-based places in an index) are produced here; ``DatasetIndex`` turns them into sub-indices.
 The stream of an epoch-based run is the concatenation of the epochs' orders: without ``drop_last`` a batch may
-take the tail of one epoch and the head of the next, and only the very last batch can be short. With
-``drop_last`` every epoch's incomplete tail is dropped, so batches never cross epochs.
+take the tail of one epoch and the head of the next, and only the very last batch can be short (batchflow's
+batches). With ``whole_epochs`` every epoch ends with its own batch, short when the epoch's size is not a multiple
+of the batch size (``torch.utils.data.DataLoader``'s and Keras's batches). With ``drop_last`` every epoch's
+incomplete tail is dropped, so batches never cross epochs either.
 """
 from __future__ import annotations
 
@@ -98,7 +100,7 @@ def check_batch_args(size: int, batch_size: Any, n_iters: Any, n_epochs: Any, dr
 
 
 def n_batches(size: int, batch_size: int, n_iters: int | None = None, n_epochs: int | None = None,
-              drop_last: bool = False) -> int | None:
+              drop_last: bool = False, whole_epochs: bool = False) -> int | None:
     """How many batches a generation yields; ``None`` when it is infinite."""
     check_batch_args(size, batch_size, n_iters, n_epochs, drop_last)
     if n_iters is not None:
@@ -107,16 +109,19 @@ def n_batches(size: int, batch_size: int, n_iters: int | None = None, n_epochs: 
         return None
     if drop_last:
         return int(n_epochs) * (size // batch_size)
+    if whole_epochs:
+        return int(n_epochs) * -(-size // batch_size)
     return -(-int(n_epochs) * size // batch_size)
 
 
 def gen_positions(size: int, batch_size: int, rng: np.random.Generator | None = None, n_iters: int | None = None,
-                  n_epochs: int | None = None, drop_last: bool = False) -> Iterator[np.ndarray]:
+                  n_epochs: int | None = None, drop_last: bool = False,
+                  whole_epochs: bool = False) -> Iterator[np.ndarray]:
     """Yield arrays of positions in ``range(size)``, one per batch, lazily (infinite without limits).
 
     Arguments are assumed checked by ``check_batch_args``; ``rng`` draws one permutation per epoch.
     """
-    take = PositionCursor(size, rng, n_epochs, drop_last).take
+    take = PositionCursor(size, rng, n_epochs, drop_last, whole_epochs).take
     if n_iters is None:
         positions = take(batch_size)
         while positions is not None:
@@ -135,12 +140,15 @@ class PositionCursor:
 
     ``gen_positions`` takes batches of one size; ``DatasetIndex.next_batch`` may change the size from call to
     call and the stream goes on (as batchflow's ``next_batch`` does). Without ``drop_last`` a batch takes the
-    tail of one epoch and the head of the next; with it, an epoch's tail shorter than the batch is dropped.
+    tail of one epoch and the head of the next; with it, an epoch's tail shorter than the batch is dropped; with
+    ``whole_epochs`` (and no ``drop_last``) that tail is a short batch of its own.
     """
 
-    def __init__(self, size: int, rng: np.random.Generator | None, n_epochs: int | None, drop_last: bool):
+    def __init__(self, size: int, rng: np.random.Generator | None, n_epochs: int | None, drop_last: bool,
+                 whole_epochs: bool = False):
         self._epochs = _epoch_orders(size, rng, n_epochs)
         self._order, self._start, self._drop_last = _EMPTY, 0, drop_last
+        self._whole_epochs = whole_epochs and not drop_last
 
     def _next_epoch(self) -> bool:
         order = next(self._epochs, None)
@@ -163,6 +171,13 @@ class PositionCursor:
             start = self._start
             self._start += batch_size
             return self._order[start:self._start]
+        if self._whole_epochs:
+            if start == len(self._order):
+                if not self._next_epoch():
+                    return None
+                return self.take(batch_size)
+            self._start = len(self._order)
+            return self._order[start:]
         parts, needed = [], batch_size
         while needed:
             if self._start == len(self._order) and not self._next_epoch():

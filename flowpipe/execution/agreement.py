@@ -1,21 +1,27 @@
-"""The ranks of a distributed job agree on what decides a run's batches before the first one.
+"""The ranks of a distributed job agree on what decides a run before its first batch.
 
-Every rank draws the same global batches only when every rank runs the same pipeline with the same batch size,
-epochs or iterations, ``drop_last``, shuffle and seed on the same index. A rank given other arguments (a typo,
-an environment variable) would train on other batches, silently or until a collective times out. So a run starts
-with one all-gather of each rank's terms (run arguments, dataset, actions and config, as the checkpoints'
-fingerprint writes them; config keys named ``device`` are left out, as each rank may name its own GPU there) and of
-its root seed: any difference raises ``ValueError`` on every rank, naming the
-ranks and their values; otherwise every rank takes rank 0's seed (the one the run drew, when none was given).
+Every rank draws the same global batches and trains the same model only when every rank runs the same pipeline with
+the same batch size, epochs or iterations, ``drop_last``, ``whole_epochs``, shuffle and seed on the same index, and
+the same config: a rank given other arguments or another config value (a typo, an environment variable) would train
+on other batches or with another learning rate, silently, or hang in a collective that another sharding layout does
+not join. So a run starts with one all-gather of each rank's root seed and the digest of its canonical description
+of the run (``canonical.py``: run arguments, dataset, the whole pipeline config, every key of every model config,
+evaluated, and every action with all its arguments; config keys named ``device`` or ``device_map`` are left out, as
+each rank may name its own GPU there). Only when the digests differ, a second all-gather brings the descriptions,
+and every rank raises ``ValueError`` naming each key that differs, its values and the ranks holding them; otherwise
+every rank takes rank 0's seed (the one the run drew, when none was given).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-from .checkpoint import stable_repr, fingerprint
+from .canonical import describe, differences, digest, flat, label
 
 __all__ = ['agree_on_run']
+
+#: config keys each rank may set to its own value
+OWN_KEYS = ('device', 'device_map')
 
 
 def agree_on_run(world: Any, pipeline: Any, args: Any, n_epochs: int | None, n_iters: int | None,
@@ -29,15 +35,15 @@ def agree_on_run(world: Any, pipeline: Any, args: Any, n_epochs: int | None, n_i
         seeds: this rank's root seed and whether it was given.
 
     Raises:
-        ValueError: the ranks differ in a term that decides the batches.
+        ValueError: the ranks differ in a term that decides the run.
     """
     if world is None:
         return seeds
     from ..parallel import distributed
     terms = _terms(pipeline, replace(args, n_epochs=n_epochs, n_iters=n_iters), world.size)
-    every = distributed.all_gather((seeds[0], terms))
-    lines = _differences([rank_terms for _, rank_terms in every])
-    if lines:
+    every = distributed.all_gather((seeds[0], digest(terms)))
+    if len({rank_digest for _, rank_digest in every}) > 1:     # every rank sees it: every rank gathers again
+        lines = _lines([flat(rank_terms) for rank_terms in distributed.all_gather(terms)])
         raise ValueError(f'Expected every rank of the distributed job to run the same pipeline on the same batches. '
                          f'Received: {"; ".join(lines)}. Give every rank the same run() arguments, dataset, actions '
                          f'and config (look for a value read from the environment or from the rank).')
@@ -45,39 +51,27 @@ def agree_on_run(world: Any, pipeline: Any, args: Any, n_epochs: int | None, n_i
 
 
 def _terms(pipeline: Any, args: Any, world_size: int) -> dict[str, Any]:
-    """The terms that decide the batches, by name: each run argument, the dataset, the config, the actions."""
-    saved = fingerprint(pipeline, args, world_size)
-    config = {key: value for key, value in pipeline.config.flatten().items()
-              if not (isinstance(key, str) and key.rsplit('/', 1)[-1] == 'device')}
-    return {**saved['run'], 'dataset': saved['dataset'], 'config': stable_repr(config), 'actions': saved['actions']}
+    """The run's canonical description without the config keys each rank may set on its own."""
+    terms = describe(pipeline, args, world_size)
+    terms['config'] = _shared(terms['config'])
+    terms['models'] = {name: _shared(config) for name, config in terms['models'].items()}
+    return terms
 
 
-def _differences(every: list[dict[str, Any]]) -> list[str]:
-    """One line per term on which the ranks differ: each value with the ranks that hold it."""
-    lines = []
-    for name in sorted(set().union(*every), key=lambda key: (key in ('dataset', 'config', 'actions'), key)):
-        values = [terms.get(name, '(not given)') for terms in every]
-        if len({repr(value) for value in values}) < 2:
-            continue
-        if name == 'actions':
-            lines.extend(_action_lines(values))
-        else:
-            lines.append(' vs '.join(f'{name}={value} on {_ranks(ranks)}' for value, ranks in _grouped(values)))
-    return lines
+def _shared(config: dict[str, str]) -> dict[str, str]:
+    return {path: value for path, value in config.items() if path.rsplit('/', 1)[-1] not in OWN_KEYS}
 
 
-def _action_lines(every: list[list[str]]) -> list[str]:
-    """The first action that differs, and the numbers of actions when they differ."""
-    lines = []
-    for position in range(max(len(actions) for actions in every)):
-        at = [actions[position] if position < len(actions) else '(none)' for actions in every]
-        if len(set(at)) > 1:
-            lines.append(' vs '.join(f'action #{position} {value} on {_ranks(ranks)}' for value, ranks in _grouped(at)))
-            break
-    counts = [len(actions) for actions in every]
-    if len(set(counts)) > 1:
-        lines.append(' vs '.join(f'{count} actions on {_ranks(ranks)}' for count, ranks in _grouped(counts)))
-    return lines
+def _lines(every: list[dict[tuple, str]]) -> list[str]:
+    """One line per key on which the ranks differ: each value with the ranks that hold it."""
+    return [' vs '.join(f'{_term(key, value)} on {_ranks(ranks)}' for value, ranks in _grouped(values))
+            for key, values in differences(every)]
+
+
+def _term(key: tuple, value: str) -> str:
+    if key[0] == 'action':
+        return f'{label(key)} {value}'
+    return f'{value} actions' if key[0] == 'actions' else f'{label(key)}={value}'
 
 
 def _grouped(values: list) -> list[tuple[Any, list[int]]]:

@@ -5,7 +5,9 @@ the run had completed. A file is written under a temporary name in the same fold
 over its final name (``os.replace``), so a crash while writing leaves the earlier files as they were and never a
 half-written file under a checkpoint's name. With ``Checkpoint(sharded=True)`` the models' weights and optimizer
 state are in a folder ``checkpoint-<batches>.shards`` beside the file (one shard per rank, written before the file
-and removed with it). Reading runs dill, which can execute code: read only checkpoints you trust.
+and removed with it). Reading is safe by default (``flowpipe.safe_pickle``: tensors, arrays, containers, flowpipe's
+models); a checkpoint whose variables hold objects of other classes is read with ``Checkpoint(..., trusted=True)``,
+which runs whatever code the file names: only for checkpoints you trust.
 """
 from __future__ import annotations
 
@@ -13,23 +15,20 @@ import numbers
 import os
 import re
 import shutil
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
-import dill
-
+from .. import safe_pickle
 from ..atomic import dump_atomically
-from ..errors import add_note
+from ..errors import UnsafeFileError, add_note
 from .nodes import CheckpointError
 
-__all__ = ['Checkpoint', 'FORMAT', 'as_checkpoint', 'differences', 'fingerprint', 'latest', 'latest_in', 'read',
-           'shards_of', 'shards_path', 'stable_repr', 'write']
+__all__ = ['Checkpoint', 'FORMAT', 'as_checkpoint', 'latest', 'latest_in', 'read', 'shards_of', 'shards_path',
+           'write']
 
 FORMAT = 'flowpipe-checkpoint'
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: the fingerprint is the run's canonical description (``canonical.py``)
 _NAME = re.compile(r'^checkpoint-(\d+)\.flowpipe$')
-_ADDRESS = re.compile(r' at 0x[0-9a-fA-F]+')
 
 
 @dataclass(frozen=True)
@@ -48,6 +47,8 @@ class Checkpoint:
         sharded: write the models' weights and optimizer state one shard per rank (``torch.distributed.checkpoint``)
             into a folder ``checkpoint-<batches>.shards`` beside the file, instead of gathering them into the file:
             for sharded models too big for one process.
+        trusted: read the checkpoint to resume from with dill, which runs any code it names (its variables may
+            hold objects of the user's own classes); by default it is read safely and such a file is refused.
     """
     path: str
     every: int | None = None
@@ -55,6 +56,7 @@ class Checkpoint:
     keep: int = 1
     on_interrupt: bool = True
     sharded: bool = False
+    trusted: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, (str, os.PathLike)) or not os.fspath(self.path):
@@ -65,8 +67,9 @@ class Checkpoint:
         if self.seconds is not None and (isinstance(self.seconds, bool) or not isinstance(self.seconds, numbers.Real)
                                          or not self.seconds > 0):
             raise ValueError(f"Expected seconds as a positive number or None. Received: seconds={self.seconds!r}")
-        if not isinstance(self.sharded, bool):
-            raise TypeError(f"Expected sharded as True or False. Received: sharded={self.sharded!r}")
+        for name in ('sharded', 'trusted'):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"Expected {name} as True or False. Received: {name}={getattr(self, name)!r}")
         if self.every is None and self.seconds is None:
             object.__setattr__(self, 'every', 1)
 
@@ -90,10 +93,11 @@ def as_checkpoint(value: Any) -> Checkpoint | None:
         try:
             return Checkpoint(**value)
         except TypeError as error:
-            raise TypeError(f"Expected checkpoint= as a dict of path, every, seconds, keep, on_interrupt, sharded. "
+            raise TypeError(f"Expected checkpoint= as a dict of path, every, seconds, keep, on_interrupt, sharded, "
+                            f"trusted. "
                             f"Received: {value!r} ({error})") from None
     if hasattr(value, 'path'):
-        fields = ('every', 'seconds', 'keep', 'on_interrupt', 'sharded')
+        fields = ('every', 'seconds', 'keep', 'on_interrupt', 'sharded', 'trusted')
         return Checkpoint(value.path, **{name: getattr(value, name) for name in fields if hasattr(value, name)})
     raise TypeError(f"Expected checkpoint= as a folder path, a dict or a Checkpoint(path, every=, seconds=, keep=). "
                     f"Received: checkpoint={value!r}")
@@ -162,11 +166,14 @@ def latest(source: str) -> str | None:
     return source if os.path.isfile(source) else latest_in(source)
 
 
-def read(path: str) -> dict:
-    """The checked contents of a checkpoint file; ``CheckpointError`` when it is corrupt or not a checkpoint."""
+def read(path: str, trusted: bool = False) -> dict:
+    """The checked contents of a checkpoint file; ``CheckpointError`` when it is corrupt or not a checkpoint,
+    ``UnsafeFileError`` when it names code other than torch's and flowpipe's models, unless ``trusted``."""
     try:
         with open(path, 'rb') as file:
-            payload = dill.load(file)
+            payload = safe_pickle.load(file, trusted)
+    except UnsafeFileError as error:
+        raise safe_pickle.unsafe(error, path, 'a checkpoint', "checkpoint=Checkpoint(folder, trusted=True)") from None
     except Exception as error:  # a truncated or foreign pickle raises many different types
         raise CheckpointError(f"Expected a flowpipe checkpoint file. Received: {path!r}, which cannot be read "
                               f"({type(error).__name__}: {error}). Delete it to resume from the one before.") from error
@@ -177,47 +184,3 @@ def read(path: str) -> dict:
         raise CheckpointError(f"Expected a checkpoint of format version {FORMAT_VERSION} or older. Received: "
                               f"{path!r}, version {payload.get('format_version')!r}. Upgrade flowpipe to read it.")
     return payload
-
-
-# ----- what must match to resume -----
-
-def stable_repr(value: Any) -> str:
-    """``repr`` without memory addresses (functions, objects), so it is the same in every process."""
-    return _ADDRESS.sub('', repr(value))
-
-
-def fingerprint(pipeline: Any, args: Any, world_size: int = 1) -> dict[str, Any]:
-    """What decides a run's batches besides its state: the actions, config, dataset, run arguments and the number
-    of processes of a distributed job."""
-    actions = [stable_repr(record) for record in pipeline.all_records()]
-    index = pipeline.dataset.index
-    ids = index.indices
-    data = ids.tobytes() if ids.dtype.kind in 'iuf' else repr(ids.tolist()).encode()
-    run = {'batch_size': args.batch_size, 'shuffle': args.shuffle, 'n_epochs': args.n_epochs,
-           'n_iters': args.n_iters, 'drop_last': args.drop_last, 'seed': args.seed, 'world_size': world_size,
-           **dict(args.extra)}
-    return {'actions': actions, 'config': stable_repr(dict(pipeline.config)),
-            'dataset': f'{type(pipeline.dataset).__name__} of {len(ids)} items (ids crc32 {zlib.crc32(data)})',
-            'run': {key: stable_repr(value) for key, value in run.items()}}
-
-
-def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """Readable lines naming what differs between two fingerprints (empty when they match)."""
-    lines = []
-    old, new = saved['actions'], now['actions']
-    for position in range(max(len(old), len(new))):
-        first = old[position] if position < len(old) else '(none)'
-        second = new[position] if position < len(new) else '(none)'
-        if first != second:
-            lines.append(f"action #{position}: checkpoint {first}, now {second}")
-            break
-    if len(old) != len(new):
-        lines.append(f"number of actions: checkpoint {len(old)}, now {len(new)}")
-    for key in ('config', 'dataset'):
-        if saved[key] != now[key]:
-            lines.append(f"{key}: checkpoint {saved[key]}, now {now[key]}")
-    for key in sorted(set(saved['run']) | set(now['run'])):
-        first, second = saved['run'].get(key, '(not given)'), now['run'].get(key, '(not given)')
-        if first != second:
-            lines.append(f"run argument {key}: checkpoint {first}, now {second}")
-    return lines

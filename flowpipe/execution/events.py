@@ -2,19 +2,28 @@
 
 It is the one place the run loop tells callbacks what happened: ``start`` before the first batch, ``batch_end``
 after each batch of the first stage (its stateful actions done), which also announces the epochs that batch ends
-(``EpochClock``), and ``end``. ``train/loss`` is the mean of the epoch's training losses: while callbacks listen,
-``train_model`` adds each step's loss (``TorchModel.last_loss``, a tensor) to ``pipeline.state.train_losses``, read
-as a float at the batch's end (a read per step, which a model's default ``nonfinite_loss`` check already waits for).
+(``EpochClock``), and ``end``. ``train/loss`` is the mean of the losses of the epoch's training steps taken: while
+callbacks listen, ``train_model`` adds each step's loss (``TorchModel.last_loss``, a tensor) to
+``pipeline.state.train_losses``, read as a float at the batch's end (a read per step, which a model's default
+``nonfinite_loss`` check already waits for), or ``None`` for a step skipped for a non-finite loss
+(``nonfinite_loss='skip'``), counted in ``train/skipped_steps`` instead (logged from the first epoch with such a
+step on).
 """
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Sequence
 
 from ..callbacks.base import Callback
+from ..errors import CheckpointError
+from ..rank0 import is_main
 from .epochs import EpochClock
 
-__all__ = ['TrainingRun', 'check_callbacks']
+__all__ = ['SKIPPED', 'TrainingRun', 'check_callbacks', 'summary_line']
+
+#: the logged count of the epoch's training steps skipped for a non-finite loss
+SKIPPED = 'train/skipped_steps'
 
 
 def check_callbacks(callbacks: Any) -> tuple:
@@ -41,22 +50,25 @@ class TrainingRun:
         callbacks: the ``Callback`` objects, called by their ``order`` then in this order.
         clock: where the run's epochs end.
         world: the ``World`` of a distributed job, or ``None``.
+        summary: print one line of the logs at each epoch end, on rank 0 (``write``: the bar's, set by the run).
     """
 
-    def __init__(self, pipeline: Any, callbacks: Sequence[Any], clock: EpochClock, world: Any = None):
+    def __init__(self, pipeline: Any, callbacks: Sequence[Any], clock: EpochClock, world: Any = None,
+                 summary: bool = False):
         self.pipeline, self.clock, self.world = pipeline, clock, world
+        self.summary, self.write = summary, print
         self.callbacks = sorted(callbacks, key=lambda callback: callback.order)
         # only the callbacks that listen to batch ends are called per batch: the others cost nothing there
         self._on_batch = [callback for callback in self.callbacks
                           if type(callback).on_batch_end is not Callback.on_batch_end]
-        self.is_main = world is None or world.rank == 0
+        self.is_main = world.rank == 0 if world is not None else is_main()
         self.step, self.epoch = 0, 0
         self.logs: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.stopped = False
         #: inside a batch's callbacks: a checkpoint taken now would hold some of them only
         self.busy = False
-        self._loss_sum, self._loss_count = 0.0, 0
+        self._loss_sum, self._loss_count, self._skipped = 0.0, 0, 0
         self._next_end = clock.end_step(0)
 
     def stop(self) -> None:
@@ -74,8 +86,9 @@ class TrainingRun:
         seq, self.step = self.step, self.step + 1
         losses = self.pipeline.state.train_losses
         if losses:
-            total = sum(float(loss) for loss in losses)
-            self._loss_sum, self._loss_count = self._loss_sum + total, self._loss_count + len(losses)
+            taken = [float(loss) for loss in losses if loss is not None]
+            self._loss_sum, self._loss_count = self._loss_sum + sum(taken), self._loss_count + len(taken)
+            self._skipped += len(losses) - len(taken)
             losses.clear()
         for callback in self._on_batch:
             callback.on_batch_end(self, batch)
@@ -91,7 +104,10 @@ class TrainingRun:
     def _epoch_end(self, epoch: int) -> None:
         mean = self._loss_sum / self._loss_count if self._loss_count else math.nan
         self.logs = {'epoch': epoch, 'step': self.step, 'train/loss': mean, **_learning_rates(self.pipeline)}
-        self._loss_sum, self._loss_count = 0.0, 0
+        # logged from the first epoch that skipped a step on: a run without skips keeps its columns
+        if self._skipped or (self.history and SKIPPED in self.history[-1]):
+            self.logs[SKIPPED] = self._skipped
+        self._loss_sum, self._loss_count, self._skipped = 0.0, 0, 0
         agreed = self.world is None
         for callback in self.callbacks:
             if not agreed and callback.order > 0:
@@ -100,6 +116,8 @@ class TrainingRun:
             callback.on_epoch_end(self, epoch)
         self.history.append(dict(self.logs))
         self.epoch = epoch + 1
+        if self.summary and self.is_main:
+            self.write(summary_line(self.logs, self.clock.n_epochs))
 
     def end(self) -> None:
         self.pipeline.state.train_losses = None
@@ -108,19 +126,63 @@ class TrainingRun:
 
     def state(self) -> dict:
         return {'step': self.step, 'epoch': self.epoch, 'history': [dict(logs) for logs in self.history],
-                'logs': dict(self.logs), 'stopped': self.stopped, 'loss': (self._loss_sum, self._loss_count),
-                'callbacks': [callback.state() for callback in self.callbacks]}
+                'logs': dict(self.logs), 'stopped': self.stopped,
+                'loss': (self._loss_sum, self._loss_count, self._skipped),
+                'callbacks': [(_kind(callback), _described(callback), callback.state())
+                              for callback in self.callbacks]}
 
     def load_state(self, state: dict) -> None:
         self.step, self.epoch, self.stopped = state['step'], state['epoch'], state['stopped']
         self.history, self.logs = [dict(logs) for logs in state['history']], dict(state['logs'])
-        self._loss_sum, self._loss_count = state['loss']
+        self._loss_sum, self._loss_count, self._skipped = state['loss']
         self._next_end = self.clock.end_step(self.epoch)
-        if len(state['callbacks']) != len(self.callbacks):
-            raise ValueError(f"Expected the {len(state['callbacks'])} callbacks the checkpoint was written with. "
-                             f"Received: {len(self.callbacks)}. Resume with the same callbacks= list.")
-        for callback, saved in zip(self.callbacks, state['callbacks']):
+        for callback, saved in zip(self.callbacks, matched_states(self.callbacks, state['callbacks'])):
             callback.load_state(saved)
+
+
+def _kind(callback: Any) -> str:
+    return f'{type(callback).__module__}.{type(callback).__qualname__}'
+
+
+def _described(callback: Any) -> str:
+    from .checkpoint import stable_repr
+    return stable_repr(callback)
+
+
+def matched_states(callbacks: Sequence[Any], saved: list) -> list:
+    """The saved state of each callback, matched by kind and description (``repr``), whatever the order of the
+    ``callbacks=`` list: two callbacks of one kind keep their own states. A callback without a saved state of its
+    kind, or a saved one left over, is a ``CheckpointError`` naming them."""
+    if saved and not isinstance(saved[0], tuple):         # a checkpoint of an earlier flowpipe: by position
+        saved = [(_kind(callback), _described(callback), state) for callback, state in zip(callbacks, saved)]
+    left, states = list(saved), []
+    for callback in callbacks:
+        kind, described = _kind(callback), _described(callback)
+        same = [entry for entry in left if entry[:2] == (kind, described)]
+        alike = [entry for entry in left if entry[0] == kind]
+        found = same[0] if same else alike[0] if len(alike) == 1 else None
+        if found is None:
+            break
+        left.remove(found)
+        states.append(found[2])
+    if len(states) != len(callbacks) or left:
+        raise CheckpointError(
+            f"Expected the callbacks the checkpoint was written with, in any order. Received: "
+            f"{[_described(callback) for callback in callbacks]}; the checkpoint has "
+            f"{[described for _, described, _ in saved]}. Resume with the same callbacks= (the same kinds and "
+            "arguments), or start afresh without resume=.")
+    return states
+
+
+def summary_line(logs: dict[str, Any], n_epochs: int | None) -> str:
+    """``epoch 3/10 – loss 0.4821 – lr 0.05 – val/accuracy 0.9375``: the epoch counted from 1, as Keras shows it,
+    then every other logged number (``train/loss`` as ``loss``) with 4 significant digits."""
+    epoch = logs['epoch'] + 1
+    parts = [f"epoch {epoch}/{n_epochs}" if n_epochs is not None else f"epoch {epoch}"]
+    for name, value in logs.items():
+        if name not in ('epoch', 'step') and isinstance(value, numbers.Real):
+            parts.append(f"{'loss' if name == 'train/loss' else name} {value:.4g}")
+    return ' – '.join(parts)
 
 
 def _distributed() -> Any:

@@ -155,6 +155,11 @@ def init(backend: str | None = None, timeout: Any = None) -> World | None:
             raise ValueError(f"Expected CUDA GPUs for the NCCL backend. Received: backend 'nccl' in {world} on a "
                              f"machine where torch sees no GPU. Use gloo (FLOWPIPE_DIST_BACKEND=gloo, or "
                              f"init('gloo')), or run the job where GPUs are visible.")
+        if world.local_size > count:
+            raise ValueError(f"Expected a GPU of its own for each rank under NCCL. Received: backend 'nccl' with "
+                             f"{world.local_size} ranks on this node and {count} GPU(s): NCCL refuses two ranks on "
+                             f"one GPU. Use gloo (FLOWPIPE_DIST_BACKEND=gloo, or init('gloo')), whose ranks may "
+                             f"share a GPU, or start at most {count} process(es) per node.")
         torch.cuda.set_device(world.local_rank % count)
     options = {'backend': chosen, 'rank': world.rank, 'world_size': world.size}
     limit = _timeout(timeout)

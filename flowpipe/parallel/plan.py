@@ -1,5 +1,6 @@
 """The frozen device plan: every form of ``device``, ``microbatch``, ``device_weights``, ``device_map``, ``amp``,
-``memory_format``, ``compile`` and ``pin_memory`` turned into one immutable object, once, by :func:`make_plan`.
+``memory_format``, ``compile``, ``pin_memory`` and ``randomness`` turned into one immutable object, once, by
+:func:`make_plan`.
 
 The plan is pure data plus pure arithmetic (which items go where); engines (``flowpipe.parallel.engines``)
 execute it. Its ``engine`` field names the kind of engine that runs it, chosen here from the flags
@@ -22,6 +23,8 @@ from typing import Any, Mapping, Sequence
 
 from .devices import LogicalDevice, cuda_device_count, parse_devices
 from .distributed import World
+from .item_random import DEFAULT as DEFAULT_RANDOMNESS, check_randomness, describe_randomness
+from .losses import describe_loss
 from .sharding import Sharding, make_sharding
 from .speed import check_amp, check_compile, check_memory_format, check_pin_memory, describe_speed
 from .split import Piece, chunk_sizes, shard_sizes, split_batch
@@ -54,6 +57,8 @@ class DevicePlan:
             keyword.
         sharding: how a distributed job shards the model (engine ``'sharded'``), or ``None``; in one process a
             sharding asked for is kept here, and the one device holds the whole model; by keyword.
+        randomness: how dropout draws its masks, ``'by_item'`` or ``'torch'`` (``flowpipe.parallel.item_random``);
+            by keyword.
     """
 
     devices: tuple[LogicalDevice, ...]
@@ -67,6 +72,7 @@ class DevicePlan:
     pin_memory: bool = field(default=False, kw_only=True)
     world: World | None = field(default=None, kw_only=True)
     sharding: Sharding | None = field(default=None, kw_only=True)
+    randomness: str = field(default=DEFAULT_RANDOMNESS, kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, str) or not self.engine:
@@ -104,17 +110,23 @@ class DevicePlan:
         return split_batch(batch_size, self.num_replicas, self.microbatch, self.device_weights)
 
     def describe(self, batch_size: int | None = None, *, parameter_bytes: int | None = None,
-                 buffer_bytes: int = 0, rank_bytes: Mapping[str, int | None] | None = None) -> str:
+                 buffer_bytes: int = 0, rank_bytes: Mapping[str, int | None] | None = None, loss: Any = None) -> str:
         """A few readable lines: devices, replicas per device, shard sizes, chunks and the weighting rule.
 
         With ``parameter_bytes`` (and ``buffer_bytes``) of the module, a device holding several replicas also
         shows what the copies cost there (``shared_device_memory``). ``rank_bytes``: what this rank holds of
         ``{'parameters': ..., 'gradients': ..., 'optimizer state': ...}`` under sharding (``None``: not known yet).
+        ``loss``: the loss of the steps (``losses.describe_loss``): the weighting rule is its normalizer's, and a
+        loss flowpipe cannot place gets one line saying it is exact only as a mean over items.
         """
+        divisor, caveat = describe_loss(loss) if loss is not None else (None, None)
         lines = [f'DevicePlan: {self._placement()}']
+        if caveat is not None and (self.num_replicas > 1 or self.microbatch or self.world is not None):
+            lines.append(f'  {caveat}')
         lines.extend(self._sharding_lines(rank_bytes))
         lines.extend(self.shared_device_memory(parameter_bytes, buffer_bytes))
         lines.extend(describe_speed(self))
+        lines.extend(describe_randomness(self.randomness, self.compile))
         if batch_size is None:
             return '\n'.join(lines)
         if batch_size == 0:
@@ -139,8 +151,10 @@ class DevicePlan:
             lines.append('  the whole batch in one piece; one optimizer step per batch')
         else:
             summed = 'gradients summed over the ranks' if self.world is not None else 'gradients summed'
-            lines.append(f'  loss of each piece weighted by piece_size / {batch_size}; '
-                         f'{summed}; one optimizer step per batch')
+            rule = (f'loss of each piece weighted by piece_size / {batch_size}' if divisor is None else
+                    f"each piece's loss summed and divided by the whole batch's normalizer ({divisor}), counted "
+                    f"before the split")
+            lines.append(f'  {rule}; {summed}; one optimizer step per batch')
         return '\n'.join(lines)
 
     def replicas_per_device(self) -> dict[str, int]:
@@ -293,7 +307,8 @@ def _distributed_plan(device: Any, chunk: int | None, device_weights: Any, devic
 def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = None, device_map: Any = None,
               amp: bool | str = False, *, memory_format: Any = None, compile: Any = None, pin_memory: Any = 'auto',
               num_gpus: int | None = None, world: World | None = None, sharding: Any = None,
-              sharding_units: Any = None, sharding_group: Any = None, sharding_offload: Any = False) -> DevicePlan:
+              sharding_units: Any = None, sharding_group: Any = None, sharding_offload: Any = False,
+              randomness: Any = None) -> DevicePlan:
     """Turn the user's flags into a frozen :class:`DevicePlan`, the engine kind included.
 
     The kind: ``'sharded'`` in a distributed job (``world``) with ``sharding``, ``'distributed'`` in one without,
@@ -318,6 +333,9 @@ def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = 
             plan and changes nothing (one device holds the whole model); with several devices it is an error.
             Under sharding ``amp=True`` on a GPU is ``'bfloat16'`` (FSDP's mixed precision: bfloat16 compute,
             float32 reduction); ``'float16'`` is refused.
+        randomness: ``'by_item'`` (dropout masks keyed by item: the same on every layout) or ``'torch'`` (torch's
+            generators, one stream per piece); ``None``: the default (``'torch'`` for a compiled model), see
+            ``flowpipe.parallel.item_random.check_randomness``.
 
     Raises:
         TypeError, ValueError: malformed flags; ``DeviceError``: a device that is not available.
@@ -327,6 +345,7 @@ def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = 
     shards = make_sharding(sharding, sharding_units, sharding_group, sharding_offload, world)
     options = {'amp': check_amp(amp, plan.devices), 'memory_format': check_memory_format(memory_format),
                'compile': check_compile(compile), 'pin_memory': check_pin_memory(pin_memory, plan.devices)}
+    options['randomness'] = check_randomness(randomness, options['compile'])
     if shards is not None:
         options.update(_sharded(plan, shards, amp, options['amp']))
     return dataclasses.replace(plan, **options)

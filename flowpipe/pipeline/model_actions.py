@@ -291,10 +291,13 @@ def _step(ctx: Context, method: str, name: str, args: tuple, kwargs: dict, save_
     if method == 'train' and getattr(model, 'decay', None) is not None:
         model.decay.epoch_items = ctx.epoch_items       # where a per-epoch schedule's epochs end
     losses = getattr(getattr(ctx.pipeline, 'state', None), 'train_losses', None) if method == 'train' else None
+    counted = losses is not None and isinstance(model, _default_class())
+    skipped = model.skipped_steps if counted else 0
     with stepping(ctx.batch):       # the distributed engine checks that every rank steps on the same global batch
         result = getattr(model, method)(*args, **kwargs)
-    if losses is not None and isinstance(model, _default_class()):
-        losses.append(model.last_loss)          # a run's callbacks log it; read at the batch's end
+    if counted:
+        # a run's callbacks log it (read at the batch's end); None: the step was skipped for a non-finite loss
+        losses.append(None if model.skipped_steps > skipped else model.last_loss)
     if save_to is not None:
         assign(save_to, result, ctx)
 
@@ -318,8 +321,9 @@ def save_model(ctx: Context, name: str, path: Any) -> None:
 
 
 @builtin()
-def load_model(ctx: Context, name: str, *args: Any, config: Mapping | None = None) -> None:
-    """Load the model ``name``: ``(name, path)`` or ``(name, model_class, path)``, once.
+def load_model(ctx: Context, name: str, *args: Any, config: Mapping | None = None, trusted: bool = False) -> None:
+    """Load the model ``name``: ``(name, path)`` or ``(name, model_class, path)``, once; read safely unless
+    ``trusted`` (``TorchModel.from_file``).
 
     With a path only, an existing built model loads the weights in place (keeping its devices); otherwise a new
     model is made from the file, its class and config, with ``config`` items (``device``...) overriding them.
@@ -338,10 +342,11 @@ def load_model(ctx: Context, name: str, *args: Any, config: Mapping | None = Non
             return
         current = ctx.models.get(name)
         if model_class is None and current is not None and not isinstance(current, PendingModel):
-            current.load(path)
+            current.load(path, trusted=trusted)
         else:
             from ..models.torch import io
-            current = ctx.models[name] = io.load(path, model_class=model_class, **dict(config or {}))
+            current = ctx.models[name] = io.load(path, model_class=model_class, trusted=trusted,
+                                                 **dict(config or {}))
         _loads(ctx.models)[name] = (weakref.ref(current), source)
 
 

@@ -270,19 +270,26 @@ class Pipeline(PipelineAliases):
             prefetch: int | None = None, lazy: bool = False, seed: int | None = None,
             profile: bool | None = None, reset: Any = None, target: str | None = None, notifier: Any = None,
             checkpoint: Any = None, resume: Any = None, callbacks: Any = None, workers: int | None = None,
+            deterministic: bool | str | None = None, whole_epochs: bool | None = None, summary: bool | None = None,
             **kwargs: Any) -> Pipeline:
         """Process every batch; returns the pipeline (a new one holding the arguments when ``lazy=True``).
 
-        Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one
-        epoch, no shuffling, ``drop_last=False``, no bar, no prefetch, fresh random seed, no profiling. With
-        ``prefetch > 0``, ``target='processes'`` processes the batches in worker processes instead of threads
-        (their changes to variables and models do not come back; see docs/pipelines.md); ``workers`` is the number
-        of worker threads or processes (default: ``prefetch``). ``notifier`` is
-        batchflow's name for ``bar``. ``checkpoint`` (a folder, or ``Checkpoint(path, every=, seconds=, keep=)``)
-        writes checkpoints as batches complete; ``resume=True`` (or a checkpoint's path) continues after the latest
-        one (see docs/pipelines.md#checkpoints). ``callbacks`` (``flowpipe.callbacks`` objects: validation, early
-        stopping, best checkpoints, loggers) hear of run start, batch ends, epoch ends and run end (see
-        docs/training.md). Extra keyword arguments go to the index's ``gen_batch``.
+        Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one epoch,
+        no shuffling, ``drop_last=False``, ``whole_epochs=False``, no bar, no prefetch, fresh random seed, no
+        profiling. With ``prefetch > 0``, ``target='processes'`` processes the batches in worker processes instead
+        of threads (their changes to variables and models do not come back; see docs/pipelines.md); ``workers`` is
+        the number of worker threads or processes (default: ``prefetch``). ``notifier`` is batchflow's name for
+        ``bar``. ``checkpoint`` (a folder, or ``Checkpoint(path, every=, seconds=, keep=)``) writes checkpoints as
+        batches complete; ``resume=True`` (or a checkpoint's path) continues after the latest one (see
+        docs/pipelines.md#checkpoints). ``callbacks`` (``flowpipe.callbacks`` objects: validation, early stopping,
+        best checkpoints, loggers) hear of run start, batch ends, epoch ends and run end (see docs/training.md);
+        with callbacks, rank 0 prints one line of each epoch's logged values unless ``summary=False``.
+        ``deterministic=True`` (or ``'warn'``) turns on torch's deterministic algorithms for the run, so that GPU
+        steps repeat bit for bit too (see docs/training.md#deterministic-gpu-runs). ``whole_epochs=True`` ends every
+        epoch with its own batch, short when the batch size does not divide the dataset, as
+        ``DataLoader(drop_last=False)`` and Keras do; by default (batchflow's batches) a batch may take the tail of
+        one epoch and the head of the next (see docs/pipelines.md#epochs). Extra keyword arguments go to the index's
+        ``gen_batch``.
         """
         from ..execution.run import RunArgs, run_pipeline
         bar = bar_or_notifier(bar, notifier)
@@ -296,8 +303,10 @@ class Pipeline(PipelineAliases):
                   bar: Any = None, prefetch: int | None = None, seed: int | None = None,
                   profile: bool | None = None, reset: Any = None, target: str | None = None,
                   notifier: Any = None, checkpoint: Any = None, resume: Any = None, callbacks: Any = None,
-                  workers: int | None = None, **kwargs: Any) -> Iterator[Any]:
-        """Yield processed batches; the arguments are those of ``run``.
+                  workers: int | None = None, deterministic: bool | str | None = None,
+                  whole_epochs: bool | None = None, summary: bool | None = None, **kwargs: Any) -> Iterator[Any]:
+        """Yield processed batches; the arguments are those of ``run`` (``deterministic``: torch's switches stay on
+        until the loop ends).
 
         With ``checkpoint``, the checkpoint of a batch is written when the loop asks for the next one (or leaves),
         so it holds what the loop's body did to the pipeline's variables and models; so are the callbacks called.
@@ -310,7 +319,8 @@ class Pipeline(PipelineAliases):
     def next_batch(self, batch_size: int | None = None, shuffle: bool | int | None = None,
                    n_epochs: int | None = None, n_iters: int | None = None, drop_last: bool | None = None,
                    prefetch: int | None = None, seed: int | None = None, reset: Any = None,
-                   target: str | None = None, workers: int | None = None, **kwargs: Any) -> Any:
+                   target: str | None = None, workers: int | None = None, whole_epochs: bool | None = None,
+                   **kwargs: Any) -> Any:
         """Process and return the next batch, continuing one iterator across calls.
 
         The iterator is infinite unless ``n_epochs`` or ``n_iters`` is given (then ``StopIteration`` ends it);

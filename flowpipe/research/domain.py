@@ -16,6 +16,7 @@ import numpy as np
 
 from ..config import Config
 from ..sampler import Sampler
+from .domain_checks import check_count, check_disjoint, check_values, check_weight
 
 __all__ = ['Alias', 'ConfigAlias', 'Domain', 'Option']
 
@@ -112,12 +113,18 @@ def _aliased_cube(options: dict) -> list:
     cube = []
     for name, values in options.items():
         if isinstance(values, _ARRAYS):
+            check_values(name, values)
             values = [Alias(value) for value in values]
         elif not isinstance(values, Sampler):
             raise TypeError(f"Expected the values of option {name!r} to be a list, tuple, array or Sampler. "
                             f"Received: {type(values).__name__} {values!r}.")
         cube.append((Alias(name), values))
     return cube
+
+
+def _joined(left: list, right: list, operator: str) -> list:
+    check_disjoint(left, right, operator)
+    return left + right
 
 
 def make_domain_rng(seed: Any) -> np.random.Generator:
@@ -182,18 +189,17 @@ class Domain:
         return result
 
     def __mul__(self, other: Any) -> Domain:
-        if isinstance(other, (int, float)) and not isinstance(other, bool):
+        if not isinstance(other, Domain):
+            check_weight(other)
             if np.isnan(other):
                 return self
             result = Domain(self)
             result.weights = np.where(np.isnan(result.weights), 1.0, result.weights) * other
             return result
-        if not isinstance(other, Domain):
-            raise TypeError(f"Expected a Domain or a number to multiply a Domain by. Received: {other!r}.")
         if not self.cubes or not other.cubes:
             return Domain(self if self.cubes else other)
         result = Domain()
-        result.cubes = [left + right for left, right in product(self.cubes, other.cubes)]
+        result.cubes = [_joined(left, right, '*') for left, right in product(self.cubes, other.cubes)]
         pairs = list(product(self.weights, other.weights))
         result.weights = np.array([np.nan if np.isnan(pair).all() else np.nanprod(pair) for pair in pairs])
         return result
@@ -206,7 +212,7 @@ class Domain:
             raise ValueError(f"Expected domains of the same length to pair with @. Received: {len(left.cubes)} "
                              f"and {len(right.cubes)} configs.")
         result = Domain()
-        result.cubes = [a + b for a, b in zip(left.cubes, right.cubes)]
+        result.cubes = [_joined(a, b, '@') for a, b in zip(left.cubes, right.cubes)]
         stacked = np.stack([left.weights, right.weights])
         result.weights = np.where(np.isnan(stacked).all(axis=0), np.nan, np.nanprod(stacked, axis=0))
         return result
@@ -247,9 +253,10 @@ class Domain:
         """Set how the iterator runs: ``n_items`` configs per pass (default: the domain's size), ``n_reps`` passes,
         ``repeat_each`` configs repeated at a time, the sampling ``seed``; ``additional`` adds ``repetition`` and
         ``updates`` to each config, ``create_id_prefix`` adds value codes for experiment ids."""
-        self.n_items = n_items or self.len
-        self.n_reps = n_reps
-        self.repeat_each = repeat_each or (self.n_items if self.n_items is not None else 100)
+        self.n_items = check_count('n_items', n_items, none=True) or self.len
+        self.n_reps = check_count('n_reps', n_reps)
+        self.repeat_each = check_count('repeat_each', repeat_each, none=True) or \
+            (self.n_items if self.n_items is not None else 100)
         self.n_produced, self.additional, self.create_id_prefix = produced, additional, create_id_prefix
         self.random_state = make_domain_rng(seed)
         for cube in self.cubes:

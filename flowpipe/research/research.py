@@ -18,6 +18,7 @@ import numpy as np
 from ..progress import make_progress
 from .devices import split_devices
 from .domain import ConfigAlias, Domain
+from .domain_checks import check_count, describe
 from .executor import experiment_id, experiment_seed
 from .experiment import Experiment
 from .jobs import Task
@@ -38,11 +39,12 @@ class Research:
     """A domain of configs, an experiment, and how many times each config runs.
 
     Args:
-        name: the research's folder (results with ``dump_results``; a run again under it resumes).
+        name: the research's folder (results with ``dump_results``; a run again under it resumes; a research over
+            another domain is refused there).
         domain: a ``Domain`` (or a dict of options); ``None`` runs one config with no options.
         experiment: an ``Experiment``; units may also be added to the research (``add_callable``...).
         n_configs: configs drawn from the domain (default: all of it; required for sampled domains to end).
-        n_reps: repetitions of each config. repeat_each: configs drawn before they are repeated.
+        n_reps: repetitions of each config (>= 1). repeat_each: configs drawn before they are repeated.
     """
 
     def __init__(self, name: str = 'research', domain: Any = None, experiment: Experiment | None = None,
@@ -50,7 +52,8 @@ class Research:
         self.name = name
         self.domain = Domain([[]]) if domain is None else Domain(domain) if isinstance(domain, dict) else domain
         self.experiment = experiment if experiment is not None else Experiment()
-        self.n_configs, self.n_reps, self.repeat_each = n_configs, n_reps, repeat_each
+        self.n_configs, self.n_reps = check_count('n_configs', n_configs, none=True), check_count('n_reps', n_reps)
+        self.repeat_each = check_count('repeat_each', repeat_each, none=True)
         self.entropy: int | None = None
         self.storage: ResearchStorage | None = None
         self.monitor = ResearchMonitor()
@@ -107,6 +110,7 @@ class Research:
         self.n_iters = 1 if n_iters is None and self.experiment.only_callables else n_iters
         self.workers, self.branches, self.devices = workers, branches, devices
         self.storage = ResearchStorage(self.name, dump_results, out, err, loglevel or 'info')
+        self.storage.check_same(describe(self.domain))
         self._seed(seed, dump_results, create_id_prefix)
         self._options = {'target': executor_target, 'debug': debug, 'finalize': finalize, 'profile': profile,
                          'loglevel': loglevel or 'info', 'redirect_stdout': bool(out), 'redirect_stderr': bool(err)}

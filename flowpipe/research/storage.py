@@ -3,6 +3,7 @@
 With ``dump_results`` the research's folder holds::
 
     research.dill                      the research (for Research.load) and its seed's entropy
+    domain.txt                         the domain's description: a run under the name with another is refused
     research.log                       the research's log
     stdout.txt, stderr.txt             the experiments' output (redirect 1 or 3)
     experiments/<id>/record.dill       results, config, log, exception: written atomically, last
@@ -52,6 +53,28 @@ class ResearchStorage:
         if not self.dump:
             return set()
         return {key for key, record in load_records(self.name).items() if not record.get('exception')}
+
+    def check_same(self, description: str) -> None:
+        """Refuse a folder that holds another research's experiments (other options: their results would mix in
+        this research's table, and their finished ids would be skipped); keep this research's ``description``."""
+        if not self.dump:
+            return
+        path = os.path.join(self.name, 'domain.txt')
+        stored = None
+        if os.path.exists(path):
+            with open(path, encoding='utf-8') as file:
+                stored = file.read()
+        elif not os.listdir(os.path.join(self.name, 'experiments')):
+            write_text_atomically(description, path)
+            return
+        if stored != description:
+            held = f"a research over the domain\n{stored}" if stored is not None else \
+                "experiments of a research whose domain it does not record"
+            raise ValueError(f"Expected the folder {self.name!r} to hold this research's experiments (a research run "
+                             f"again under its name resumes). Received: {held}while this research's domain is\n"
+                             f"{description}Run it under a new name (Research(name=...) or run(name=...)), resume "
+                             f"the stored one with Research.load({self.name!r}).run(...), or delete the folder "
+                             f"first (Research.remove({self.name!r})).")
 
     def info(self, message: str) -> None:
         """Add a line to the research's log (and its file)."""

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 
+from flowpipe import B, Dataset, I, ImagesBatch, Pipeline, V
 from flowpipe.expr import PerItem
 
 from .image_cases import hwc, make_batch, ragged, random_images
@@ -39,7 +40,15 @@ ACTIONS = [
     ('salt', {'p_noise': 0.1, 'size': 2}, 'keep', True, True),
     ('filter', {'mode': 'SHARPEN'}, 'keep', True, False),
     ('filter', {'mode': 'MedianFilter', 'size': 3}, 'keep', True, False),
+    ('random_resized_crop', {'size': (8, 6)}, 'keep', False, True),
+    ('random_resized_crop', {'size': 12, 'scale': (0.5, 1.0), 'mode': 'nearest'}, 'keep', False, True),
+    ('center_crop', {'size': (9, 7)}, 'keep', False, False),
+    ('center_crop', {'size': (16, 8)}, 'keep', False, False),
+    ('color_jitter', {'brightness': 0.5, 'contrast': 0.5, 'saturation': 0.5, 'hue': 0.2}, 'keep', True, True),
+    ('random_erasing', {'p': 1.0, 'scale': (0.1, 0.3), 'value': (9, 8, 7)}, 'keep', True, True),
 ]
+TORCHVISION = [(name, kwargs) for name, kwargs, *_ in ACTIONS
+               if name in ('random_resized_crop', 'center_crop', 'color_jitter', 'random_erasing')]
 IDS = [f"{name}-{i}" for i, (name, *_) in enumerate(ACTIONS)]
 
 
@@ -130,3 +139,57 @@ def test_per_item_values_in_mixed_forms_mean_the_same_as_one_array():
 def test_a_bad_per_item_value_is_named(values):
     with pytest.raises(ValueError, match=r'Expected angle as .* per item\. Received: angle='):
         make_batch(random_images(n=3)).rotate(PerItem(values))
+
+
+def seen_images(template, seed, prefetch):
+    dataset = Dataset(24, batch_class=ImagesBatch, preloaded={'images': random_images(n=24), 'labels': np.arange(24)})
+    pipeline = template << dataset
+    pipeline.run(6, n_epochs=1, seed=seed, prefetch=prefetch)
+    return pipeline.v('seen')
+
+
+@pytest.mark.parametrize('name, kwargs', TORCHVISION, ids=[f"{name}-{i}" for i, (name, _) in enumerate(TORCHVISION)])
+def test_torchvision_actions_are_lazy_and_the_same_whatever_the_prefetch(name, kwargs):
+    template = getattr(Pipeline().init_variable('seen', []), name)(**kwargs) \
+        .update(V('seen', mode='a'), B.images, use_lock=True)
+    assert len(template.actions) == 3                       # declared, nothing ran
+    reference = seen_images(template, 11, prefetch=0)
+    assert len(reference) == 4
+    for prefetch in (0, 3):
+        again = seen_images(template, 11, prefetch)
+        assert all(np.array_equal(a, b) for a, b in zip(reference, again))
+    other = seen_images(template, 12, prefetch=0)
+    random = name != 'center_crop'
+    assert any(not np.array_equal(a, b) for a, b in zip(reference, other)) == random
+
+
+class Stop(Exception):
+    """The failure the resume test injects."""
+
+
+STOP = {'at': None}
+
+
+def stop_at(number):
+    if number == STOP['at']:
+        raise Stop(f'batch {number}')
+
+
+def test_torchvision_actions_resume_to_the_images_of_the_uninterrupted_run(tmp_path):
+    template = (Pipeline().init_variable('seen', []).call(stop_at, I('c'))
+                .random_resized_crop(8).color_jitter(0.4, 0.4, 0.4, 0.1).random_erasing(p=0.5, value=(1, 2, 3))
+                .update(V('seen', mode='a'), B.images))
+    dataset = Dataset(24, batch_class=ImagesBatch, preloaded={'images': random_images(n=24), 'labels': np.arange(24)})
+    run = {'batch_size': 6, 'n_epochs': 2, 'shuffle': 3, 'seed': 11}
+    reference = template << dataset
+    reference.run(**run)
+    STOP['at'] = 5
+    try:
+        with pytest.raises(Stop):
+            (template << dataset).run(**run, checkpoint=tmp_path)
+    finally:
+        STOP['at'] = None
+    resumed = template << dataset
+    resumed.run(**run, checkpoint=tmp_path, resume=True)
+    assert len(reference.v('seen')) == len(resumed.v('seen')) == 8
+    assert all(np.array_equal(a, b) for a, b in zip(reference.v('seen'), resumed.v('seen')))

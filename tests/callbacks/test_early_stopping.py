@@ -50,3 +50,9 @@ def test_bad_arguments_and_a_missing_monitor_are_named():
         EarlyStopping(patience=-1)
     with pytest.raises(KeyError, match="monitor='val/acc'.*Validate"):
         feed(EarlyStopping('val/acc'), [1.0], monitor='val/loss')
+
+
+@pytest.mark.parametrize('min_delta', [float('nan'), float('inf'), -0.1])
+def test_a_min_delta_that_is_not_a_finite_number_is_refused(min_delta):
+    with pytest.raises(ValueError, match='min_delta as a finite number >= 0'):
+        EarlyStopping(min_delta=min_delta)

@@ -3,7 +3,9 @@ import pytest
 import torch
 
 from flowpipe.callbacks import ReduceLROnPlateau
+from flowpipe.pipeline.model_actions import PendingModel
 
+from ..execution import checkpoint_cases as cases
 from .fake_run import FakeRun, one_model_pipeline
 
 
@@ -33,3 +35,30 @@ def test_bad_arguments_are_named():
         ReduceLROnPlateau('net', factor=1.5)
     with pytest.raises(ValueError, match='cooldown'):
         ReduceLROnPlateau('net', cooldown=-1)
+
+
+def test_a_model_the_pipeline_does_not_have_is_refused_at_run_start():
+    train = cases.pipeline(devices=('CPU',), microbatch=None, augment=False)
+    with pytest.raises(ValueError, match=r"model_name='nett'; the pipeline's models: \['net'\]"):
+        train.run(**cases.RUN, callbacks=[ReduceLROnPlateau('nett', monitor='train/loss')])
+    assert isinstance(train.m('net'), PendingModel)          # refused before the first batch built the model
+    done = train.run(**cases.RUN, callbacks=[ReduceLROnPlateau('net', monitor='train/loss')])
+    assert done.m('net').iteration == 15
+    done.m('net').close()
+
+
+@pytest.mark.parametrize('name, value', [('threshold', -1), ('min_lr', float('inf')), ('eps', float('nan'))])
+def test_out_of_range_numbers_are_refused(name, value):
+    with pytest.raises(ValueError, match=f'{name} as a finite number >= 0'):
+        ReduceLROnPlateau('net', **{name: value})
+    with pytest.raises(TypeError, match='model_name'):
+        ReduceLROnPlateau(None)
+
+
+def test_models_declared_by_any_action_count_and_a_named_expression_leaves_the_check_to_the_run():
+    from flowpipe import C, Pipeline
+    from flowpipe.callbacks.base import model_names
+    train = cases.pipeline(devices=('CPU',), microbatch=None, augment=False)
+    declared = Pipeline().import_model('imported', train).load_model('loaded', 'net.model') @ 0.5
+    assert model_names(declared << train.dataset) == ['imported', 'loaded']
+    assert model_names(Pipeline().import_model(C('which'), train) << train.dataset) is None

@@ -6,15 +6,17 @@ from flowpipe.data.sampling import gen_positions
 from flowpipe.execution.epochs import EpochClock
 
 
-def _by_stream(size, batch_size, n_epochs, drop_last):
+def _by_stream(size, batch_size, n_epochs, drop_last, whole_epochs=False):
     """(epoch of the first item, epochs whose last item it holds) of each batch, by walking the drawn positions."""
     rng = np.random.default_rng(0)
     epoch_of_item = np.concatenate([np.full(size, epoch) for epoch in range(n_epochs)])
     out, start = [], 0
-    for positions in gen_positions(size, batch_size, rng, None, n_epochs, drop_last):
-        if drop_last:      # whole batches per epoch: the stream skips each dropped tail
-            per = size // batch_size
+    for positions in gen_positions(size, batch_size, rng, None, n_epochs, drop_last, whole_epochs):
+        if drop_last or whole_epochs:      # whole batches per epoch: each dropped tail skipped, or a short batch
+            per = size // batch_size if drop_last else -(-size // batch_size)
             seq = len(out)
+            assert len(positions) == (size - (per - 1) * batch_size if (seq + 1) % per == 0 and not drop_last
+                                      else batch_size)
             out.append((seq // per, [seq // per] if (seq + 1) % per == 0 else []))
             continue
         items = epoch_of_item[start:start + len(positions)]
@@ -26,9 +28,10 @@ def _by_stream(size, batch_size, n_epochs, drop_last):
 
 @pytest.mark.parametrize('size, batch_size, drop_last', [(10, 4, False), (10, 4, True), (10, 5, False),
                                                          (7, 3, False), (5, 12, False), (12, 12, True)])
-def test_epoch_ends_follow_the_stream(size, batch_size, drop_last):
-    clock = EpochClock(size, batch_size, drop_last, n_epochs=4)
-    expected = _by_stream(size, batch_size, 4, drop_last)
+@pytest.mark.parametrize('whole_epochs', [False, True])
+def test_epoch_ends_follow_the_stream(size, batch_size, drop_last, whole_epochs):
+    clock = EpochClock(size, batch_size, drop_last, n_epochs=4, whole_epochs=whole_epochs)
+    expected = _by_stream(size, batch_size, 4, drop_last, whole_epochs)
     got = [(clock.epoch_of(seq), list(clock.ended(seq))) for seq in range(len(expected))]
     assert got == expected
     assert sorted(epoch for _, ends in got for epoch in ends) == [0, 1, 2, 3]     # every epoch ends exactly once

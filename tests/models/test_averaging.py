@@ -208,3 +208,29 @@ def test_two_names_of_the_key_are_refused():
     options = {'start_iter': 1, 'last_iter': 5, 'frequency': 1}
     with pytest.raises(ValueError, match="Keep one"):
         TorchModel({**config(options), 'swa': options})
+
+
+def test_the_average_before_its_first_update_is_refused():
+    data = batches(4)
+    model = TorchModel(config({'start_iter': 3, 'last_iter': 10, 'frequency': 1}))
+    trained(model, data[:2])
+    with pytest.raises(ValueError, match='at least one update.*after training batch 3.*without use_averaged'):
+        model.predict(x=data[0][0], use_averaged=True)
+    trained(model, data[2:3])
+    with torch.no_grad():
+        expected = model.averaging.module(torch.as_tensor(data[0][0])).numpy()
+    np.testing.assert_array_equal(model.predict(x=data[0][0], use_averaged=True), expected)
+
+
+@pytest.mark.parametrize('averaging, match', [
+    ({'swalr': {'swa_lr': -1}}, 'swa_lr as a finite learning rate >= 0'),
+    ({'swalr': {'swa_lr': [0.1, float('nan')]}}, 'swa_lr as a finite learning rate >= 0'),
+    ({'swalr': {'anneal_epochs': 2}}, 'swa_lr as a finite learning rate >= 0'),
+    ({'ema_decay': 1.5}, "ema_decay only with avg_fn='ema'"),
+    ({'avg_fn': 'swa', 'ema_decay': 0.5}, "ema_decay only with avg_fn='ema'"),
+    ({'avg_fn': 'ema', 'ema_decay': float('nan')}, r'ema_decay as a number in \[0, 1\)'),
+    ({'start_iter': 5, 'last_iter': 5}, 'last_iter after the first update.*batch 5'),
+    ({'start_iter': 0, 'last_iter': 5, 'frequency': 10}, 'last_iter after the first update.*batch 10')])
+def test_out_of_range_options_are_refused(averaging, match):
+    with pytest.raises(ValueError, match=match):
+        TorchModel(config({'start_iter': 1, 'last_iter': 5, 'frequency': 1, **averaging}))

@@ -97,9 +97,14 @@ def kill_self(rank):
     return 'unreachable'
 
 
+def _jitter(image, rng):
+    return image + rng.normal(size=image.shape)
+
+
 def augment(batch_size, n_items=11):
-    """Random augmentations (rotation angles, ``p=`` choices, random crop origins, per-item ``P(R(...))``) of each
-    batch's items, as arrays per batch."""
+    """Random augmentations (rotation angles, ``p=`` choices, random crop origins, per-item ``P(R(...))``, a function
+    of ``apply_parallel`` given a per-item generator on the items ``p=`` picks) of each batch's items, as arrays per
+    batch."""
     from flowpipe import ImagesBatch
     rng = np.random.default_rng(1)
     images = rng.integers(0, 255, size=(n_items, 12, 12, 3)).astype(np.uint8)
@@ -110,6 +115,7 @@ def augment(batch_size, n_items=11):
                 .crop(origin='random', shape=(8, 8))
                 .multiply(multiplier=P(R('uniform', 0.5, 1.5)))
                 .to_array()
+                .apply_parallel(_jitter, src='images', p=0.6)
                 .update(V('out', mode='a'), B.images)) << data
     pipeline.run(batch_size, n_epochs=1, shuffle=True, seed=3)
     return [np.asarray(out) for out in pipeline.v('out')]

@@ -67,6 +67,16 @@ def test_nccl_without_a_gpu_is_a_clear_error_before_the_group_starts(no_job, mon
     assert not distributed._initialized()
 
 
+def test_nccl_with_more_ranks_on_the_node_than_gpus_is_a_clear_error(no_job, monkeypatch):
+    monkeypatch.setenv('WORLD_SIZE', '2')
+    monkeypatch.setenv('LOCAL_WORLD_SIZE', '2')
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
+    with pytest.raises(ValueError, match="Expected a GPU of its own for each rank under NCCL. Received: backend 'nccl' "
+                                         "with 2 ranks on this node and 1 GPU.*FLOWPIPE_DIST_BACKEND=gloo"):
+        distributed.init('nccl')
+    assert not distributed._initialized()
+
+
 def test_timeouts_in_seconds_or_timedelta(no_job, monkeypatch):
     assert distributed._timeout(None) is None
     assert distributed._timeout(2.5) == datetime.timedelta(seconds=2.5)

@@ -1,4 +1,5 @@
-"""Per-piece random streams: dropout in replica threads gives the same masks whatever the thread timing."""
+"""Per-piece random streams: dropout in replica threads gives the same masks whatever the thread timing (under
+'randomness': 'torch' and 'by_item'; what 'by_item' adds is in test_item_random.py)."""
 import copy
 import random
 import time
@@ -13,7 +14,6 @@ from flowpipe import B, V, Dataset, Pipeline
 from flowpipe.parallel import build_engine, make_plan
 from flowpipe.parallel.randomness import draw_step_seed, piece_random, piece_seed
 
-pytestmark = pytest.mark.timeout(120)
 CPU = torch.device('cpu')
 
 
@@ -30,8 +30,9 @@ def dropout_net():
     return nn.Sequential(nn.Linear(6, 32), Jitter(), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 3)).double()
 
 
-def train(devices, microbatch, seeds, net=None):
-    engine = build_engine(copy.deepcopy(net or dropout_net()), make_plan(devices, microbatch=microbatch))
+def train(devices, microbatch, seeds, net=None, randomness=None):
+    engine = build_engine(copy.deepcopy(net or dropout_net()),
+                          make_plan(devices, microbatch=microbatch, randomness=randomness))
     optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
     generator = torch.Generator().manual_seed(1)
     losses = []
@@ -74,29 +75,32 @@ def test_draw_step_seed_follows_torch_manual_seed():
     assert [draw_step_seed() for _ in range(3)] == first and len(set(first)) == 3
 
 
+@pytest.mark.parametrize('randomness', ['torch', 'by_item'])
 @pytest.mark.parametrize('devices, microbatch', [(['CPU:0', 'CPU:1'], 4), (['CPU:0', 'CPU:1', 'CPU:2'], None),
                                                  ('cpu', 4)])
-def test_replica_dropout_is_reproducible_with_given_seeds(devices, microbatch):
-    first = train(devices, microbatch, seeds=range(6))
-    second = train(devices, microbatch, seeds=range(6))
+def test_replica_dropout_is_reproducible_with_given_seeds(devices, microbatch, randomness):
+    first = train(devices, microbatch, seeds=range(6), randomness=randomness)
+    second = train(devices, microbatch, seeds=range(6), randomness=randomness)
     assert same(first, second)
-    assert not same(first, train(devices, microbatch, seeds=range(1, 7)))
+    assert not same(first, train(devices, microbatch, seeds=range(1, 7), randomness=randomness))
 
 
-def test_replica_dropout_is_reproducible_from_torch_manual_seed():
+@pytest.mark.parametrize('randomness', ['torch', 'by_item'])
+def test_replica_dropout_is_reproducible_from_torch_manual_seed(randomness):
     runs = []
     for _ in range(2):
         net = dropout_net()
         torch.manual_seed(42)
-        runs.append(train(['CPU:0', 'CPU:1'], 4, seeds=[None] * 6, net=net))
+        runs.append(train(['CPU:0', 'CPU:1'], 4, seeds=[None] * 6, net=net, randomness=randomness))
     assert same(*runs)
 
 
 def test_the_masks_are_those_of_the_piece_seeds():
-    """One piece on one device: the step's dropout mask is the one drawn from ``piece_seed(seed, 0, 0)``."""
+    """One piece on one device under 'randomness': 'torch': the step's dropout mask is the one drawn from
+    ``piece_seed(seed, 0, 0)``."""
     net = nn.Sequential(nn.Dropout(0.5)).double()
     net.register_parameter('scale', nn.Parameter(torch.ones((), dtype=torch.float64)))
-    engine = build_engine(net, make_plan('cpu'))
+    engine = build_engine(net, make_plan('cpu', randomness='torch'))
     optimizer = torch.optim.SGD(engine.parameters(), lr=0.0)
     inputs = torch.ones(8, 5, dtype=torch.float64)
     result = engine.train_step([inputs], [inputs], lambda out, target: (out * 0).sum() * net.scale, optimizer,

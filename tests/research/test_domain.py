@@ -68,3 +68,34 @@ def test_bad_options_raise():
 def test_empty_cube_gives_one_config():
     domain = Domain([[]])
     assert len(list(domain.iterator)) == 1
+
+
+@pytest.mark.parametrize('join', [lambda a, b: a * b, lambda a, b: a @ b, lambda a, b: (a * Domain(c=[5])) * b])
+def test_an_option_on_both_sides_of_a_product_or_a_pairing_is_refused(join):
+    with pytest.raises(ValueError, match=r"different options on each side.*\['a'\] on both sides.*'\+'"):
+        join(Domain(a=[1, 2]), Domain(a=[3, 4]))
+    assert [c['a'] for c in (Domain(a=[1, 2]) + Domain(a=[3])).iterator] == [1, 2, 3]    # chained: all of them
+
+
+def test_an_option_without_values_is_refused():
+    for empty in ([], (), np.array([])):
+        with pytest.raises(ValueError, match="at least one value for option 'a'"):
+            Domain(a=empty)
+
+
+@pytest.mark.parametrize('weight, error, match', [
+    (3, TypeError, r'the int 3, which reads as a count.*n_reps=3.*\(3.0\)'), (-0.5, ValueError, 'weight > 0'),
+    (0.0, ValueError, 'weight > 0'), (float('inf'), ValueError, 'weight > 0'), ('0.3', TypeError, 'float weight')])
+def test_weights_that_are_not_positive_floats_are_refused(weight, error, match):
+    with pytest.raises(error, match=match):
+        _ = Domain(a=[1]) * weight
+    with pytest.raises(error, match=match):
+        _ = weight * Domain(a=[1])
+    assert list((0.3 * Domain(a=[1]) + 0.7 * Domain(a=[2])).weights) == [0.3, 0.7]
+
+
+@pytest.mark.parametrize('kwargs, name', [({'n_reps': 0}, 'n_reps'), ({'n_items': 0}, 'n_items'),
+                                          ({'repeat_each': -1}, 'repeat_each'), ({'n_reps': 1.5}, 'n_reps')])
+def test_counts_below_one_are_refused(kwargs, name):
+    with pytest.raises(ValueError, match=f'{name} as an int >= 1'):
+        Domain(a=[1, 2]).set_iter_params(**kwargs)

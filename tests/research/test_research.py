@@ -142,6 +142,29 @@ def test_a_domain_of_samplers_only_needs_n_configs_and_says_so_before_anything_r
     assert len(calls) == 3 and len(set(calls)) == 3
 
 
+@pytest.mark.parametrize('kwargs, name', [({'n_reps': 0}, 'n_reps'), ({'n_configs': 0}, 'n_configs'),
+                                          ({'repeat_each': 0}, 'repeat_each')])
+def test_counts_below_one_are_refused(kwargs, name):
+    with pytest.raises(ValueError, match=f'{name} as an int >= 1'):
+        Research(domain=Option('x', [1, 2]), **kwargs)
+
+
+def test_another_research_under_an_existing_name_is_refused_and_the_same_one_resumes(tmp_path):
+    name = str(tmp_path / 'r')
+    first = make(name).run(n_iters=1, parallel=False, bar=False)
+    other = Research(name=name, domain=Domain(x=[1, 3], y=[10, 20])).add_callable(
+        'add', add, x=EC('x'), y=EC('y')).save(O('add'), 'sum')
+    with pytest.raises(ValueError, match=r"(?s)Expected the folder .*r' to hold this research's experiments.*"
+                                         r"x=\[1, 2\] \* y=\[10, 20\].*x=\[1, 3\].*new name.*Research.load"):
+        other.run(n_iters=1, parallel=False, bar=False)
+    assert rows(Research.load(name)) == rows(first)            # the folder is as the first research left it
+    again = make(name).run(n_iters=1, parallel=False, bar=False)       # the same domain: it resumes
+    assert again.monitor.finished == 0 and rows(again) == rows(first)
+    assert Research.load(name).run(n_iters=1, parallel=False, bar=False).monitor.finished == 0
+    renamed = other.run(name=str(tmp_path / 'r2'), n_iters=1, parallel=False, bar=False)
+    assert sorted(row[0] for row in rows(renamed)) == [1, 1, 3, 3]
+
+
 def test_results_before_run_raise():
     with pytest.raises(ValueError, match='has not run'):
         _ = Research().results

@@ -6,22 +6,28 @@ A config's ``'weights_averaging': {'start_iter': 10, 'last_iter': 100, 'frequenc
 takes the averaged weights (and buffers) and the optimizer's state (momenta) starts afresh: from then on the model
 trains, predicts and saves with the average, as batchflow's ``finalize_wa`` makes it. Keys:
 
-- ``start_iter``, ``last_iter``, ``frequency``: required, as in batchflow;
+- ``start_iter``, ``last_iter``, ``frequency``: required, as in batchflow; ``last_iter`` must come after the first
+  update (batch ``start_iter``, or ``frequency`` when ``start_iter`` is 0), or the network would take the copy it
+  was made with;
 - ``avg_fn``: ``'swa'`` (or ``'stochastic'``, the default: every update counts equally), ``'ema'`` (or
   ``'exponential'``: ``average = ema_decay * average + (1 - ema_decay) * weights``), or a callable
   ``(averaged_param, model_param, num_averaged) -> new averaged_param`` (torch's ``avg_fn``);
-- ``ema_decay``: the weight of the old average under ``'ema'``; 0.1 by default, batchflow's fixed value;
+- ``ema_decay``: the weight of the old average under ``'ema'``, in ``[0, 1)``; 0.1 by default, batchflow's fixed
+  value; refused with any other ``avg_fn`` (it would be ignored);
 - ``use_buffers``: average the buffers too (torch's ``use_buffers``); by default they follow the network's;
 - ``swalr``: keyword arguments of ``torch.optim.swa_utils.SWALR`` (``{'swa_lr': 0.01, 'anneal_epochs': 5}``): made
-  on the optimizer with the model and stepped after every update of the average.
+  on the optimizer with the model and stepped after every update of the average; ``swa_lr`` is required, finite
+  and ``>= 0``.
 
 The average lives beside the network (a copy on the same devices) and updates after the optimizer step, from the
 primary's parameters: every replica and every rank of a distributed job holds the same weights, so every rank's
-average is the same. ``TorchModel.predict(..., use_averaged=True)`` predicts with it; model files and run checkpoints
-carry it (``state`` / ``load_state``).
+average is the same. ``TorchModel.predict(..., use_averaged=True)`` predicts with it, once it holds an update (before
+the first one it is the network as it was made: refused); model files and run checkpoints carry it (``state`` /
+``load_state``).
 """
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
@@ -87,17 +93,35 @@ def _check_count(key: str, name: str, value: Any, low: int) -> int:
 
 
 def _average_function(key: str, avg_fn: Any, ema_decay: Any) -> Callable | None:
+    ema = avg_fn in ('ema', 'exponential')
+    if ema_decay is not None and not ema:
+        raise ValueError(f"Expected {key}/ema_decay only with avg_fn='ema' (the weight of the old average there). "
+                         f"Received: ema_decay={ema_decay!r} with avg_fn={avg_fn!r}, which would ignore it. Set "
+                         "'avg_fn': 'ema', or leave ema_decay out.")
     if avg_fn in (None, 'swa', 'stochastic'):
         return None
-    if avg_fn in ('ema', 'exponential'):
+    if ema:
+        ema_decay = 0.1 if ema_decay is None else ema_decay
         if isinstance(ema_decay, bool) or not isinstance(ema_decay, numbers.Real) or not 0 <= ema_decay < 1:
             raise ValueError(f"Expected {key}/ema_decay as a number in [0, 1) (the old average's weight). Received: "
-                             f"ema_decay={ema_decay!r}.")
+                             f"ema_decay={ema_decay!r}. Use e.g. 0.1 (batchflow's) or 0.999 for a slow average.")
         return Ema(float(ema_decay))
     if callable(avg_fn):
         return avg_fn
     raise ValueError(f"Expected {key}/avg_fn as 'swa', 'ema' or a callable (averaged, current, num_averaged). "
                      f"Received: avg_fn={avg_fn!r}.")
+
+
+def _check_swalr(key: str, swalr: Mapping) -> Mapping:
+    """``swalr`` with a learning rate ``swa_lr`` (a number, or one per parameter group) that is finite and >= 0."""
+    rates = swalr.get('swa_lr')
+    listed = rates if isinstance(rates, (list, tuple)) else [rates]
+    wrong = [rate for rate in listed if isinstance(rate, bool) or not isinstance(rate, numbers.Real)
+             or not math.isfinite(rate) or rate < 0]
+    if 'swa_lr' not in swalr or wrong or not listed:
+        raise ValueError(f"Expected {key}/swalr/swa_lr as a finite learning rate >= 0 (or one per parameter group): "
+                         f"the rate SWALR anneals to. Received: swalr={dict(swalr)!r}. Use e.g. {{'swa_lr': 0.01}}.")
+    return swalr
 
 
 class WeightAveraging:
@@ -112,11 +136,16 @@ class WeightAveraging:
     """
 
     def __init__(self, engine: Any, optimizer: torch.optim.Optimizer, *, start_iter: int, last_iter: int,
-                 frequency: int, avg_fn: Any = 'swa', ema_decay: float = 0.1, use_buffers: bool = False,
+                 frequency: int, avg_fn: Any = 'swa', ema_decay: float | None = None, use_buffers: bool = False,
                  swalr: Mapping | None = None, key: str = 'weights_averaging'):
         self.start_iter = _check_count(key, 'start_iter', start_iter, 0)
-        self.last_iter = _check_count(key, 'last_iter', last_iter, self.start_iter)
         self.frequency = _check_count(key, 'frequency', frequency, 1)
+        self.last_iter = _check_count(key, 'last_iter', last_iter, 0)
+        if self.last_iter <= self.first_update:
+            raise ValueError(f"Expected {key}/last_iter after the first update of the average (training batch "
+                             f"{self.first_update}), so that the network takes an average of something. Received: "
+                             f"last_iter={last_iter!r} with start_iter={start_iter!r}, frequency={frequency!r}. "
+                             f"Set last_iter > {self.first_update}.")
         if not isinstance(use_buffers, bool):
             raise TypeError(f"Expected {key}/use_buffers as a bool. Received: {use_buffers!r}.")
         self.engine, self.optimizer = engine, optimizer
@@ -125,9 +154,26 @@ class WeightAveraging:
         if swalr is not None and not isinstance(swalr, Mapping):
             raise TypeError(f"Expected {key}/swalr as a dict of SWALR's arguments. Received: {swalr!r}. Use e.g. "
                             f"{{'swa_lr': 0.01}}.")
-        self.swalr = None if swalr is None else SWALR(optimizer, **swalr)
+        self.swalr = None if swalr is None else SWALR(optimizer, **_check_swalr(key, swalr))
         self.iterations: list[int] = []
         self.finalized = False
+
+    @property
+    def first_update(self) -> int:
+        """The training batch (1-based) after which the average is first updated."""
+        return self.start_iter if self.start_iter >= 1 else self.frequency
+
+    @property
+    def updated(self) -> bool:
+        """Whether the average holds at least one update (before it, it is the network as it was made)."""
+        return int(self.averaged.n_averaged) > 0
+
+    def _check_updated(self, use: str) -> None:
+        if not self.updated:
+            raise ValueError(f"Expected an average with at least one update for {use}. Received: none yet (the "
+                             f"first comes after training batch {self.first_update}; updates so far: "
+                             f"{self.iterations}): it would be the network as it was made. Train past batch "
+                             f"{self.first_update} first, or predict without use_averaged.")
 
     @property
     def module(self) -> nn.Module:
@@ -148,6 +194,7 @@ class WeightAveraging:
     def finalize(self, iteration: int) -> None:
         """The network takes the averaged weights and buffers (on every replica) and the optimizer's state starts
         afresh, as batchflow's new optimizer does."""
+        self._check_updated(f'the network to take it after batch {iteration}')
         network = self.engine.module
         targets = [*network.parameters(), *network.buffers()]
         sources = [*self.module.parameters(), *self.module.buffers()]
@@ -161,6 +208,7 @@ class WeightAveraging:
     def predict(self, inputs: list[torch.Tensor]) -> Any:
         """The averaged network's outputs for a batch (evaluation mode, no gradients), micro-batch by micro-batch on
         the primary device, under the engine's autocast."""
+        self._check_updated('predict(use_averaged=True)')
         engine = self.engine
         batch = engine.prepare(inputs, ())
         device = engine.devices[0]

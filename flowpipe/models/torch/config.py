@@ -11,8 +11,8 @@ Keys read here (everything else is kept for the network classes, e.g. ``body/fil
   (``TorchModel`` checks them, the engine clips).
 - ``callbacks``: batchflow's model callbacks, called after every training step (``flowpipe.models.torch.callbacks``).
 - ``device``, ``microbatch``, ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile``,
-  ``pin_memory``, ``sharding``, ``sharding_units``, ``sharding_group``, ``sharding_offload``: passed to
-  ``flowpipe.parallel`` (sharding: ``flowpipe.parallel.sharding``).
+  ``pin_memory``, ``sharding``, ``sharding_units``, ``sharding_group``, ``sharding_offload``, ``randomness``: passed
+  to ``flowpipe.parallel`` (sharding: ``flowpipe.parallel.sharding``; randomness: ``flowpipe.parallel.item_random``).
 - ``model``: a ready ``nn.Module`` (or a class / zero-argument callable that makes one).
 - ``profile``: time every training step per torch operation (``TorchModel.show_profile_info``).
 - ``nonfinite_loss``: what a nan or inf training loss does (``flowpipe.models.torch.checks``).
@@ -42,9 +42,9 @@ __all__ = ['TOP_KEYS', 'ModelSpec', 'as_dtype', 'flat_paths', 'get_path', 'nest'
 TOP_KEYS = ('amp', 'batch_norm', 'benchmark', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common',
             'compile', 'decay', 'device', 'device_map', 'device_weights', 'dtype', 'gradient_clipping', 'head',
             'init_weights', 'initial_block', 'inputs', 'loss', 'memory_format', 'microbatch', 'model', 'name',
-            'nonfinite_loss', 'optimizer', 'pin_memory', 'placeholder_batch_size', 'profile', 'sam_individual_norm',
-            'sam_rho', 'sharding', 'sharding_group', 'sharding_offload', 'sharding_units', 'swa', 'wa',
-            'weights_averaging')
+            'nonfinite_loss', 'optimizer', 'pin_memory', 'placeholder_batch_size', 'profile', 'randomness',
+            'sam_individual_norm', 'sam_rho', 'sharding', 'sharding_group', 'sharding_offload', 'sharding_units',
+            'swa', 'wa', 'weights_averaging')
 #: Where a few keys that are often put at the top level belong.
 _KEY_HINTS = {'lr': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
               'learning_rate': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
