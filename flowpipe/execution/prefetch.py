@@ -251,6 +251,10 @@ class Prefetcher(Node):
             if self._processes is not None:          # workers may be deep in a long item: stop them, not wait
                 self._processes.close(wait=False)
             raise
+        except Exception:
+            if self._processes is not None:          # a failed run: no worker goes on with its items afterwards
+                self._processes.end_run(wait=True)
+            raise
         finally:
             self.close()
 

@@ -6,16 +6,21 @@ block has no name in ``/dev/shm``, and lives as long as some process maps it); t
 ``loads_shared`` maps the blocks in the caller: the arrays come back without a copy, each with its type (numpy
 stays numpy, a tensor stays a tensor), dtype, shape, strides and storage offset, so a channels-last tensor or a
 flipped (negative-stride) array keeps its layout. Smaller arrays travel as bytes, with the same layout.
+
+``fingerprint(obj)`` is a digest of what ``dill`` writes for ``obj``, its large arrays hashed where they lie
+instead of copied into a pickle: a worker's copy of an object (a pipeline's dataset) is current while its
+fingerprint is the one it was sent with.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 from typing import Any
 
 import dill
 import numpy as np
 
-__all__ = ['SHARED_MIN_BYTES', 'dumps_shared', 'loads_shared']
+__all__ = ['SHARED_MIN_BYTES', 'dumps_shared', 'fingerprint', 'loads_shared']
 
 # Below this, mapping a block (a file descriptor passed over a socket) costs more than copying the bytes.
 SHARED_MIN_BYTES = 64 * 1024
@@ -31,6 +36,44 @@ def dumps_shared(obj: Any) -> bytes:
 def loads_shared(payload: bytes) -> Any:
     """The object of a ``dumps_shared`` payload; its arrays map the shared blocks."""
     return dill.loads(payload)
+
+
+def fingerprint(obj: Any) -> bytes:
+    """A SHA-1 digest of everything ``dill.dumps(obj, recurse=True)`` writes, numpy arrays and CPU tensors of at
+    least ``SHARED_MIN_BYTES`` hashed in place (their bytes, dtype, shape and strides) rather than copied: one pass
+    over the data. Any change to what ``obj`` pickles to changes it (barring a SHA-1 collision); equal objects
+    may differ (a set pickled in another order), which only costs a resend."""
+    digest = hashlib.sha1()
+    _HashingPickler(_DigestFile(digest), digest).dump(obj)
+    return digest.digest()
+
+
+class _DigestFile:
+    def __init__(self, digest: Any):
+        self.write = digest.update
+
+
+class _HashingPickler(dill.Pickler):
+    def __init__(self, file: Any, digest: Any):
+        super().__init__(file, recurse=True)
+        self.digest = digest
+
+    def reducer_override(self, obj: Any) -> Any:
+        array = obj if type(obj) is np.ndarray and obj.dtype.kind not in 'OV' else None
+        torch = _torch()
+        if array is None and torch is not None and type(obj) is torch.Tensor and _plain(obj):
+            try:
+                array = obj.numpy()
+            except TypeError:               # a dtype numpy lacks (bfloat16): pickled as it is
+                return NotImplemented
+        if array is None or array.nbytes < SHARED_MIN_BYTES:
+            return NotImplemented
+        self.digest.update(np.ascontiguousarray(array).data)
+        return _hashed_array, (type(obj).__name__, array.dtype.str, array.shape, array.strides)
+
+
+def _hashed_array(*layout: Any) -> None:
+    """Stands for an array in a fingerprint (never unpickled)."""
 
 
 class _SharedPickler(dill.Pickler):

@@ -3,9 +3,10 @@
 A pipeline keeps one pool in its state (``PipelineState.workers``) from its first ``target='processes'`` run until
 it is dropped, ``reset('iter')`` or a run asks for another number of workers; the spawn and the imports (torch
 takes seconds) are paid once, not per epoch or per run. Each run sends every worker it uses, once, a dill copy
-of its process function (the first stage's runner: dataset, config, variables and models as they are when the
-run starts); then only item numbers and sub-indices go out, and batches come back through ``shared.py``: their
-arrays in shared memory, mapped by the caller without a copy.
+of its process function (the first stage's runner: config, variables and models as they are when the run
+starts); the dataset goes once for the pool's life, and again when a run finds it changed (its fingerprint,
+``shared.fingerprint``: arrays changed in place included); then only item numbers and sub-indices go out, and
+batches come back through ``shared.py``: their arrays in shared memory, mapped by the caller without a copy.
 
 Workers are started with ``'spawn'`` while ``__main__`` looks like an interactive session's, so that they never
 re-run the user's script (no ``if __name__ == '__main__'`` needed); functions and classes of ``__main__`` or of a
@@ -21,6 +22,7 @@ import os
 import queue
 import sys
 import threading
+import time
 import traceback
 import weakref
 from collections.abc import Callable
@@ -29,7 +31,8 @@ from typing import Any, Iterator
 import dill
 
 from ..errors import add_note
-from .shared import dumps_shared, loads_shared
+from ..lifeline import watch_caller
+from .shared import dumps_shared, fingerprint, loads_shared
 
 __all__ = ['WorkerPool', 'dump_error', 'hidden_main']
 
@@ -44,11 +47,11 @@ _RUNS = itertools.count()
 class WorkerPool:
     """``workers`` processes, each with its own task queue, and one result queue.
 
-    ``keep(obj)`` makes ``obj`` travel to each worker once for the life of the pool: the runs' payloads refer to
+    ``keep(obj)`` makes ``obj`` travel to each worker once, and again after it changed: the runs' payloads refer to
     it instead of carrying it (a pipeline's dataset, which is part of its definition and can be large).
     ``start_run(process)`` begins a run (a new run number; results of earlier runs still on their way are dropped),
     ``submit(seq, item)`` sends item ``seq`` to the least busy worker, ``get(timeout)`` returns the next
-    ``(seq, error, result)`` of the current run, ``end_run()`` ends it (``in_use`` says whether a run is on).
+    ``(seq, error, result)`` of the current run, ``end_run(wait)`` ends it (``in_use`` says whether a run is on).
     ``close()`` stops the workers; a pool nobody holds is closed when collected.
 
     Args:
@@ -75,6 +78,7 @@ class WorkerPool:
         self.in_use = False
         self._kept: dict[int, Any] = {}              # id -> object, held so that no other object takes its id
         self._kept_sent: set[tuple[int, int]] = set()
+        self._kept_marks: dict[int, tuple[bytes, bytes | None]] = {}     # id -> (fingerprint, its dill payload)
         # Registered first: workers started before a failure (or Ctrl-C) among the others are stopped too.
         self._finalizer = weakref.finalize(self, _stop, self._processes, self._tasks, self._results, self._current)
         try:
@@ -91,8 +95,14 @@ class WorkerPool:
         return not self._finalizer.alive
 
     def keep(self, obj: Any) -> None:
-        """Send ``obj`` to each worker once (with its first item of a run); payloads then refer to it by id."""
-        self._kept.setdefault(id(obj), obj)
+        """Send ``obj`` to each worker with its first item of a run, unless the worker has it as it is now (same
+        fingerprint: one pass over its arrays, no copy); payloads then refer to it by id."""
+        key = id(obj)
+        self._kept.setdefault(key, obj)
+        mark = fingerprint(obj)
+        if self._kept_marks.get(key, (None,))[0] != mark:
+            self._kept_marks[key] = (mark, None)
+            self._kept_sent = {sent for sent in self._kept_sent if sent[1] != key}
 
     def start_run(self, process: Callable[[int, Any], Any]) -> None:
         """Begin a run whose items go through ``process``; it reaches each worker with that worker's first item."""
@@ -113,9 +123,9 @@ class WorkerPool:
         """Send item ``seq`` of the current run to the worker with the fewest items in flight."""
         worker = min(range(self.workers), key=self._busy.__getitem__)
         if worker not in self._sent:
-            for key, obj in self._kept.items():
+            for key in self._kept:
                 if (worker, key) not in self._kept_sent:
-                    self._tasks[worker].put(('keep', key, dill.dumps(obj, recurse=True)))
+                    self._tasks[worker].put(('keep', key, self._kept_payload(key)))
                     self._kept_sent.add((worker, key))
             self._tasks[worker].put(('run', self._run, self._payload, self._threads))
             self._sent.add(worker)
@@ -123,17 +133,25 @@ class WorkerPool:
         self._busy[worker] += 1
         self._owner[seq] = worker
 
+    def _kept_payload(self, key: int) -> bytes:
+        """The kept object's dill bytes, pickled once per change for all the workers."""
+        mark, payload = self._kept_marks.get(key, (None, None))
+        if payload is None:
+            payload = dill.dumps(self._kept[key], recurse=True)
+            self._kept_marks[key] = (mark, payload)
+        return payload
+
     def get(self, timeout: float = _POLL_SECONDS) -> tuple[int, BaseException | None, Any] | None:
         """The next ``(seq, error, result)`` of the current run, or ``None`` after ``timeout`` seconds without one.
 
         Raises ``RuntimeError`` when a worker process has died (killed, out of memory, a crash in C code).
         """
         while True:
-            try:
-                run, seq, ok, payload = self._results.get(timeout=timeout)
-            except queue.Empty:
+            message = _receive(self._results, timeout)
+            if message is None:
                 self._check_alive()
                 return None
+            run, seq, ok, payload = message
             if run != self._run:
                 _discard(ok, payload)
                 continue
@@ -142,9 +160,27 @@ class WorkerPool:
                 self._busy[worker] -= 1
             return (seq, *_decode(ok, payload))
 
-    def end_run(self) -> None:
-        """Forget the current run: its results still to come are dropped, and their shared blocks freed."""
+    def end_run(self, wait: bool = False) -> None:
+        """Forget the current run: its results still to come are dropped, and their shared blocks freed.
+
+        ``wait`` (a failed run): first take in the replies to the items still in the workers' hands (the one being
+        processed is finished, the queued ones skipped), so that no worker goes on with the run after it ended;
+        as long as the workers live, and ``_STOP_SECONDS`` at most after the last reply.
+        """
+        run, outstanding = self._run, set(self._owner)
         self._run, self._current.value, self.in_use = None, -1, False
+        quiet_since = time.monotonic()
+        while wait and outstanding and not self.closed and time.monotonic() - quiet_since < _STOP_SECONDS:
+            message = _receive(self._results, _POLL_SECONDS)
+            if message is None:
+                if any(not process.is_alive() for process in self._processes):
+                    break
+                continue
+            got, seq, ok, payload = message
+            quiet_since = time.monotonic()
+            if got == run:
+                outstanding.discard(seq)
+            _discard(ok, payload)
         self._drain()
 
     def close(self, wait: bool = True) -> None:
@@ -252,8 +288,27 @@ class _ReferenceUnpickler(dill.Unpickler):
         return self.kept[key]
 
 
-def _discard(ok: bool, payload: bytes) -> None:
+def _receive(channel: Any, timeout: float) -> tuple | None:
+    """The next message of ``channel``, or ``None`` after ``timeout`` seconds. An error (Ctrl-C, a dead worker's)
+    is raised outside multiprocessing's frames: a kept error (a notebook's last traceback) must not hold the queue,
+    whose semaphores stay files in /dev/shm until it is collected."""
+    interrupted = False
+    try:
+        return channel.get(timeout=timeout)
+    except queue.Empty:
+        return None
+    except KeyboardInterrupt:
+        interrupted = True
+    if interrupted:
+        del channel                                 # not in the traceback's frame either
+        raise KeyboardInterrupt
+    return None
+
+
+def _discard(ok: bool | None, payload: bytes) -> None:
     # Loading a result fetches its shared blocks from the worker, which frees them there; dropping it frees them.
+    if ok is None:                                  # an item skipped: nothing came with it
+        return
     with contextlib.suppress(Exception):
         _decode(ok, payload)
 
@@ -277,20 +332,19 @@ def _decode(ok: bool, payload: bytes) -> tuple[BaseException | None, Any]:
 def _worker_loop(tasks: Any, results: Any, current: Any, parent: int) -> None:
     """Serve items until the ``None`` message or the caller's death: ``('keep', key, payload)`` loads an object
     the runs refer to, ``('run', run, payload, threads)`` sets the process function of a run and torch's number of
-    threads, ``('item', run, seq, item)`` processes one item and replies ``(run, seq, ok, payload)``."""
+    threads, ``('item', run, seq, item)`` processes one item and replies ``(run, seq, ok, payload)``, or
+    ``(run, seq, None, b'')`` for an item of a run left early (skipped). A thread ends the worker when the caller
+    is gone, even in the middle of an item."""
     import signal
 
     import torch
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the caller decides
+    watch_caller(parent)
     process: Any = None
     kept: dict[int, Any] = {}
     while True:
         try:
-            message = tasks.get(timeout=1.0)
-        except queue.Empty:
-            if os.getppid() != parent:  # the caller is gone without stopping this worker
-                return
-            continue
+            message = tasks.get()
         except (EOFError, OSError):
             return
         if message is None:
@@ -305,6 +359,7 @@ def _worker_loop(tasks: Any, results: Any, current: Any, parent: int) -> None:
             continue
         _, run, seq, item = message
         if run != current.value:        # a run left early: nobody waits for this item
+            results.put((run, seq, None, b''))
             continue
         try:
             if isinstance(process, BaseException):

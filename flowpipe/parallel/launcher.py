@@ -22,7 +22,6 @@ import runpy
 import signal
 import socket
 import sys
-import threading
 import time
 import traceback
 from typing import Any, Callable, Sequence
@@ -30,6 +29,7 @@ from typing import Any, Callable, Sequence
 import dill
 
 from ..errors import LaunchError
+from ..lifeline import watch_caller
 
 __all__ = ['LaunchError', 'launch']
 
@@ -193,26 +193,7 @@ def _die_with_caller(caller: int) -> None:
             ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)    # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
-
-    def watch() -> None:
-        while _alive(caller):
-            time.sleep(_WATCH)
-        os._exit(1)
-    threading.Thread(target=watch, name='flowpipe-caller-watch', daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f'/proc/{pid}/stat', encoding='ascii') as stat:
-            return stat.read().rsplit(')', 1)[1].split()[0] != 'Z'    # a zombie is gone too
-    except OSError:
-        return True
+    watch_caller(caller, _WATCH)
 
 
 def _set_threads() -> None:

@@ -2,8 +2,8 @@
 
 ``Research`` (the run), ``Domain`` / ``Option`` / ``Alias`` / ``ConfigAlias`` (the configs), ``Experiment`` and
 ``Executor`` (what each config runs), the expressions ``E``, ``EC``, ``O``, ``S``, ``EP``, ``R``,
-``ResearchResults`` (the table), ``ProcessPool`` (the default executor of experiments) and ``run_task`` (what a
-worker runs for one task). See docs/research.md.
+``ResearchResults`` (the table), ``ExperimentTimeout`` (a task past ``run(timeout=...)``), ``ProcessPool`` (the
+default executor of experiments) and ``run_task`` (what a worker runs for one task). See docs/research.md.
 """
 from .domain import Alias, ConfigAlias, Domain, Option
 from .executor import Executor
@@ -13,7 +13,9 @@ from .named import E, EC, EP, O, R, S
 from .pool import ProcessPool, WorkerDied
 from .research import Research
 from .results import ResearchResults
+from .scheduler import ExperimentTimeout
 
-__all__ = ['Alias', 'ConfigAlias', 'Domain', 'E', 'EC', 'EP', 'Executor', 'Experiment', 'O', 'Option',
+__all__ = ['Alias', 'ConfigAlias', 'Domain', 'E', 'EC', 'EP', 'Executor', 'Experiment', 'ExperimentTimeout', 'O',
+           'Option',
            'ProcessPool', 'R', 'Research', 'ResearchResults', 'S', 'Task', 'WorkerDied', 'run_task']
 assert __all__ == sorted(__all__)

@@ -3,31 +3,38 @@
 Why not ``concurrent.futures.ProcessPoolExecutor``: a worker killed there breaks the whole pool (every pending
 future fails) and its workers re-import ``__main__``. Here each worker runs one job at a time, so a worker that
 dies (killed, out of memory, a crash in C code) fails only its own job's future, with ``WorkerDied``; a new worker
-takes its place. Jobs and results travel as dill bytes (functions of ``__main__`` or of a notebook included).
+takes its place. ``end(future, error)`` ends a running job the same way (the research's ``timeout=``), and
+``started(future)`` says when a job began in its worker. Jobs and results travel as dill bytes (functions of
+``__main__`` or of a notebook included); each worker replies through a pipe of its own, so that a worker ended in
+the middle of a reply leaves no lock or half message to the others.
 
 Workers start with ``'spawn'`` under ``flowpipe.execution.workers.hidden_main`` (no ``if __name__ ==
-'__main__'`` needed), ignore SIGINT (Ctrl-C reaches the caller, which stops them) and exit when the caller dies.
-``shutdown(wait=False)`` terminates the workers at once (jobs running are lost); ``shutdown(wait=True)`` lets the
-running jobs finish.
+'__main__'`` needed), ignore SIGINT (Ctrl-C reaches the caller, which stops them) and end when the caller dies,
+even in the middle of a job (a thread watches the caller: ``flowpipe.lifeline``). ``shutdown(wait=False)``
+terminates the workers at once (jobs running are lost); ``shutdown(wait=True)`` lets the running jobs finish.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import threading
+import time
+import weakref
 from collections import deque
 from concurrent.futures import Executor, Future
+from multiprocessing.connection import wait as wait_connections
 from typing import Any, Callable
 
 import dill
 
 from ..execution.workers import dump_error, hidden_main
+from ..lifeline import watch_caller
 
 __all__ = ['ProcessPool', 'WorkerDied']
 
 _POLL_SECONDS = 0.1
 _STOP_SECONDS = 5.0
+_STARTED = 'started'          # a worker's first reply to a job: it has begun
 
 
 class WorkerDied(RuntimeError):
@@ -47,13 +54,14 @@ class ProcessPool(Executor):
         import multiprocessing
         self._context = multiprocessing.get_context('spawn')
         self.max_workers = max_workers
-        self._results = self._context.Queue()
-        self._workers: list[dict] = []          # {'process', 'tasks', 'job': (job_id, future) or None}
+        # {'process', 'tasks', 'replies', 'job': (job_id, future) or None, 'started': monotonic time or None}
+        self._workers: list[dict] = []
         self._pending: deque = deque()
         self._lock = threading.Lock()
         self._jobs = 0
         self._shutdown = False
         self._collector: threading.Thread | None = None
+        self._began: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # future -> when its job began
 
     def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
         """Run ``fn(*args, **kwargs)`` in a worker process; its ``Future`` holds the result or the error."""
@@ -68,6 +76,27 @@ class ProcessPool(Executor):
                 self._collector = threading.Thread(target=self._collect, name='flowpipe-research-pool', daemon=True)
                 self._collector.start()
         return future
+
+    def started(self, future: Future) -> float | None:
+        """When (``time.monotonic()``) the job of ``future`` began in its worker; ``None`` before it begins."""
+        with self._lock:
+            return self._began.get(future)
+
+    def end(self, future: Future, error: BaseException) -> bool:
+        """End the running job of ``future``: its worker is terminated (a new one takes the next job) and the
+        future fails with ``error``. ``False`` when the job does not run now (not begun, or over)."""
+        with self._lock:
+            worker = self._running(future)
+            if worker is None:
+                return False
+            self._workers.remove(worker)
+            worker['job'] = None
+        _stop(worker, terminate=True)
+        future.set_exception(error)
+        with self._lock:
+            if not self._shutdown:
+                self._dispatch()
+        return True
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop the pool: jobs not started are cancelled (``cancel_futures``) or still run (``wait``); with
@@ -88,13 +117,16 @@ class ProcessPool(Executor):
             self._workers = []
         if self._collector is not None and self._collector is not threading.current_thread():
             self._collector.join()
-        self._results.close()
-        self._results.join_thread()
 
     @property
     def pids(self) -> list[int]:
         """The worker processes' ids."""
         return [worker['process'].pid for worker in self._workers]
+
+    def _running(self, future: Future) -> dict | None:
+        """The worker whose job has begun and belongs to ``future`` (the lock is held)."""
+        return next((worker for worker in self._workers if worker['job'] is not None
+                     and worker['job'][1] is future and worker['started'] is not None), None)
 
     # ----- in the caller's collector thread -----
     def _dispatch(self) -> None:
@@ -108,16 +140,18 @@ class ProcessPool(Executor):
             job_id, future, payload = self._pending.popleft()
             if not future.set_running_or_notify_cancel():
                 continue
-            idle['job'] = (job_id, future)
+            idle['job'], idle['started'] = (job_id, future), None
             idle['tasks'].put((job_id, payload))
 
     def _start_worker(self) -> dict:
         tasks = self._context.Queue()
-        process = self._context.Process(target=_worker_loop, args=(tasks, self._results, os.getpid()), daemon=True,
+        replies, reply_end = self._context.Pipe(duplex=False)
+        process = self._context.Process(target=_worker_loop, args=(tasks, reply_end, os.getpid()), daemon=True,
                                         name=f'flowpipe-research-worker-{len(self._workers)}')
         with hidden_main():
             process.start()
-        worker = {'process': process, 'tasks': tasks, 'job': None}
+        reply_end.close()              # the worker holds the only writer: its exit is an end of file here
+        worker = {'process': process, 'tasks': tasks, 'replies': replies, 'job': None, 'started': None}
         self._workers.append(worker)
         return worker
 
@@ -127,21 +161,32 @@ class ProcessPool(Executor):
                 busy = any(worker['job'] is not None for worker in self._workers) or bool(self._pending)
                 if self._shutdown and not busy:
                     return
+                readers = {worker['replies']: worker for worker in self._workers}
             try:
-                job_id, ok, payload = self._results.get(timeout=_POLL_SECONDS)
-            except queue.Empty:
-                self._check_workers()
-                continue
-            except (OSError, ValueError, EOFError):
-                return
-            with self._lock:
-                worker = next((w for w in self._workers if w['job'] is not None and w['job'][0] == job_id), None)
-                if worker is None:
+                ready = wait_connections(list(readers), timeout=_POLL_SECONDS) if readers else []
+            except (OSError, ValueError):   # a worker ended meanwhile closed its pipe
+                ready = []
+            for reader in ready:
+                try:
+                    job_id, ok, payload = reader.recv()
+                except Exception:           # its worker died (in the middle of a reply): seen below
                     continue
-                future = worker['job'][1]
-                worker['job'] = None
-                self._dispatch()
-            _resolve(future, ok, payload)
+                self._received(readers[reader], job_id, ok, payload)
+            if not readers:
+                time.sleep(_POLL_SECONDS)
+            self._check_workers()
+
+    def _received(self, worker: dict, job_id: int, ok: Any, payload: Any) -> None:
+        with self._lock:
+            if worker['job'] is None or worker['job'][0] != job_id:
+                return                      # a job ended meanwhile (end, shutdown)
+            if ok == _STARTED:
+                worker['started'] = self._began[worker['job'][1]] = time.monotonic()
+                return
+            future = worker['job'][1]
+            worker['job'] = worker['started'] = None
+            self._dispatch()
+        _resolve(future, ok, payload)
 
     def _check_workers(self) -> None:
         with self._lock:
@@ -186,20 +231,21 @@ def _stop(worker: dict, terminate: bool) -> None:
         process.join()
     worker['tasks'].close()
     worker['tasks'].join_thread()
+    worker['replies'].close()
 
 
 # ----- in the worker process -----
-def _worker_loop(tasks: Any, results: Any, parent: int) -> None:
-    """Run jobs ``(job_id, payload)`` until ``None`` or the caller's death; reply ``(job_id, ok, payload)``."""
+def _worker_loop(tasks: Any, replies: Any, parent: int) -> None:
+    """Run jobs ``(job_id, payload)`` until ``None``; reply ``(job_id, 'started', None)`` once a job's function
+    is loaded, then ``(job_id, ok, payload)``. A thread ends the process when the caller is gone, even while a job
+    runs."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch_caller(parent)
+    import torch  # noqa: F401  (every research task imports it: not on the clock of the first job's time limit)
     while True:
         try:
-            message = tasks.get(timeout=1.0)
-        except queue.Empty:
-            if os.getppid() != parent:
-                return
-            continue
+            message = tasks.get()
         except (EOFError, OSError):
             return
         if message is None:
@@ -207,8 +253,8 @@ def _worker_loop(tasks: Any, results: Any, parent: int) -> None:
         job_id, payload = message
         try:
             fn, args, kwargs = dill.loads(payload)
+            replies.send((job_id, _STARTED, None))
             ok, reply = True, dill.dumps(fn(*args, **kwargs), recurse=True)
         except BaseException as error:
             ok, reply = False, dump_error(error)
-        results.put((job_id, ok, reply))
-
+        replies.send((job_id, ok, reply))

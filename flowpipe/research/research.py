@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +24,8 @@ from .experiment import Experiment
 from .jobs import Task
 from .meta import check_free_memory, environment, git_state
 from .monitor import ResearchMonitor, ResearchProfiler
-from .scheduler import run_tasks
+from .pool import ProcessPool
+from .scheduler import SLOW_FACTOR, run_tasks
 from .storage import ResearchStorage
 
 __all__ = ['Research']
@@ -84,17 +86,20 @@ class Research:
             debug: bool = False, finalize: bool = True, git_meta: bool = False, env_meta: bool = False,
             seed: Any = None, profile: Any = False, memory_ratio: float | None = None, n_gpu_checks: int = 3,
             gpu_check_delay: float = 5, create_id_prefix: Any = False, redirect_stdout: Any = True,
-            redirect_stderr: Any = True, executor: Any = None) -> Research:
+            redirect_stderr: Any = True, executor: Any = None, timeout: float | None = None) -> Research:
         """Run every config's experiment (see docs/research.md for each argument); returns the research.
 
         ``parallel=False`` runs the experiments one after another in this process; otherwise they run as tasks
         (``branches`` configs each) on ``executor`` — the local pool of ``workers`` processes by default, or any
-        ``concurrent.futures.Executor``. ``devices`` are divided between worker slots and branches.
+        ``concurrent.futures.Executor``. ``devices`` are divided between worker slots and branches. ``timeout``:
+        seconds a task (its experiments) may run in its worker before it is ended and recorded as failed.
         """
         self.name = name or self.name
         out = _redirect(redirect_stdout, dump_results, 'stdout')
         err = _redirect(redirect_stderr, dump_results, 'stderr')
         self._check(workers, branches, debug, parallel, executor_target, detach)
+        self._check_ends()
+        _check_timeout(timeout, parallel, executor)
         if executor_class is not None:
             raise ValueError(f"Expected executor_class=None: flowpipe runs experiments through run(executor=...), any "
                              f"concurrent.futures.Executor, 'dask' or a Dask address. Received: executor_class="
@@ -124,7 +129,8 @@ class Research:
 
         try:
             run_tasks(self._tasks(done), split_devices(devices, workers, branches),
-                      lambda task, records: self._handle(records, progress, live), parallel, executor, on_iteration)
+                      lambda task, records: self._handle(records, progress, live), parallel, executor, on_iteration,
+                      timeout, self._slow)
         except KeyboardInterrupt:
             self.storage.info("Research has been stopped by KeyboardInterrupt.")
             raise
@@ -153,6 +159,14 @@ class Research:
         if detach:
             raise ValueError("Expected detach=False: flowpipe runs a research in the caller (run it in a thread or "
                              "a subprocess to detach it). Received: detach=True.")
+
+    def _check_ends(self) -> None:
+        """A domain whose options are all samplers has no end: without ``n_configs`` (or a domain update that
+        replaces it) the research would draw configs until it is stopped."""
+        if self.n_configs is None and self.domain.len is None and not self.domain.updates:
+            raise ValueError(f"Expected n_configs for a domain of samplers only (it draws configs without end). "
+                             f"Received: n_configs=None, domain={self.domain!r}. Pass Research(..., n_configs=100) "
+                             f"to run 100 drawn configs, or give the options lists of values.")
 
     def _configs(self) -> Iterator[tuple[str, ConfigAlias]]:
         """``(id, config)`` for every config of the domain, updates included."""
@@ -214,6 +228,15 @@ class Research:
             # iterations a parallel run could not report live (a stopped experiment counts its iterations left)
             progress.update((self.n_iters or 1) - live.pop(record['id'], 0) if self.n_iters else 1)
 
+    def _slow(self, task: Task, seconds: float, median: float) -> None:
+        """Name a task running far longer than the finished ones: in the log and as a warning."""
+        names = ', '.join(f'{key} ({config.alias(as_string=True)})' for key, config in zip(task.ids, task.configs))
+        message = (f"Experiment {names} has been running for {seconds:.0f} s, more than {SLOW_FACTOR:g} times the "
+                   f"median of the finished ones ({median:.1f} s): it may hang. Research.run(timeout=...) ends "
+                   f"an experiment past a time limit.")
+        self.storage.info(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+
     # ----- reading -----
     @property
     def results(self) -> Any:
@@ -260,6 +283,18 @@ class Research:
         if ask and input(f'Remove {name}? [y/n] ').strip().lower() not in ('y', 'yes'):
             return
         shutil.rmtree(name)
+
+
+def _check_timeout(timeout: Any, parallel: bool, executor: Any) -> None:
+    """``timeout`` ends a worker: only where experiments run in the local pool's processes."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"Expected timeout to be a number of seconds > 0 or None. Received: timeout={timeout!r}.")
+    if not parallel or not (executor in (None, 'local', 'processes') or isinstance(executor, ProcessPool)):
+        raise ValueError(f"Expected parallel=True and the local pool (executor=None) with timeout=: an experiment "
+                         f"past its time is ended with its worker process, which only the local pool can do. "
+                         f"Received: parallel={parallel!r}, executor={executor!r}, timeout={timeout!r}.")
 
 
 def _redirect(value: Any, dump: bool, stream: str) -> int:

@@ -16,6 +16,8 @@ import torch
 
 from flowpipe import B, D, F, P, R, V, Batch, Dataset, action
 
+from ..killed_caller import worker_ends_with_killed_caller
+
 # A hang fails the test instead of the suite.
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,9 +92,11 @@ def _shm():
     return set(os.listdir('/dev/shm'))
 
 
-def _blocks(names):
-    """The shared-memory blocks among the files ``names`` of /dev/shm (semaphores are files there too)."""
-    return {name for name in names if not name.startswith('sem.')}
+def _blocks(names, pids=()):
+    """torch's shared-memory blocks among the files ``names`` of /dev/shm made by this process, its live children
+    or ``pids`` (a block's name holds its maker's pid; other programs on the machine make theirs)."""
+    ours = {os.getpid(), *pids, *(child.pid for child in multiprocessing.active_children())}
+    return {name for name in names if name.startswith('torch_') and int(name.split('_')[1]) in ours}
 
 
 def _semaphores(pipeline):
@@ -230,11 +234,59 @@ def test_a_run_leaves_only_the_pipelines_pool_which_goes_with_the_pipeline(end):
     end(pipeline)
     pool, semaphores = _pool_pids(pipeline), _semaphores(pipeline)
     assert _workers() - before == pool and len(pool) == 2
-    assert not _blocks(_shm() - shm) and semaphores <= _shm()
+    assert not _blocks(_shm() - shm, pool) and semaphores <= _shm()
     del pipeline
     gc.collect()
-    assert not _workers() - before and not _blocks(_shm() - shm) and not semaphores & _shm()
+    assert not _workers() - before and not _blocks(_shm() - shm, pool) and not semaphores & _shm()
     assert not any(Path(f'/proc/{pid}').exists() for pid in pool)
+
+
+def _mark(folder, indices, suffix=''):
+    Path(folder, f'{indices[0]}{suffix}').touch()
+
+
+def _fail_batch_0_once_batch_1_began(folder, indices):
+    if indices[0] == 0:
+        _until(lambda: Path(folder, '4.began').exists())
+        raise KeyError('batch 0')
+
+
+def test_a_failed_run_waits_for_the_items_its_workers_still_hold(tmp_path):
+    pipeline = (_dataset().p.call(_mark, str(tmp_path), B('indices'), '.began')
+                .call(_fail_batch_0_once_batch_1_began, str(tmp_path), B('indices'))
+                .nap(1.5).call(_mark, str(tmp_path), B('indices')))
+    with pytest.raises(KeyError, match='batch 0'):
+        pipeline.run(4, prefetch=2, target='processes')
+    # batch 1, in a worker's hands when batch 0 failed, was finished before the run ended: no worker goes on
+    assert sorted(os.listdir(tmp_path)) == ['0.began', '4', '4.began'] and not pipeline.state.workers.in_use
+
+
+def test_a_failed_run_whose_workers_died_leaves_no_semaphore_even_while_its_error_is_kept():
+    pipeline = _dataset().p.init_variable('code', 0).call(_exit, V('code'))
+    pipeline.run(4, n_iters=1, prefetch=2, target='processes')
+    semaphores = _semaphores(pipeline)
+    pipeline.set_variable('code', 3)
+    with pytest.raises(RuntimeError, match='exited with code 3') as info:
+        pipeline.run(4, prefetch=2, target='processes')
+    gc.collect()
+    assert info.value.__traceback__ is not None and not semaphores & _shm()
+
+
+def test_a_dataset_changed_in_place_between_runs_reaches_the_workers_and_an_unchanged_one_is_not_resent():
+    dataset = _dataset(counter=DatasetCounter())
+    pipeline = dataset.p.update(B('dataset_loads'), F(_loads)(D('counter')))
+
+    def run(target='processes'):
+        return list(pipeline.gen_batch(8, prefetch=2, workers=1, target=target))
+    assert [batch.dataset_loads for batch in run() + run()] == [1] * 8        # unchanged: sent once
+    dataset.preloaded['labels'][:] += 100                  # a small array (pickled) and a large one (hashed in place)
+    dataset.preloaded['images'][31, 31, 31, 2] ^= 1
+    changed, threads = run(), run('threads')
+    assert [batch.dataset_loads for batch in changed] == [2] * 4
+    assert changed[0].labels.tolist() == [100, 101, 102, 103, 104, 105, 106, 107]
+    assert all(np.array_equal(a.images, b.images) and np.array_equal(a.labels, b.labels)
+               for a, b in zip(changed, threads))
+    assert changed[-1].images[-1, 31, 31, 2] == dataset.preloaded['images'][31, 31, 31, 2]
 
 
 def test_ctrl_c_in_the_caller_stops_the_workers_and_the_pipeline_runs_again():
@@ -246,13 +298,16 @@ def test_ctrl_c_in_the_caller_stops_the_workers_and_the_pipeline_runs_again():
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as info:
             pipeline.run(4, n_epochs=5, prefetch=2, target='processes')
     finally:
         timer.join()
+    gc.collect()
+    # the error, kept (as a notebook keeps its last one), holds none of the stopped workers' queues
+    assert info.value.__traceback__ is not None
     assert not _workers() - before and not _blocks(_shm() - shm) and not semaphores & _shm()
     pipeline.run(4, n_iters=2, prefetch=2, target='processes')
-    del pipeline
+    del pipeline, info                  # the error's frames hold the pipeline
     gc.collect()
     assert not _workers() - before
 
@@ -303,3 +358,19 @@ def test_a_script_without_a_main_guard_runs_once_and_ships_its_own_classes_and_f
                           env={**os.environ, 'PYTHONPATH': str(ROOT)}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split('\n') == ['body', '[[0, 2, 8], [18, 32, 50]]', '']
+
+
+@pytest.mark.slow     # a fresh interpreter and its workers: in CI or with FLOWPIPE_SLOW=1
+def test_a_worker_deep_in_a_batch_ends_with_its_killed_caller(tmp_path):
+    assert worker_ends_with_killed_caller(tmp_path, textwrap.dedent('''
+        import numpy as np
+        from flowpipe import Dataset
+        Dataset(8, preloaded={'x': np.arange(8)}).p.call(hang).run(4, prefetch=1, target='processes')
+    '''))
+
+
+def _until(predicate, seconds=100.0):
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return predicate()

@@ -71,3 +71,25 @@ def test_shutdown_without_wait_stops_running_jobs():
 def test_bad_size():
     with pytest.raises(ValueError, match='max_workers'):
         ProcessPool(0)
+
+
+def test_a_running_job_ended_fails_with_the_given_error_and_the_next_job_gets_a_new_worker():
+    pool = ProcessPool(1)
+    try:
+        first = pool.submit(pid).result()
+        hung = pool.submit(sleep_and_pid, 600)
+        assert _wait_for(lambda: pool.started(hung) is not None)
+        assert pool.started(hung) <= time.monotonic()
+        assert pool.end(hung, TimeoutError('too long')) and not pool.end(hung, TimeoutError('again'))
+        with pytest.raises(TimeoutError, match='too long'):
+            hung.result(timeout=0)
+        assert pool.submit(pid).result() != first and first not in pool.pids
+    finally:
+        pool.shutdown()
+
+
+def _wait_for(predicate, seconds=120.0):
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return predicate()

@@ -5,6 +5,7 @@ import pytest
 
 from flowpipe.research import EC, Domain, O, Option, Research
 from flowpipe.research.storage import ResearchStorage
+from flowpipe.sampler import NumpySampler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -126,6 +127,19 @@ def test_profile_rows():
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Research().add_callable('f', add, x=1, y=2).run(bar=False, **{'dump_results': False, **kwargs})
+
+
+def test_a_domain_of_samplers_only_needs_n_configs_and_says_so_before_anything_runs(tmp_path):
+    calls = []
+    endless = Research(str(tmp_path / 'r'), domain=Domain(a=NumpySampler('normal'))).add_callable(
+        'f', calls.append, args=[EC('a')])
+    with pytest.raises(ValueError, match=r'Expected n_configs .*n_configs=None.*n_configs=100'):
+        endless.run(parallel=False, bar=False)
+    assert calls == [] and not (tmp_path / 'r').exists()
+    counted = Research(str(tmp_path / 'r'), domain=Domain(a=NumpySampler('normal')), n_configs=3).add_callable(
+        'f', calls.append, args=[EC('a')])
+    counted.run(parallel=False, bar=False)
+    assert len(calls) == 3 and len(set(calls)) == 3
 
 
 @pytest.mark.parametrize('kwargs, name', [({'n_reps': 0}, 'n_reps'), ({'n_configs': 0}, 'n_configs'),
