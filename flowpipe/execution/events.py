@@ -48,10 +48,12 @@ class TrainingRun:
         callbacks: the ``Callback`` objects, called by their ``order`` then in this order.
         clock: where the run's epochs end.
         world: the ``World`` of a distributed job, or ``None``.
+        args: the run's ``RunArgs`` (what loggers record of its configuration), or ``None``.
     """
 
-    def __init__(self, pipeline: Any, callbacks: Sequence[Any], clock: EpochClock, world: Any = None):
-        self.pipeline, self.clock, self.world = pipeline, clock, world
+    def __init__(self, pipeline: Any, callbacks: Sequence[Any], clock: EpochClock, world: Any = None,
+                 args: Any = None):
+        self.pipeline, self.clock, self.world, self.args = pipeline, clock, world, args
         self.callbacks = sorted(callbacks, key=lambda callback: callback.order)
         # only the callbacks that listen to batch ends are called per batch: the others cost nothing there
         self._on_batch = [callback for callback in self.callbacks

@@ -246,7 +246,7 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
         raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
     clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs, args.whole_epochs)
-    events = TrainingRun(pipeline, args.callbacks, clock, world) if args.callbacks else None
+    events = TrainingRun(pipeline, args.callbacks, clock, world, args) if args.callbacks else None
     # rank 0's bar only, also where every rank runs every batch (a Validate with shard=False)
     stream = _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, is_main(), events, clock, block)
     return stream if args.deterministic is False else _deterministic(stream, args.deterministic)
