@@ -1,0 +1,130 @@
+"""MLflowLogger and WandbLogger: what they logged, read back from an MLflow file store and from W&B's offline files —
+each epoch's values once, the learning rate, the configuration; rank 0 only; one tracker run across a resume."""
+import os
+import sys
+
+import pytest
+
+from flowpipe import Checkpoint
+from flowpipe.callbacks import Callback, MLflowLogger, WandbLogger
+
+from ..execution import checkpoint_cases as cases
+from . import wandb_files
+from .fake_run import FakeRun
+
+RUN = {'batch_size': cases.BATCH, 'n_epochs': 6, 'shuffle': 5}      # 5 batches an epoch
+EPOCHS = list(range(6))
+
+
+@pytest.fixture(autouse=True)
+def _no_trigger():
+    yield
+    cases.TRIGGER.update(at=None, error=None, where='first')
+
+
+def _run(make, folder=None, crash=None):
+    """Train with the loggers ``make()`` returns: uninterrupted, or with checkpoints in ``folder``, resumed after a
+    crash at batch ``crash``; the loggers and the logs of each epoch the run ended (the reference)."""
+    made, seen = [], []
+
+    class Seen(Callback):
+        order = 2
+
+        def on_epoch_end(self, run, epoch):
+            seen.append(dict(run.logs))
+
+    def callbacks():
+        made.append(make())
+        return [made[-1], Seen()]
+    if crash is None:
+        train = cases.pipeline(devices=('CPU',), microbatch=None)
+        train.run(**RUN, callbacks=callbacks())
+        train.m('net').close()
+        return made, seen
+    spec = Checkpoint(folder, every=3)
+    cases.TRIGGER.update(at=crash, error=cases.Crash(), where='first')
+    first = cases.pipeline(devices=('CPU',), microbatch=None)
+    with pytest.raises(cases.Crash):
+        first.run(**RUN, checkpoint=spec, callbacks=callbacks())
+    first.m('net').close()
+    cases.TRIGGER.update(at=None)
+    again = cases.pipeline(devices=('CPU',), microbatch=None)
+    again.run(**RUN, checkpoint=spec, resume=True, callbacks=callbacks())
+    again.m('net').close()
+    return made, seen
+
+
+def _mlflow_history(uri, run_id, name):
+    from mlflow.tracking import MlflowClient
+    return [(metric.step, metric.value) for metric in MlflowClient(uri).get_metric_history(run_id, name)]
+
+
+def test_mlflow_logger_logs_each_epoch_once_across_a_resume_with_the_config(tmp_path):
+    pytest.importorskip('mlflow')
+    from mlflow.tracking import MlflowClient
+    (whole,), logs = _run(lambda: MLflowLogger(tmp_path / 'whole'))
+    uri = whole.tracking_uri
+    assert uri == 'file:' + str(tmp_path / 'whole')
+    losses = [(epoch, row['train/loss']) for epoch, row in enumerate(logs)]
+    assert sorted(_mlflow_history(uri, whole.run_id, 'train/loss')) == losses
+    assert sorted(_mlflow_history(uri, whole.run_id, 'lr')) == [(epoch, row['lr']) for epoch, row in enumerate(logs)]
+    run = MlflowClient(uri).get_run(whole.run_id)
+    assert run.data.params['run/batch_size'] == str(cases.BATCH)
+    assert run.data.params['model/net/optimizer/lr'] == '0.01' and run.info.status == 'FINISHED'
+
+    # epoch 3 ends at batch 20, 2 batches past a checkpoint: the crash comes after its values were logged
+    (first, resumed), _ = _run(lambda: MLflowLogger(tmp_path / 'parts'), tmp_path / 'checkpoints', crash=20)
+    assert resumed.run_id == first.run_id                                  # the same MLflow run goes on
+    assert len(MlflowClient(resumed.tracking_uri).search_runs(
+        [MlflowClient(resumed.tracking_uri).get_experiment_by_name('flowpipe').experiment_id])) == 1
+    history = _mlflow_history(resumed.tracking_uri, resumed.run_id, 'train/loss')
+    assert sorted(step for step, _ in history) == EPOCHS                  # epoch 3 not logged a second time
+    assert sorted(history) == losses                                       # the uninterrupted run's values
+
+
+def test_wandb_logger_offline_logs_each_epoch_once_across_a_resume_with_the_config(tmp_path, monkeypatch):
+    pytest.importorskip('wandb')
+    monkeypatch.setenv('WANDB_SILENT', 'true')
+    (whole,), logs = _run(lambda: WandbLogger(tmp_path / 'whole', mode='offline'))
+    steps = wandb_files.history(tmp_path / 'whole', whole.run_id)
+    assert [(step, values['train/loss'], values['lr']) for step, values in steps] == [
+        (epoch, row['train/loss'], row['lr']) for epoch, row in enumerate(logs)]
+    config = wandb_files.config(tmp_path / 'whole', whole.run_id)
+    assert config['run/batch_size'] == str(cases.BATCH)
+    assert config['model/net/optimizer/lr'] == '0.01'
+
+    (first, resumed), _ = _run(lambda: WandbLogger(tmp_path / 'parts', mode='offline'), tmp_path / 'checkpoints',
+                               crash=20)
+    assert resumed.run_id == first.run_id
+    assert len(wandb_files.run_folders(tmp_path / 'parts', first.run_id)) == 2      # the two parts of one run
+    history = wandb_files.history(tmp_path / 'parts', resumed.run_id)
+    assert [step for step, _ in history] == EPOCHS                        # epoch 3 not logged a second time
+    assert [(step, values['train/loss']) for step, values in history] == [
+        (epoch, row['train/loss']) for epoch, row in enumerate(logs)]
+
+
+@pytest.mark.parametrize('make', [lambda folder: MLflowLogger(folder), lambda folder: WandbLogger(folder)],
+                         ids=['mlflow', 'wandb'])
+def test_trackers_write_nothing_off_rank_0(tmp_path, make):
+    logger = make(tmp_path / 'logs')
+    run = FakeRun(is_main=False)
+    logger.on_run_start(run)
+    for epoch in range(2):
+        run.logs = {'epoch': epoch, 'train/loss': 1.0}
+        logger.on_epoch_end(run, epoch)
+    logger.on_run_end(run)
+    assert not os.path.exists(tmp_path / 'logs') and logger.logged == 1       # counted, not written
+
+
+@pytest.mark.parametrize('make, module, extra', [(MLflowLogger, 'mlflow', 'mlflow'), (WandbLogger, 'wandb', 'wandb')])
+def test_trackers_without_their_package_name_the_extra(tmp_path, monkeypatch, make, module, extra):
+    monkeypatch.setitem(sys.modules, module, None)          # as where the package is not installed
+    with pytest.raises(ImportError, match=rf'flowpipe\[{extra}\]'):
+        make(tmp_path).on_run_start(FakeRun())
+
+
+def test_trackers_refuse_wrong_arguments(tmp_path):
+    with pytest.raises(TypeError, match='tracking_uri'):
+        MLflowLogger(3)
+    with pytest.raises(ValueError, match="mode as 'offline'"):
+        WandbLogger(tmp_path, mode='disabled')
