@@ -49,7 +49,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 
 # Checked from / so that the source tree in the current folder does not pass for an installed package.
-if ! (cd / && "$OLDPWD/$VENV/bin/python" -c "import flowpipe, pytest, pytest_timeout, PIL, pandas, matplotlib, nbclient, ipykernel, tensorboard, onnx, onnxscript, safetensors, psutil, distributed") 2>/dev/null; then
+if ! (cd / && "$OLDPWD/$VENV/bin/python" -c "import flowpipe, pytest, pytest_timeout, PIL, pandas, matplotlib, nbclient, ipykernel, tensorboard, onnx, onnxscript, safetensors, psutil, distributed, mlflow, wandb") 2>/dev/null; then
     step "installing flowpipe (editable) and the test tools"
     quietly "${PIP[@]}" -e ".[test]" || fail "installing flowpipe and the test tools"
 fi
