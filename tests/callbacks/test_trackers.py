@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from flowpipe import Checkpoint
-from flowpipe.callbacks import Callback, MLflowLogger, WandbLogger
+from flowpipe.callbacks import Callback, Logger, MLflowLogger, WandbLogger
 
 from ..execution import checkpoint_cases as cases
 from . import wandb_files
@@ -128,3 +128,54 @@ def test_trackers_refuse_wrong_arguments(tmp_path):
         MLflowLogger(3)
     with pytest.raises(ValueError, match="mode as 'offline'"):
         WandbLogger(tmp_path, mode='disabled')
+
+
+class Listing(Logger):
+    """A logger of one's own: what the base asks of it, listed."""
+
+    def __init__(self, held=-1):
+        super().__init__()
+        self.held, self.calls = held, []
+
+    def open(self, run, run_id):
+        self.calls.append(('open', run_id))
+        return run_id or 'run-1', self.held
+
+    def write(self, epoch, logs):
+        self.calls.append(('write', epoch, logs['train/loss']))
+
+    def close(self):
+        self.calls.append(('close',))
+
+
+def _epochs(logger, run, epochs):
+    for epoch in epochs:
+        run.logs = {'epoch': epoch, 'train/loss': float(epoch)}
+        logger.on_epoch_end(run, epoch)
+
+
+def test_a_logger_of_ones_own_writes_each_epoch_once_on_rank_0_and_goes_on_with_its_tracker_run():
+    first, run = Listing(), FakeRun()
+    first.on_run_start(run)
+    _epochs(first, run, [0, 1])
+    saved = first.state()                          # a checkpoint after epoch 1
+    _epochs(first, run, [2])                       # then the run is interrupted
+    first.on_run_end(run)
+    assert first.calls == [('open', None), ('write', 0, 0.0), ('write', 1, 1.0), ('write', 2, 2.0), ('close',)]
+    resumed = Listing(held=2)                      # its tracker holds epoch 2
+    resumed.load_state(saved)
+    resumed.on_run_start(run)
+    _epochs(resumed, run, [2, 3])
+    resumed.on_run_end(run)
+    assert resumed.calls == [('open', 'run-1'), ('write', 3, 3.0), ('close',)]
+    again = Listing()                              # the object reused for a new run: a new tracker run
+    again.load_state(saved)
+    again.on_run_start(run)
+    again.on_run_end(run)
+    again.on_run_start(run)
+    assert again.calls[-1] == ('open', None) and again.logged == -1
+    other = Listing()
+    other.on_run_start(FakeRun(is_main=False))
+    _epochs(other, FakeRun(is_main=False), [0])
+    other.on_run_end(FakeRun(is_main=False))
+    assert other.calls == [] and other.logged == 0
