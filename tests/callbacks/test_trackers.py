@@ -1,5 +1,6 @@
 """MLflowLogger and WandbLogger: what they logged, read back from an MLflow file store and from W&B's offline files —
 each epoch's values once, the learning rate, the configuration; rank 0 only; one tracker run across a resume."""
+import glob
 import os
 import sys
 
@@ -179,3 +180,26 @@ def test_a_logger_of_ones_own_writes_each_epoch_once_on_rank_0_and_goes_on_with_
     _epochs(other, FakeRun(is_main=False), [0])
     other.on_run_end(FakeRun(is_main=False))
     assert other.calls == [] and other.logged == 0
+
+
+@pytest.mark.slow
+def test_trackers_in_a_job_of_two_processes_log_from_rank_0_only(tmp_path, monkeypatch):
+    pytest.importorskip('mlflow')
+    monkeypatch.setenv('MLFLOW_ALLOW_FILE_STORE', 'true')        # this process reads the file store too
+    pytest.importorskip('wandb')
+    from mlflow.tracking import MlflowClient
+
+    from flowpipe.parallel import launch
+
+    from . import dist_jobs
+    ranks = launch(dist_jobs.train_with_trackers, 2, args=(str(tmp_path),), timeout=240)
+    (mlflow_id, wandb_id), (other_mlflow, other_wandb) = ranks
+    assert other_mlflow is None and other_wandb is None               # rank 1 opened no tracker run
+    client = MlflowClient('file:' + str(tmp_path / 'mlruns'))
+    assert [run.info.run_id for run in client.search_runs([client.get_experiment_by_name('flowpipe').experiment_id])
+            ] == [mlflow_id]
+    assert [step for step, _ in _mlflow_history(client.tracking_uri, mlflow_id, 'train/loss')] == [0, 1, 2]
+    assert client.get_run(mlflow_id).data.params['run/world_size'] == '2'
+    assert [os.path.basename(path) for path in glob.glob(str(tmp_path / 'wandb' / 'offline-run-*'))] == [
+        os.path.basename(path) for path in wandb_files.run_folders(tmp_path, wandb_id)]
+    assert [step for step, _ in wandb_files.history(tmp_path, wandb_id)] == [0, 1, 2]
