@@ -70,9 +70,9 @@ class MLflowLogger(Logger):
         experiment = found.experiment_id if found is not None else client.create_experiment(self.experiment)
         run_id = client.create_run(experiment, run_name=self.run_name).info.run_id
         from mlflow.entities import Param
-        given = params(run)
+        given = [Param(name, value) for name, value in params(run).items()]
         for start in range(0, len(given), 100):     # MLflow takes at most 100 params a call
-            client.log_batch(run_id, params=[Param(name, value) for name, value in list(given.items())[start:start + 100]])
+            client.log_batch(run_id, params=given[start:start + 100])
         return run_id, -1
 
     def write(self, epoch: int, logs: dict[str, Any]) -> None:
