@@ -19,7 +19,7 @@ class Logger(Callback):
       (``None`` where there is none) and the last epoch the tracker already holds (``-1``: none it knows of).
     - ``write(epoch, logs)``: the values of the epoch that ends (``epoch``, ``step``, ``train/loss``, ``lr``,
       ``val/...``); ``numeric(logs)`` keeps those a tracker can plot.
-    - ``close()``: after the last batch, a stop or an error.
+    - ``close(error)``: after the last batch, a stop (``error`` is ``None``) or an error (the exception).
 
     The logger's state holds the run's id and the last epoch written, so a run resumed from a checkpoint goes on
     with the same tracker run and writes the epochs after the checkpoint's — and after the last one the tracker
@@ -41,8 +41,8 @@ class Logger(Callback):
     def write(self, epoch: int, logs: dict[str, Any]) -> None:
         """Write the values of epoch ``epoch`` (rank 0)."""
 
-    def close(self) -> None:
-        """Stop writing (rank 0)."""
+    def close(self, error: BaseException | None) -> None:
+        """Stop writing (rank 0); ``error``: the exception that ends the run, or ``None``."""
 
     def on_run_start(self, run: Any) -> None:
         if not self._resumed:                       # a new run (the object may be reused): its own tracker run
@@ -63,7 +63,7 @@ class Logger(Callback):
     def on_run_end(self, run: Any) -> None:
         if self._open:
             self._open = False
-            self.close()
+            self.close(getattr(run, 'error', None))
 
     def state(self) -> dict:
         return {'run_id': self.run_id, 'logged': self.logged}

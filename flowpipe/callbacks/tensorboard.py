@@ -38,7 +38,7 @@ class TensorBoardLogger(Logger):
             self._writer.add_scalar(name, value, global_step=epoch)
         self._writer.flush()
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None) -> None:
         self._writer.close()
         self._writer = None
 

@@ -40,8 +40,9 @@ class MLflowLogger(Logger):
         experiment: the experiment's name, created when it does not exist.
         run_name: the MLflow run's name (MLflow makes one up when ``None``).
 
-    Rank 0 only. A resumed run goes on with the MLflow run of its interrupted part (its id is in the logger's
-    state) and logs the epochs after the last one that run holds.
+    Rank 0 only. The MLflow run ends ``FINISHED``, ``FAILED`` (an error) or ``KILLED`` (Ctrl-C). A resumed run goes
+    on with the MLflow run of its interrupted part (its id is in the logger's state) and logs the epochs after the
+    last one that run holds.
     """
 
     def __init__(self, tracking_uri: str | os.PathLike = 'mlruns', experiment: str = 'flowpipe',
@@ -81,8 +82,9 @@ class MLflowLogger(Logger):
         self._client.log_batch(self.run_id, metrics=[Metric(name, value, now, epoch)
                                                      for name, value in numeric(logs).items()])
 
-    def close(self) -> None:
-        self._client.set_terminated(self.run_id)
+    def close(self, error: BaseException | None) -> None:
+        status = 'FINISHED' if error is None else 'KILLED' if isinstance(error, KeyboardInterrupt) else 'FAILED'
+        self._client.set_terminated(self.run_id, status=status)
         self._client = None
 
     def __repr__(self) -> str:
@@ -148,8 +150,8 @@ class WandbLogger(Logger):
         except FileNotFoundError:
             return -1
 
-    def close(self) -> None:
-        self._run.finish()
+    def close(self, error: BaseException | None) -> None:
+        self._run.finish(exit_code=0 if error is None else 1)
         self._run = None
 
     def __repr__(self) -> str:

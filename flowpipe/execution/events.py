@@ -63,6 +63,8 @@ class TrainingRun:
         self.logs: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.stopped = False
+        #: the exception that ends the run, when one does (what ``on_run_end`` can tell a tracker)
+        self.error: BaseException | None = None
         #: inside a batch's callbacks: a checkpoint taken now would hold some of them only
         self.busy = False
         self._loss_sum, self._loss_count, self._skipped = 0.0, 0, 0

@@ -324,6 +324,10 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
         # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
         yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None, checkpoints,
                               seeds, events)
+    except BaseException as error:
+        if events is not None and not isinstance(error, GeneratorExit):     # a gen_batch loop left early: no error
+            events.error = error
+        raise
     finally:
         stream.close()
         prefetcher.close()

@@ -76,6 +76,7 @@ def test_mlflow_logger_logs_each_epoch_once_across_a_resume_with_the_config(tmp_
     # epoch 3 ends at batch 20, 2 batches past a checkpoint: the crash comes after its values were logged
     (first, resumed), _ = _run(lambda: MLflowLogger(tmp_path / 'parts'), tmp_path / 'checkpoints', crash=20)
     assert resumed.run_id == first.run_id                                  # the same MLflow run goes on
+    assert MlflowClient(resumed.tracking_uri).get_run(resumed.run_id).info.status == 'FINISHED'
     assert len(MlflowClient(resumed.tracking_uri).search_runs(
         [MlflowClient(resumed.tracking_uri).get_experiment_by_name('flowpipe').experiment_id])) == 1
     history = _mlflow_history(resumed.tracking_uri, resumed.run_id, 'train/loss')
@@ -145,8 +146,8 @@ class Listing(Logger):
     def write(self, epoch, logs):
         self.calls.append(('write', epoch, logs['train/loss']))
 
-    def close(self):
-        self.calls.append(('close',))
+    def close(self, error):
+        self.calls.append(('close', error))
 
 
 def _epochs(logger, run, epochs):
@@ -161,14 +162,17 @@ def test_a_logger_of_ones_own_writes_each_epoch_once_on_rank_0_and_goes_on_with_
     _epochs(first, run, [0, 1])
     saved = first.state()                          # a checkpoint after epoch 1
     _epochs(first, run, [2])                       # then the run is interrupted
+    run.error = KeyboardInterrupt()
     first.on_run_end(run)
-    assert first.calls == [('open', None), ('write', 0, 0.0), ('write', 1, 1.0), ('write', 2, 2.0), ('close',)]
+    assert first.calls == [('open', None), ('write', 0, 0.0), ('write', 1, 1.0), ('write', 2, 2.0),
+                           ('close', run.error)]
+    run.error = None
     resumed = Listing(held=2)                      # its tracker holds epoch 2
     resumed.load_state(saved)
     resumed.on_run_start(run)
     _epochs(resumed, run, [2, 3])
     resumed.on_run_end(run)
-    assert resumed.calls == [('open', 'run-1'), ('write', 3, 3.0), ('close',)]
+    assert resumed.calls == [('open', 'run-1'), ('write', 3, 3.0), ('close', None)]
     again = Listing()                              # the object reused for a new run: a new tracker run
     again.load_state(saved)
     again.on_run_start(run)
@@ -203,3 +207,46 @@ def test_trackers_in_a_job_of_two_processes_log_from_rank_0_only(tmp_path, monke
     assert [os.path.basename(path) for path in glob.glob(str(tmp_path / 'wandb' / 'offline-run-*'))] == [
         os.path.basename(path) for path in wandb_files.run_folders(tmp_path, wandb_id)]
     assert [step for step, _ in wandb_files.history(tmp_path, wandb_id)] == [0, 1, 2]
+
+
+def test_on_run_end_tells_the_error_that_ends_the_run():
+    ended = []
+
+    class Ending(Callback):
+        def on_run_end(self, run):
+            ended.append(run.error)
+    cases.TRIGGER.update(at=3, error=cases.Crash(), where='first')
+    train = cases.pipeline(devices=('CPU',), microbatch=None)
+    with pytest.raises(cases.Crash):
+        train.run(**RUN, callbacks=[Ending()])
+    cases.TRIGGER.update(at=None)
+    for _ in train.gen_batch(**RUN, callbacks=[Ending()]):
+        break                                       # a loop left early: a stop, not an error
+    train.m('net').close()
+    assert isinstance(ended[0], cases.Crash) and ended[1] is None
+
+
+def test_an_error_ends_the_mlflow_run_failed_or_killed(tmp_path):
+    pytest.importorskip('mlflow')
+    from mlflow.tracking import MlflowClient
+    statuses = []
+    for error in (None, cases.Crash(), KeyboardInterrupt()):
+        logger, run = MLflowLogger(tmp_path / 'mlruns'), FakeRun()
+        logger.on_run_start(run)
+        run.error = error
+        logger.on_run_end(run)
+        statuses.append(MlflowClient(logger.tracking_uri).get_run(logger.run_id).info.status)
+    assert statuses == ['FINISHED', 'FAILED', 'KILLED']
+
+
+def test_an_error_ends_the_wandb_run_with_exit_code_1(tmp_path, monkeypatch):
+    pytest.importorskip('wandb')
+    monkeypatch.setenv('WANDB_SILENT', 'true')
+    codes = []
+    for error in (None, cases.Crash()):
+        logger, run = WandbLogger(tmp_path / 'wandb', mode='offline'), FakeRun()
+        logger.on_run_start(run)
+        run.error = error
+        logger.on_run_end(run)
+        codes.append(wandb_files.exit_code(tmp_path / 'wandb', logger.run_id))
+    assert codes == [0, 1]

@@ -59,3 +59,11 @@ def config(folder, run_id):
         if record.WhichOneof('record_type') == 'run':
             return {item.key: json.loads(item.value_json) for item in record.run.config.update}
     return {}
+
+
+def exit_code(folder, run_id):
+    """The exit code the last part of W&B run ``run_id`` ended with (``None``: no exit record)."""
+    for record in records(os.path.join(run_folders(folder, run_id)[-1], f'run-{run_id}.wandb')):
+        if record.WhichOneof('record_type') == 'exit':
+            return record.exit.exit_code
+    return None
