@@ -5,11 +5,13 @@ See docs/training.md for the epoch-end definition and each callback's rule.
 from .base import Callback
 from .csv_logger import CSVLogger
 from .early_stopping import EarlyStopping
+from .logger import Logger
 from .model_checkpoint import ModelCheckpoint
 from .reduce_lr import ReduceLROnPlateau
 from .tensorboard import TensorBoardLogger
+from .trackers import MLflowLogger, WandbLogger
 from .validate import Validate
 
-__all__ = ['CSVLogger', 'Callback', 'EarlyStopping', 'ModelCheckpoint', 'ReduceLROnPlateau', 'TensorBoardLogger',
-           'Validate']
+__all__ = ['CSVLogger', 'Callback', 'EarlyStopping', 'Logger', 'MLflowLogger', 'ModelCheckpoint', 'ReduceLROnPlateau',
+           'TensorBoardLogger', 'Validate', 'WandbLogger']
 assert __all__ == sorted(__all__)

@@ -17,7 +17,8 @@ class Callback:
     any later batch's stateful actions start, prefetch or not. ``run`` is the run's ``TrainingRun``: its
     ``pipeline``, ``step`` (batches completed), ``epoch``, ``logs`` (the values of the epoch that ends:
     ``epoch``, ``step``, ``train/loss``, ``lr``, ``val/...``), ``history`` (the logs of earlier epochs),
-    ``is_main`` (rank 0, or not a distributed job) and ``stop()`` (end the run after the current batch).
+    ``is_main`` (rank 0, or not a distributed job), ``error`` (in ``on_run_end``: the exception that ends the run,
+    or ``None``) and ``stop()`` (end the run after the current batch).
 
     At an epoch end the callbacks run by ``order`` (then in the list's order): ``0`` computes values
     (``Validate``), ``1`` decides (``EarlyStopping``, ``ModelCheckpoint``, ``ReduceLROnPlateau``), ``2`` records

@@ -10,12 +10,12 @@ from typing import Any
 
 from ..atomic import write_text_atomically
 from ..folder_lock import lock_on_main
-from .base import Callback
+from .logger import Logger
 
 __all__ = ['CSVLogger']
 
 
-class CSVLogger(Callback):
+class CSVLogger(Logger):
     """Write ``folder/metrics.csv``: one row per epoch (``run``, ``epoch``, ``step``, ``train/loss``, ``lr``,
     ``val/...``).
 
@@ -26,46 +26,55 @@ class CSVLogger(Callback):
     atomically at each epoch end (rank 0 only), so an interrupted run leaves a complete file. The file is locked
     for the run's life: a second run into it at the same time raises ``FolderInUseError``.
     """
-    order = 2
 
     def __init__(self, folder: str | os.PathLike, filename: str = 'metrics.csv'):
         if not isinstance(folder, (str, os.PathLike)):
             raise TypeError(f"Expected folder as a str or os.PathLike. Received: folder={folder!r}")
+        super().__init__()
         self.folder, self.filename = os.fspath(folder), filename
         self.path = os.path.join(self.folder, filename)
         self.rows: list[dict[str, Any]] = []
-        self.run = _new_run()                       # this run's mark in the file's ``run`` column
         self._earlier: list[dict[str, str]] = []    # the file's rows of other runs
         self._columns: list[str] = []               # the file's columns
-        self._resumed, self._lock = False, None
+        self._lock: Any = None
+
+    @property
+    def run(self) -> str | None:
+        """This run's mark in the file's ``run`` column."""
+        return self.run_id
 
     def on_run_start(self, run: Any) -> None:
-        if not self._resumed:                       # a new run: its own mark and rows (the object may be reused)
-            self.run, self.rows = _new_run(), []
-        self._resumed = False
+        if not self._resumed:                       # a new run: its own rows (the object may be reused)
+            self.rows = []
         self._lock = lock_on_main(self.folder, self.filename, f'CSVLogger rows into {self.filename}',
                                   getattr(run, 'world', None), run.is_main)
-        if self._lock is not None:
-            self._columns, rows = _read(self.path)
-            self._earlier = [row for row in rows if row.get('run') != self.run]
+        super().on_run_start(run)
 
-    def on_epoch_end(self, run: Any, epoch: int) -> None:
-        self.rows.append(dict(run.logs))
-        if run.is_main:
-            own = [{'run': self.run, **row} for row in self.rows]
-            write_text_atomically(_as_csv(self._columns, self._earlier + own), self.path)
+    def open(self, run: Any, run_id: str | None) -> tuple[str | None, int]:
+        self._columns, rows = _read(self.path)
+        run_id = run_id or _new_run()
+        self._earlier = [row for row in rows if row.get('run') != run_id]
+        return run_id, -1                           # the rows after the checkpoint are written again, in place
+
+    def write(self, epoch: int, logs: dict[str, Any]) -> None:
+        self.rows.append(logs)
+        own = [{'run': self.run_id, **row} for row in self.rows]
+        write_text_atomically(_as_csv(self._columns, self._earlier + own), self.path)
 
     def on_run_end(self, run: Any) -> None:
+        super().on_run_end(run)
         if self._lock is not None:
             self._lock.release()
             self._lock = None
 
     def state(self) -> dict:
-        return {'rows': [dict(row) for row in self.rows], 'run': self.run}
+        return {**super().state(), 'rows': [dict(row) for row in self.rows]}
 
     def load_state(self, state: dict) -> None:
         self.rows = [dict(row) for row in state['rows']]
-        self.run, self._resumed = state.get('run', self.run), True
+        # a checkpoint of an earlier version: its mark under 'run', the last epoch that of its last row
+        super().load_state({'run_id': state.get('run'), 'logged': self.rows[-1]['epoch'] if self.rows else -1,
+                            **state})
 
     def __repr__(self) -> str:
         return f"CSVLogger({self.folder!r})"

@@ -51,11 +51,12 @@ class TrainingRun:
         clock: where the run's epochs end.
         world: the ``World`` of a distributed job, or ``None``.
         summary: print one line of the logs at each epoch end, on rank 0 (``write``: the bar's, set by the run).
+        args: the run's ``RunArgs`` (what loggers record of its configuration), or ``None``.
     """
 
     def __init__(self, pipeline: Any, callbacks: Sequence[Any], clock: EpochClock, world: Any = None,
-                 summary: bool = False):
-        self.pipeline, self.clock, self.world = pipeline, clock, world
+                 summary: bool = False, args: Any = None):
+        self.pipeline, self.clock, self.world, self.args = pipeline, clock, world, args
         self.summary, self.write = summary, print
         self.callbacks = sorted(callbacks, key=lambda callback: callback.order)
         # only the callbacks that listen to batch ends are called per batch: the others cost nothing there
@@ -66,6 +67,8 @@ class TrainingRun:
         self.logs: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.stopped = False
+        #: the exception that ends the run, when one does (what ``on_run_end`` can tell a tracker)
+        self.error: BaseException | None = None
         #: inside a batch's callbacks: a checkpoint taken now would hold some of them only
         self.busy = False
         self._loss_sum, self._loss_count, self._skipped = 0.0, 0, 0

@@ -248,7 +248,7 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
         raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
     clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs, args.whole_epochs)
-    events = TrainingRun(pipeline, args.callbacks, clock, world, args.summary) if args.callbacks else None
+    events = TrainingRun(pipeline, args.callbacks, clock, world, args.summary, args) if args.callbacks else None
     # rank 0's bar only, also where every rank runs every batch (a Validate with shard=False)
     stream = _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, is_main(), events, clock, block)
     return stream if args.deterministic is False else _deterministic(stream, args.deterministic)
@@ -328,6 +328,10 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
         # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
         yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None, checkpoints,
                               seeds, events)
+    except BaseException as error:
+        if events is not None and not isinstance(error, GeneratorExit):     # a gen_batch loop left early: no error
+            events.error = error
+        raise
     finally:
         stream.close()
         prefetcher.close()

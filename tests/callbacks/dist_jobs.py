@@ -69,3 +69,17 @@ def validate_a_sum(shard):
         return validate.validate()
     except ValueError as error:
         return str(error)
+
+
+def train_with_trackers(folder):
+    """Train 3 epochs with an MLflowLogger and a WandbLogger (offline) into ``folder``; the trackers' run ids."""
+    from flowpipe.callbacks import MLflowLogger, WandbLogger
+    os.environ['WANDB_SILENT'] = 'true'
+    data = dist_jobs.dataset()
+    train = Pipeline().init_model('net', config=dist_jobs.config()).train_model('net', x=B.x, y=B.y) << data
+    trackers = [MLflowLogger(os.path.join(folder, 'mlruns')), WandbLogger(folder, mode='offline')]
+    train.run(8, n_epochs=3, shuffle=True, seed=3, callbacks=trackers)
+    if distributed.rank() == 0:
+        import wandb
+        wandb.teardown()              # the offline files complete before the test reads them
+    return [tracker.run_id for tracker in trackers]
