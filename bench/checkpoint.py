@@ -7,11 +7,18 @@
 2. *An epoch*: ``run(...)`` over the dataset with ``checkpoint=Checkpoint(folder, every=1)`` against the same run
    without a checkpoint, ABBA blocks of one epoch each (each run starts from a fresh pipeline built with the same
    seed); printed: the median seconds per epoch of each and the median of the per-block ratios.
+3. *The signal check*: a cheap pipeline (one variable update per batch, ``--signal-batches`` batches of one item)
+   run with ``Checkpoint(folder, every=10**9)`` (one write, at the end) with ``on_interrupt=True`` (SIGTERM,
+   SIGUSR1 and Ctrl-C handlers installed for the run, the flag read after every batch) against
+   ``on_interrupt=False`` (neither), ABBA blocks of one run each; printed: the median ms per run and the median of
+   the per-block ratios. In one process the check is a read of a list; under ranks it rides on one small
+   all-gather per batch, which this benchmark does not measure.
 
 Fixed torch threads (``--threads``, 1 by default), the checkpoint folder in a temporary directory (the disk the
 system's temporary files are on). Small inputs so that it runs in a minute or two on two shared cores.
 
-Run: ``python bench/checkpoint.py [--size 32] [--batch 8] [--batches 4] [--blocks 4] [--steps 3] [--writes 2]``
+Run: ``python bench/checkpoint.py [--size 32] [--batch 8] [--batches 4] [--blocks 4] [--steps 3] [--writes 2]
+[--signal-batches 4000] [--signal-blocks 10]``
 """
 from __future__ import annotations
 
@@ -108,6 +115,32 @@ def every_one_vs_none(data: Dataset, args: argparse.Namespace, folder: str) -> N
           f"{statistics.median(ratios):.2f} (median of {args.blocks} ABBA blocks)")
 
 
+def signal_check(args: argparse.Namespace, folder: str) -> None:
+    data = Dataset(args.signal_batches)
+    cheap = Pipeline().init_variable('count', 0).update(V('count'), V('count') + 1) << data
+
+    def one_run(on_interrupt: bool) -> float:
+        start = time.perf_counter()
+        cheap.run(1, n_epochs=1, checkpoint=Checkpoint(folder, every=10 ** 9, on_interrupt=on_interrupt))
+        elapsed = time.perf_counter() - start
+        shutil.rmtree(folder, ignore_errors=True)
+        return elapsed
+
+    one_run(True)                                           # warm-up
+    times = {'checked': [], 'unchecked': []}
+    ratios = []
+    for block in range(args.signal_blocks):
+        order = ('checked', 'unchecked') if block % 2 == 0 else ('unchecked', 'checked')
+        measured = {name: one_run(name == 'checked') for name in order}
+        for name, value in measured.items():
+            times[name].append(value)
+        ratios.append(measured['checked'] / measured['unchecked'])
+    print(f"a run of {args.signal_batches} one-item batches (one variable update each): signal handlers and "
+          f"the per-batch check {1e3 * statistics.median(times['checked']):.1f} ms, without "
+          f"{1e3 * statistics.median(times['unchecked']):.1f} ms, ratio {statistics.median(ratios):.3f} "
+          f"(median of {args.signal_blocks} ABBA blocks)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--size', type=int, default=32, help='image side')
@@ -116,6 +149,8 @@ def main() -> None:
     parser.add_argument('--blocks', type=int, default=4)
     parser.add_argument('--steps', type=int, default=3, help='training steps per block')
     parser.add_argument('--writes', type=int, default=2, help='checkpoint writes per block')
+    parser.add_argument('--signal-batches', type=int, default=4000, help='batches of the signal check runs')
+    parser.add_argument('--signal-blocks', type=int, default=10)
     parser.add_argument('--threads', type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -125,6 +160,7 @@ def main() -> None:
     try:
         write_vs_step(data, args, f'{root}/write')
         every_one_vs_none(data, args, f'{root}/epoch')
+        signal_check(args, f'{root}/signals')
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
