@@ -1,12 +1,13 @@
 """A run with callbacks interrupted and resumed from its checkpoint ends as the uninterrupted one: the same stop
 epoch, learning rates, logged rows and best files (replicas, micro-batches, with and without prefetch)."""
 import os
+import signal
 
 import numpy as np
 import pytest
 import torch
 
-from flowpipe import B, Checkpoint, Pipeline, V
+from flowpipe import B, Checkpoint, Pipeline, RunStopped, V
 from flowpipe.callbacks import CSVLogger, EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, Validate
 from flowpipe.models.torch import TorchModel
 
@@ -137,3 +138,43 @@ def test_resume_with_other_callbacks_is_refused(tmp_path):
         again.run(cases.BATCH, n_iters=2, checkpoint=tmp_path / 'checkpoints', resume=True,
                   callbacks=[EarlyStopping('train/loss')])
     again.m('net').close()
+
+
+class SignalAt(EarlyStopping):
+    """Sends this process SIGTERM at the end of epoch ``at``, after EarlyStopping's own decision."""
+
+    def __init__(self, at, **kwargs):
+        super().__init__(**kwargs)
+        self.at = at
+
+    def on_epoch_end(self, run, epoch):
+        super().on_epoch_end(run, epoch)
+        if epoch == self.at:
+            self.at = None
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_inside_the_callbacks_finishes_them_and_writes_the_batch_s_checkpoint(tmp_path):
+    def make(train, folder, at=None):
+        early, best, callbacks = _callbacks(train, folder)
+        callbacks[1] = early = SignalAt(at, monitor='val/loss', patience=2, min_delta=0.01)
+        return early, best, callbacks
+    train = cases.pipeline()
+    early, best, callbacks = make(train, tmp_path / 'whole')
+    train.run(**RUN, callbacks=callbacks)
+    whole = _ending(train, early, best, tmp_path / 'whole')
+
+    spec = Checkpoint(tmp_path / 'checkpoints', every=4)
+    first = cases.pipeline()
+    with pytest.raises(RunStopped):
+        first.run(**RUN, checkpoint=spec, callbacks=make(first, tmp_path / 'parts', at=2)[2])
+    first.m('net').close()
+    # the signal comes in the callbacks of batch 15 (epoch 2's end): they all run, then its checkpoint is written
+    assert os.listdir(tmp_path / 'checkpoints') == ['checkpoint-000000015.flowpipe']
+    again = cases.pipeline()
+    early, best, callbacks = make(again, tmp_path / 'parts')
+    again.run(**RUN, checkpoint=spec, resume=True, callbacks=callbacks)
+    resumed = _ending(again, early, best, tmp_path / 'parts')
+    for key in ('stop', 'files', 'rows', 'lrs', 'score'):
+        assert resumed[key] == whole[key], key
+    cases.assert_same(resumed['outcome'], whole['outcome'])
