@@ -49,6 +49,7 @@ class GracefulStop:
         #: the signal the run stops on, as the ranks agreed after a batch (0 until then)
         self.agreed = 0
         self._previous: dict[int, Any] = {}
+        self._ended = False
 
     @property
     def first(self) -> int:
@@ -71,12 +72,24 @@ class GracefulStop:
             signal.signal(number, self._note)
 
     def restore(self) -> None:
-        """Put back the handlers ``install`` replaced (those still flowpipe's)."""
+        """Put back the handlers ``install`` replaced (those still flowpipe's). Outside the main thread (a
+        ``gen_batch`` generator closed elsewhere) they are put back by the next signal instead."""
+        self._ended = True
+        if threading.current_thread() is not threading.main_thread():
+            return
         for number, handler in self._previous.items():
             if signal.getsignal(number) == self._note:
                 signal.signal(number, handler)
 
     def _note(self, number: int, frame: Any) -> None:
+        if self._ended:                      # the run is over: the signal acts as if flowpipe had never been here
+            previous = self._previous[number]
+            signal.signal(number, previous)
+            if callable(previous):
+                previous(number, frame)
+            else:
+                os.kill(os.getpid(), number)
+            return
         if number == signal.SIGINT and self.received:
             raise KeyboardInterrupt          # a Ctrl-C while a stop is pending: at once
         self.received.append(number)

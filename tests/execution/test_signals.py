@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from flowpipe import Checkpoint, I, RunStopped
+from flowpipe.execution.signals import GracefulStop
 
 from . import signal_script
 from .checkpoint_cases import RUN, assert_same, outcome, pipeline
@@ -186,3 +187,25 @@ def test_a_signal_in_mid_epoch_stops_a_process_at_the_next_batch_boundary(tmp_pa
         subprocess.run(command, env=env, check=True)
         assert_same(reference, torch.load(out, weights_only=False))
         assert numbers(folder) == [15]
+
+
+def test_a_run_closed_in_another_thread_hands_the_next_signal_to_the_previous_handler():
+    """A ``gen_batch`` generator closed outside the main thread cannot put the handlers back: the next signal
+    does, and reaches the handler that was there before the run."""
+    calls = []
+    before = signal.signal(signal.SIGUSR1, lambda number, frame: calls.append(number))
+    try:
+        previous = signal.getsignal(signal.SIGUSR1)
+        stop = GracefulStop()
+        stop.install()
+        closer = threading.Thread(target=stop.restore)
+        closer.start()
+        closer.join()
+        assert signal.getsignal(signal.SIGUSR1) == stop._note
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert calls == [signal.SIGUSR1] and stop.received == []
+        assert signal.getsignal(signal.SIGUSR1) is previous
+        stop.restore()                                   # in the main thread now: puts back the other handlers
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGUSR1, before)
