@@ -150,7 +150,7 @@ class RunCheckpoints:
 
     def after_batch(self, stream: Any, root: tuple[int, bool], stop: int = 0) -> int:
         """A batch is complete: write when one is due or the run stops; the number of the signal the run stops on
-        (``stop``: the one this process received, 0 for none; under ranks the first rank's that received one)."""
+        (``stop``: the one this process received, 0 for none; under ranks the highest any rank received)."""
         self.done += 1
         spec = self.spec
         if spec is None:

@@ -119,11 +119,21 @@ class GracefulStop:
 
 
 def agree(due: bool, stop: int) -> tuple[bool, int]:
-    """One exchange of a distributed job's batch: rank 0's ``due`` (its clock decides a ``seconds`` checkpoint)
-    and the stop signal of the first rank that received one (0: none did)."""
+    """One exchange of a distributed job's batch, a single ``all_reduce`` (max) of two integers: rank 0's ``due``
+    (its clock decides a ``seconds`` checkpoint) and the stop signal of the ranks (0: none received one; the
+    highest number when several did)."""
+    import torch
+    import torch.distributed as dist
+
     from ..parallel import distributed
-    every = distributed.all_gather((bool(due), int(stop)))
-    return every[0][0], next((number for _, number in every if number), 0)
+    nccl = dist.get_backend() == 'nccl'
+    device = torch.device('cuda', torch.cuda.current_device()) if nccl else torch.device('cpu')
+    flags = torch.tensor([int(bool(due)) if dist.get_rank() == 0 else 0, int(stop)], dtype=torch.int64,
+                         device=device)
+    with distributed.collective('the ranks\' agreement on a stop signal after a batch'):
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    due, stop = flags.tolist()
+    return bool(due), int(stop)
 
 
 def slurm_job_id(environ: Any = None) -> str | None:
