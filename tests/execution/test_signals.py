@@ -81,6 +81,9 @@ def test_handlers_are_restored_and_the_previous_one_runs_after_the_checkpoint(tm
         calls.append((number, numbers(tmp_path)))
     before = {number: signal.signal(number, previous) for number in (signal.SIGTERM, signal.SIGUSR1)}
     try:
+        pipeline().run(**RUN, checkpoint=tmp_path / 'whole')          # a run that ends: the same handlers after
+        assert signal.getsignal(signal.SIGUSR1) is previous and signal.getsignal(signal.SIGTERM) is previous
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and calls == []
         with pytest.raises(RunStopped) as stopped:
             signalled(3, signal.SIGUSR1).run(**RUN, checkpoint=Checkpoint(tmp_path, every=100))
         assert stopped.value.code == 128 + signal.SIGUSR1 and stopped.value.signal == 'SIGUSR1'
