@@ -90,6 +90,7 @@ def write_vs_step(data: Dataset, args: argparse.Namespace, folder: str) -> None:
           f"step {1e3 * statistics.median(times['step']):.0f} ms, checkpoint write "
           f"{1e3 * statistics.median(times['write']):.0f} ms, write / step {statistics.median(ratios):.2f} "
           f"(median of {args.blocks} ABBA blocks)")
+    checkpoints.close()                                     # the folder is free for the next measure
     model.close()
 
 

@@ -78,19 +78,26 @@ def block(step, steps: int) -> float:
     return (time.process_time() - start) / steps
 
 
+def abba(arms: dict, steps: int, blocks: int) -> dict[str, float]:
+    """Time two arms ``{'a': step, 'b': step}`` in alternating blocks (A B, then B A...) after a warm-up block each:
+    the median seconds per step of each, and the medians of the per-block differences (``'cost'``, a - b) and
+    ratios (``'ratio'``, a / b)."""
+    (a, step_a), (b, step_b) = arms.items()
+    for step in (step_a, step_b):
+        block(step, steps)                          # warm-up: kernels, allocator, Adam state
+    times: dict[str, list[float]] = {a: [], b: []}
+    for index in range(blocks):
+        for name in ((a, b) if index % 2 == 0 else (b, a)):
+            times[name].append(block(arms[name], steps))
+    pairs = list(zip(times[a], times[b]))
+    return {a: statistics.median(times[a]), b: statistics.median(times[b]),
+            'cost': statistics.median(x - y for x, y in pairs), 'ratio': statistics.median(x / y for x, y in pairs)}
+
+
 def measure(make, steps: int, blocks: int, clip: float | None, skip_nonfinite: bool = False) -> dict[str, float]:
     net, inputs, targets = make()
-    arms = {'hand': hand_arm(net, inputs, targets, clip),
-            'engine': engine_arm(net, inputs, targets, clip, skip_nonfinite)}
-    for step in arms.values():
-        block(step, steps)                          # warm-up: kernels, allocator, Adam state
-    times: dict[str, list[float]] = {name: [] for name in arms}
-    for index in range(blocks):
-        for name in (('hand', 'engine') if index % 2 == 0 else ('engine', 'hand')):
-            times[name].append(block(arms[name], steps))
-    pairs = list(zip(times['engine'], times['hand']))
-    return {'hand': statistics.median(times['hand']), 'engine': statistics.median(times['engine']),
-            'cost': statistics.median(e - h for e, h in pairs), 'ratio': statistics.median(e / h for e, h in pairs)}
+    return abba({'engine': engine_arm(net, inputs, targets, clip, skip_nonfinite),
+                 'hand': hand_arm(net, inputs, targets, clip)}, steps, blocks)
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""``python -m flowpipe demo`` (also the ``flowpipe-demo`` script): train a network on the shipped Digits data set.
+"""``python -m flowpipe demo`` (also the ``flowpipe-demo`` script): train a network on the shipped Digits data set;
+``python -m flowpipe verify``: replay steps of a run checkpoint on another layout (``flowpipe.execution.verify``).
 
 The demo is the SPEC's user program on Digits: a dynamic model whose input shape and class count come from the
 data, images resized to 32x32, a prefetching run with a progress bar, then the held-out accuracy.
@@ -66,12 +67,17 @@ def demo(model: str = 'ResNet18', device: str | list[str] | None = None, microba
 
 
 DEMO_HELP = 'train a network on the shipped Digits data set and print its accuracy'
+VERIFY_HELP = ('replay the next steps of a run checkpoint on another layout and print the largest relative '
+               'deviation of the parameters from one process on one device')
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='flowpipe', description='flowpipe command line.')
     commands = parser.add_subparsers(dest='command', required=True)
     _demo_options(commands.add_parser('demo', help=DEMO_HELP, description=DEMO_HELP[0].upper() + DEMO_HELP[1:]))
+    from .execution.verify import add_verify
+    add_verify(commands.add_parser('verify', help=VERIFY_HELP, description=VERIFY_HELP[0].upper() + VERIFY_HELP[1:]),
+               _device)
     return parser
 
 
@@ -122,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(parser: argparse.ArgumentParser, argv: list[str]) -> int:
     args = parser.parse_args(argv)
+    if args.command == 'verify':
+        from .execution.verify import run_verify
+        return run_verify(parser, args)
     if args.epochs < 1 or args.batch_size < 1 or args.lr <= 0:
         parser.error(f"Expected positive --epochs, --batch-size and --lr. Received: --epochs {args.epochs}, "
                      f"--batch-size {args.batch_size}, --lr {args.lr}.")

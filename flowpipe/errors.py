@@ -3,14 +3,16 @@
 Control flow: ``SkipBatch`` drops the current batch, ``StopPipeline`` ends the run cleanly.
 Domain errors users catch: ``DeviceError`` (no device matches a spec), ``ModelFileError`` (a model file
 that is not a flowpipe file or comes from an incompatible version), ``LaunchError`` (a rank of a launched
-distributed job failed), ``CheckpointError`` (a checkpoint that cannot be written, read or used for a run).
+distributed job failed), ``CheckpointError`` (a checkpoint that cannot be written, read or used for a run),
+``FolderInUseError`` (another run holds the lock of a folder this run would write into), ``UnsafeFileError`` (a
+file that would run code to be read, not opened as trusted).
 Bad values raise ``ValueError``, bad types ``TypeError``, unknown names ``KeyError``/``AttributeError`` subclasses
 below, so that plain ``except KeyError`` still works. ``add_note`` attaches a note to an exception on every
 supported Python (3.10 has no ``BaseException.add_note``).
 """
 
-__all__ = ['CheckpointError', 'DeviceError', 'ExpressionError', 'LaunchError', 'ModelFileError',
-           'RunStopped', 'SkipBatch', 'StopPipeline', 'UnknownActionError', 'add_note']
+__all__ = ['CheckpointError', 'DeviceError', 'ExpressionError', 'FolderInUseError', 'LaunchError', 'ModelFileError',
+           'RunStopped', 'SkipBatch', 'StopPipeline', 'UnknownActionError', 'UnsafeFileError', 'add_note']
 
 
 def add_note(exc: BaseException, note: str) -> None:
@@ -56,8 +58,18 @@ class ModelFileError(ValueError):
     """A model file is corrupt, foreign, or from an incompatible version."""
 
 
+class UnsafeFileError(ValueError):
+    """A pickled file (a model file, a checkpoint) names code that reading it would run (a class or function
+    other than those that rebuild data and models), and it was not opened with ``trusted=True``."""
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be written, read or used for this run; the message says why and what to do."""
+
+
+class FolderInUseError(RuntimeError):
+    """Another run (another process, or another run of this one) holds the lock of a folder this run writes into;
+    the message names the folder, the holder and what to do."""
 
 
 class ExpressionError(KeyError):

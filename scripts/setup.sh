@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Creates .venv with torch, numpy, dill, tqdm and the test tools, then installs flowpipe in editable mode.
+# scripts/setup.sh [demo|test]: creates .venv with torch and installs flowpipe in editable mode with what it needs:
+# - demo (the default; `make demo`, `make setup`): flowpipe's own dependencies numpy, dill and tqdm only;
+# - test (`make test`): also the test extra: pytest, Jupyter's client and kernel, TensorBoard, ONNX, Dask, pandas...
 # Without a GPU the CPU build of torch is installed, so no multi-GB CUDA build is ever downloaded.
 # Prints one line per step it takes (a first run spends minutes in pip) and nothing of pip's own output unless
 # a step fails; a second run finds everything in place and only says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=${1:-demo}
 TORCH_VERSION=2.13.0
 VENV=.venv
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
@@ -26,9 +29,24 @@ quietly() {
 }
 
 fail() {
-    echo "setup: failed while $1 (the output above says why); fix it and run 'make setup' again" >&2
+    echo "setup: failed while $1 (the output above says why); fix it and run 'bash scripts/setup.sh $MODE' again" >&2
     exit 1
 }
+
+case "$MODE" in
+    demo)
+        IMPORTS="flowpipe"
+        EXTRA=""
+        WHAT="flowpipe (editable) and its dependencies numpy, dill and tqdm" ;;
+    test)
+        IMPORTS="flowpipe, pytest, pytest_timeout, PIL, pandas, matplotlib, nbclient, ipykernel, tensorboard, onnx, \
+onnxscript, safetensors, psutil, distributed, hypothesis, torchmetrics"
+        EXTRA="[test]"
+        WHAT="flowpipe (editable) and the test tools: pytest, Jupyter's client, TensorBoard, ONNX, Dask... (minutes)" ;;
+    *)
+        echo "setup: Expected 'demo' or 'test'. Received: $MODE. Run 'bash scripts/setup.sh demo' or '... test'." >&2
+        exit 2 ;;
+esac
 
 if [ ! -x "$VENV/bin/python" ]; then
     step "creating the virtual environment $VENV"
@@ -49,8 +67,8 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 
 # Checked from / so that the source tree in the current folder does not pass for an installed package.
-if ! (cd / && "$OLDPWD/$VENV/bin/python" -c "import flowpipe, pytest, pytest_timeout, PIL, pandas, matplotlib, nbclient, ipykernel, tensorboard, onnx, onnxscript, safetensors, psutil, distributed") 2>/dev/null; then
-    step "installing flowpipe (editable) and the test tools"
-    quietly "${PIP[@]}" -e ".[test]" || fail "installing flowpipe and the test tools"
+if ! (cd / && "$OLDPWD/$VENV/bin/python" -c "import $IMPORTS") 2>/dev/null; then
+    step "installing $WHAT"
+    quietly "${PIP[@]}" -e ".$EXTRA" || fail "installing $WHAT"
 fi
 "$VENV/bin/python" -c "import flowpipe, torch; print(f'setup: ready: flowpipe in $VENV (torch {torch.__version__})')"

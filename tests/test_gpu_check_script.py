@@ -67,7 +67,7 @@ def run_check(repo, *args, **env):
     variables.update(PATH=f"{tmp / 'bin'}:{os.environ['PATH']}", CALLS=str(tmp / 'calls'), TMPDIR=str(tmp / 'tmp'),
                      **env)
     return subprocess.run(['bash', str(repo / 'scripts' / 'gpu_check.sh'), *args], cwd=tmp, env=variables,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=900)
 
 
 def calls(repo):

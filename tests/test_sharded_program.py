@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIMEOUT = 600
+TIMEOUT = 900
 
 PROGRAM = """
 from flowpipe import Pipeline, B, V, D

@@ -116,7 +116,6 @@ def test_stored_outputs_are_cleaned_up():
 
 
 @pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
-@pytest.mark.timeout(180)
 def test_01_pipelines():
     facts = run_notebook('01_pipelines.ipynb', epoch_batches='epoch_batches', seen="counting.v('seen')",
                          shapes='[list(shape) for shape in shapes]', same="first.v('means') == second.v('means')",
@@ -131,7 +130,6 @@ def test_01_pipelines():
 
 
 @pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
-@pytest.mark.timeout(240)
 def test_02_training():
     facts = run_notebook('02_training.ipynb', losses='losses', accuracy='float(accuracy)',
                          loaded_accuracy='float(loaded_accuracy)', same_with_prefetch='same_with_prefetch',
@@ -149,7 +147,6 @@ def test_02_training():
 
 
 @pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
-@pytest.mark.timeout(240)
 def test_03_devices():
     facts = run_notebook('03_devices.ipynb', table='table', plan50="model.device_plan(50)",
                          plan2="pipelines['3 replicas'].m('cnn').device_plan(2)", no_bn='no_bn_difference',
@@ -166,7 +163,6 @@ def test_03_devices():
 
 
 @pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
-@pytest.mark.timeout(180)
 def test_04_data_parallel_from_scratch():
     facts = run_notebook('04_data_parallel_from_scratch.ipynb', shards='[len(s) for s in image_shards]',
                          agree='replicas_agree', by_hand='by_hand_difference', broadcast='broadcast_difference',
@@ -177,7 +173,6 @@ def test_04_data_parallel_from_scratch():
 
 
 @pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
-@pytest.mark.timeout(300)
 def test_05_memory_and_microbatches():
     facts = run_notebook('05_memory_and_microbatches.ipynb', accumulation='accumulation_difference', rows='rows',
                          results='results', warned='warned_only_for_tiny_pieces',
@@ -199,7 +194,6 @@ def test_05_memory_and_microbatches():
 
 
 @pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
-@pytest.mark.timeout(180)
 def test_06_model_parallel():
     facts = run_notebook('06_model_parallel.ipynb', difference='split_difference', auto='auto_placement',
                          deep='deep_placement', deep_loss='deep_loss', losses='losses',
@@ -228,11 +222,10 @@ def test_07_distributed():
 
 
 @pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
-@pytest.mark.timeout(180)
 def test_08_training_run():
     facts = run_notebook('08_training_run.ipynb', rows='rows', stopped='early.stopped_epoch', keras_stop='keras_stop',
                          best_score='best.best_score', best_epoch='best_epoch', restored='restored_accuracy',
-                         kept="sorted(os.listdir(os.path.join(folder, 'best')))", changes='changes',
+                         kept='kept', changes='changes',
                          tb_matches_csv='tb_matches_csv', tb_tags="sorted(events.Tags()['scalars'])")
     rows = facts['rows']
     assert facts['stopped'] is not None and len(rows) == facts['stopped'] + 1 < 60
@@ -247,7 +240,6 @@ def test_08_training_run():
 
 
 @pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
-@pytest.mark.timeout(300)
 def test_09_research():
     pytest.importorskip('distributed')
     facts = run_notebook('09_research.ipynb', rows='len(df)', experiments="df['id'].nunique()",
@@ -266,7 +258,6 @@ def doc_blocks(path):
     return re.findall(r'^```python\n(.*?)^```', path.read_text(encoding='utf-8'), flags=re.S | re.M)
 
 
-@pytest.mark.timeout(120)
 def test_pipelines_guide_examples_run():
     path = ROOT / 'docs' / 'pipelines.md'
     blocks = doc_blocks(path)

@@ -17,8 +17,9 @@ def _item(axes: Any, x: float, y: float, face: str, edge: str = 'white', width: 
     axes.add_patch(Rectangle((x, y), 0.9, 0.9, facecolor=face, edgecolor=edge, linewidth=width))
 
 
-def plot_batch_split(path: Any, batch_size: int = 20, microbatch: int = 8, devices: int = 3) -> None:
-    """Batch -> micro-batches -> shards -> devices, for ``make_plan(devices, microbatch)`` on ``batch_size``."""
+def plot_batch_split(path: Any, batch_size: int = 20, microbatch: int = 8, devices: int = 3) -> list[list[int]]:
+    """Batch -> micro-batches -> shards -> devices, for ``make_plan(devices, microbatch)`` on ``batch_size``;
+    returns the pieces drawn as ``[start, stop, chunk, replica]``."""
     import matplotlib.pyplot as plt
     plan = make_plan([f'CPU:{i}' for i in range(devices)], microbatch)
     pieces = plan.pieces(batch_size)
@@ -59,6 +60,7 @@ def plot_batch_split(path: Any, batch_size: int = 20, microbatch: int = 8, devic
                    fontsize=10)
     figure.savefig(path, metadata={'Software': None}, bbox_inches='tight', pad_inches=0.1)
     plt.close(figure)
+    return [[piece.start, piece.stop, piece.chunk, piece.replica] for piece in pieces]
 
 
 def _box(axes: Any, x: float, y: float, text: str, color: str, width: float = 2.3) -> None:
@@ -75,8 +77,9 @@ def _arrow(axes: Any, start: tuple, end: tuple, color: str = '#555', text: str =
                   fontsize=7, color=color)
 
 
-def plot_replicas(path: Any, devices: int = 3) -> None:
-    """One data-parallel step: shards, forward/backward per replica, the gradient sum, one step, the broadcast."""
+def plot_replicas(path: Any, devices: int = 3) -> dict[str, int]:
+    """One data-parallel step: shards, forward/backward per replica, the gradient sum, one step, the broadcast;
+    returns the number of devices drawn."""
     import matplotlib.pyplot as plt
     figure, axes = plt.subplots(figsize=(8.6, 3.6), dpi=100)
     ys = [1.6 - 1.1 * i for i in range(devices)]
@@ -104,3 +107,4 @@ def plot_replicas(path: Any, devices: int = 3) -> None:
     figure.tight_layout()
     figure.savefig(path, metadata={'Software': None})
     plt.close(figure)
+    return {'devices': devices}

@@ -16,15 +16,17 @@ with one torch thread (so the trained curves repeat exactly) and matplotlib's Ag
   and callbacks), plotted from its ``metrics.csv``.
 - ``img/augmentations.png``: one Digits image, coloured and enlarged, under each image action of ``docs/images.md``.
 
-``tests/test_figures.py`` regenerates them into a temporary folder and compares them with ``img/``: equal bytes,
-or, where fonts, libraries or CPU arithmetic differ slightly, the same size with at most 0.5 % of the pixels
-differing by more than 1/8 of the colour range in some channel.
+Each PNG keeps a record of what it shows (``figure_record.py``): the numbers drawn and a digest of the drawing
+code. ``tests/test_figures.py`` regenerates the figures into a temporary folder and compares the records with
+those in ``img/`` (numbers within 1 %), not the pixels, which change with matplotlib, FreeType and fonts.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,7 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / 'tutorials'))
 
-from figure_diagrams import plot_batch_split, plot_replicas  # noqa: E402  (after the path set-up above)
+import figure_diagrams  # noqa: E402  (after the path set-up above)
+import figure_record  # noqa: E402
+from figure_diagrams import plot_batch_split, plot_replicas  # noqa: E402
 from flowpipe import B, C, D, ImagesBatch, V, Pipeline  # noqa: E402
 from flowpipe.callbacks import CSVLogger, EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, Validate  # noqa: E402
 from flowpipe.models.torch import SimpleCNN  # noqa: E402
@@ -190,20 +194,24 @@ def augmented(image: np.ndarray, make) -> np.ndarray:
     return np.repeat(out, 3, axis=2) if out.shape[2] == 1 else out
 
 
-def plot_augmentations(digits: Digits, path: Path) -> None:
+def plot_augmentations(digits: Digits, path: Path) -> list[list]:
+    """Draw each augmentation of one image; returns each panel's title, shape and mean pixel value."""
     import matplotlib.pyplot as plt
-    image = sample_image(digits)
+    image, shown = sample_image(digits), []
     columns = 8
     rows = -(-len(AUGMENTATIONS) // columns)
     figure, grid = plt.subplots(rows, columns, figsize=(1.45 * columns, 1.8 * rows), dpi=60)
     for axes, (title, make) in zip(grid.ravel(), AUGMENTATIONS):
-        axes.imshow(augmented(image, make), interpolation='nearest')
+        panel = augmented(image, make)
+        shown.append([title, list(panel.shape), float(panel.mean())])
+        axes.imshow(panel, interpolation='nearest')
         axes.set_title(title, fontsize=6.5)
     for axes in grid.ravel():
         axes.set_axis_off()
     figure.tight_layout(pad=0.4, h_pad=1.2)
     figure.savefig(path)
     plt.close(figure)
+    return shown
 
 
 CURVE_LAYOUTS = {'one device': (None, None), '2 replicas': (['CPU:0', 'CPU:1'], None),
@@ -284,12 +292,15 @@ def training_run(digits: Digits) -> tuple[list[dict[str, str]], int]:
     return rows, best_epoch
 
 
+TRAINING_RUN_CURVES = ('train/loss', 'val/loss', 'val/accuracy', 'lr')
+
+
 def plot_training_run(rows: list[dict[str, str]], best_epoch: int, path: Path) -> None:
     import matplotlib.pyplot as plt
     # the plot of the notebook's last code cell, line for line
     epochs = [int(row['epoch']) for row in rows]
     figure, axes = plt.subplots(1, 4, figsize=(12, 2.6), dpi=72)
-    for axis, name in zip(axes, ['train/loss', 'val/loss', 'val/accuracy', 'lr']):
+    for axis, name in zip(axes, TRAINING_RUN_CURVES):
         axis.plot(epochs, [float(row[name]) for row in rows], marker='.')
         axis.set_title(name)
         axis.set_xlabel('epoch')
@@ -324,24 +335,49 @@ def make(names: list[str], folder: Path = IMG) -> list[Path]:
     return [folder / f'{name}.png' for name in names]
 
 
-def _make(names: list[str], folder: Path, digits: Digits) -> None:
-    if 'batch_split' in names:
-        plot_batch_split(folder / 'batch_split.png')
-    if 'replicas' in names:
-        plot_replicas(folder / 'replicas.png')
-    if 'loss_curves' in names:
-        plot_layout_losses(layout_losses(digits), folder / 'loss_curves.png')
-    if 'loss_curve' in names:
-        plot_losses(training_losses(digits), folder / 'loss_curve.png')
-    if 'batchnorm_shards' in names:
+def _draw(name: str, path: Path, digits: Digits) -> Any:
+    """Draw the figure ``name`` into ``path``; returns what it shows (its record's data, JSON-ready)."""
+    if name == 'batch_split':
+        return plot_batch_split(path)
+    if name == 'replicas':
+        return plot_replicas(path)
+    if name == 'augmentations':
+        return plot_augmentations(digits, path)
+    if name == 'loss_curves':
+        found = {layout: [float(loss) for loss in losses] for layout, losses in layout_losses(digits).items()}
+        plot_layout_losses(found, path)
+        return found
+    if name == 'loss_curve':
+        losses = [float(loss) for loss in training_losses(digits)]
+        plot_losses(losses, path)
+        return losses
+    if name == 'batchnorm_shards':
         found = layout_differences(digits)
         for batch_norm, values in found.items():
             print('batch_norm' if batch_norm else 'no batch norm', ['%.1e' % value for value in values])
-        plot_differences(found, folder / 'batchnorm_shards.png')
-    if 'augmentations' in names:
-        plot_augmentations(digits, folder / 'augmentations.png')
-    if 'training_run' in names:
-        plot_training_run(*training_run(digits), folder / 'training_run.png')
+        plot_differences(found, path)
+        return {'with BatchNorm' if batch_norm else 'without BatchNorm': values for batch_norm, values in found.items()}
+    rows, best_epoch = training_run(digits)
+    plot_training_run(rows, best_epoch, path)
+    return {'best_epoch': best_epoch, 'epochs': [int(row['epoch']) for row in rows],
+            **{name: [float(row[name]) for row in rows] for name in TRAINING_RUN_CURVES}}
+
+
+# the code that draws each figure: a change of it makes the stored figure stale (the data is compared apart)
+DRAWN_BY = {'batch_split': (figure_diagrams,), 'replicas': (figure_diagrams,), 'loss_curves': (plot_layout_losses,),
+            'loss_curve': (plot_losses,), 'batchnorm_shards': (plot_differences,),
+            'augmentations': (plot_augmentations,), 'training_run': (plot_training_run,)}
+
+
+def record(name: str, data: Any) -> dict[str, Any]:
+    """What ``img/<name>.png`` keeps of itself: the data drawn and a digest of the code drawing it."""
+    return {'figure': name, 'data': data, 'code': figure_record.digest(*map(inspect.getsource, DRAWN_BY[name]))}
+
+
+def _make(names: list[str], folder: Path, digits: Digits) -> None:
+    for name in names:
+        path = folder / f'{name}.png'
+        figure_record.stamp(path, record(name, _draw(name, path, digits)))
 
 
 def main(argv: list[str]) -> None:

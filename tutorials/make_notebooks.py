@@ -30,7 +30,7 @@ NOTEBOOKS = {'01_pipelines.ipynb': 'nb01_pipelines', '02_training.ipynb': 'nb02_
              '07_distributed.ipynb': 'nb07_distributed', '08_training_run.ipynb': 'nb08_training_run',
              '09_research.ipynb': 'nb09_research'}
 KERNEL = {'display_name': 'Python 3', 'language': 'python', 'name': 'python3'}
-CELL_TIMEOUT = 300     # seconds a cell may run under a kernel before the run fails
+CELL_TIMEOUT = 1800    # a hang guard: far above any cell's time on a loaded machine
 STORED_THREADS = 1     # torch threads of the kernel that makes the stored outputs: steady on a shared machine
 
 

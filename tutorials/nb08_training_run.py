@@ -12,6 +12,7 @@ trains a small CNN on `Digits` that way, then checks each callback's work from t
 seconds on one CPU thread."""),
     ('code', """
 import csv
+import glob
 import os
 import tempfile
 
@@ -78,10 +79,13 @@ print(f"stopped after epoch {early.stopped_epoch} of at most 60")"""),
     ('md', """
 ## `metrics.csv`: one row per epoch
 
-`CSVLogger` rewrites the file atomically at each epoch end, so even an interrupted run leaves a complete file."""),
+`CSVLogger` rewrites the file atomically at each epoch end, so even an interrupted run leaves a complete file. Its
+first column, `run`, marks the run that logged each row: a later run into the same folder appends its rows under
+its own mark. This folder is new, so every row is this run's."""),
     ('code', """
 with open(os.path.join(folder, 'logs', 'metrics.csv')) as file:
     rows = list(csv.DictReader(file))
+assert len({row.pop('run') for row in rows}) == 1
 print(' '.join(f'{name:>12}' for name in rows[0]))
 for row in rows:
     print(' '.join(f'{float(value):12.4g}' for value in row.values()))"""),
@@ -110,8 +114,8 @@ The folder holds the files of the two best epochs by `val/accuracy` (a tie keeps
 `best_path` is the best one. `SimpleCNN.from_file` loads it as a new model, on its own: evaluated on the test set
 it has the accuracy that epoch was validated with, not the last epoch's."""),
     ('code', """
-print(sorted(os.listdir(os.path.join(folder, 'best'))), 'best:', os.path.basename(best.best_path),
-      f'val/accuracy {best.best_score:.4f}')
+kept = sorted(glob.glob('*.model', root_dir=os.path.join(folder, 'best')))   # beside them, the folder's ledger
+print(kept, 'best:', os.path.basename(best.best_path), f'val/accuracy {best.best_score:.4f}')
 best_epoch = int(os.path.basename(best.best_path).removeprefix('epoch-').removesuffix('.model'))
 
 restored = SimpleCNN.from_file(best.best_path)

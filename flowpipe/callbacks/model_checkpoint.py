@@ -1,16 +1,22 @@
 """``ModelCheckpoint``: keep the model files of the best epochs by a monitored value."""
 from __future__ import annotations
 
+import contextlib
+import json
 import numbers
 import os
-import re
+import uuid
+import warnings
 from typing import Any
 
+from ..atomic import write_text_atomically
+from ..folder_lock import lock_on_main
 from .base import Callback, check_mode, monitored
 
 __all__ = ['ModelCheckpoint']
 
-_FILE = re.compile(r'^epoch-\d+\.model$')
+#: the record of which run wrote which file of a ModelCheckpoint folder
+LEDGER = '.modelcheckpoint.json'
 
 
 class ModelCheckpoint(Callback):
@@ -20,6 +26,13 @@ class ModelCheckpoint(Callback):
     falls out of the best ``k`` is removed. A value ranks only when strictly better than the ``k``-th best, so ties
     keep the earlier epoch. In a distributed job every rank calls the model's ``save`` (collective) and rank 0 alone
     writes and removes files. ``best_path`` and ``best_score`` are those of the best epoch.
+
+    A run removes only the files it wrote: ``folder/.modelcheckpoint.json`` records which run (an id kept in its
+    checkpoints) wrote each file, before the file is written. A file of that name that another run or the user
+    wrote is kept, and this run writes ``epoch-<epoch>-v<k>.model`` (the first free ``k``) instead, with a warning.
+    A run resumed from a checkpoint removes the files it wrote after that checkpoint (it decides about those epochs
+    again). The folder is locked for the run's life (rank 0's): a second run into it at the same time raises
+    ``FolderInUseError``.
 
     Args:
         folder: where the files go (made when missing).
@@ -38,6 +51,9 @@ class ModelCheckpoint(Callback):
         self.folder, self.monitor, self.mode = os.fspath(folder), monitor, check_mode(mode)
         self.save_top_k, self.model = int(save_top_k), model
         self.kept: list[tuple[float, int, str]] = []        # (score, epoch, path), best first
+        self._run = uuid.uuid4().hex                        # this run's id; a resumed run takes its checkpoint's
+        self._lock: Any = None
+        self._warned_clash = False
 
     @property
     def best_path(self) -> str | None:
@@ -50,12 +66,19 @@ class ModelCheckpoint(Callback):
         return self.kept[0][0] if self.kept else None
 
     def on_run_start(self, run: Any) -> None:
-        if run.is_main and os.path.isdir(self.folder):
-            # files of epochs after the checkpoint a run resumes from: this run decides about those epochs again
-            kept = {os.path.basename(path) for _, _, path in self.kept}
-            for name in os.listdir(self.folder):
-                if _FILE.match(name) and name not in kept:
-                    os.unlink(os.path.join(self.folder, name))
+        self._lock = lock_on_main(self.folder, 'modelcheckpoint', 'ModelCheckpoint files',
+                                  getattr(run, 'world', None), run.is_main)
+        if self._lock is None:
+            return
+        # this run's files of epochs after the checkpoint it resumes from: it decides about those epochs again
+        kept = {os.path.basename(path) for _, _, path in self.kept}
+        ledger = self._ledger()
+        later = [name for name, owner in ledger.items() if owner == self._run and name not in kept]
+        for name in later:
+            os.unlink(os.path.join(self.folder, name))
+            del ledger[name]
+        if later:
+            self._write_ledger(ledger)
 
     def on_epoch_end(self, run: Any, epoch: int) -> None:
         score = monitored(run, self)
@@ -63,16 +86,60 @@ class ModelCheckpoint(Callback):
             return
         if len(self.kept) == self.save_top_k and not self._better(score, self.kept[-1][0]):
             return
-        path = os.path.join(self.folder, f'epoch-{epoch:04d}.model')
+        path = self._free_path(run, epoch)
         # every rank calls save: in a distributed job it is collective, and rank 0 alone writes
         self._model(run).save(path)
         self.kept.append((score, epoch, path))
         # best first; among equal scores the earlier epoch first
         self.kept.sort(key=lambda item: (-item[0] if self.mode == 'max' else item[0], item[1]))
-        for _, _, dropped in self.kept[self.save_top_k:]:
-            if run.is_main and os.path.exists(dropped):
-                os.unlink(dropped)
+        dropped = [path for _, _, path in self.kept[self.save_top_k:]]
         del self.kept[self.save_top_k:]
+        if run.is_main and dropped:
+            ledger = self._ledger()
+            for path in dropped:                            # a file of the best k: this run wrote it
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                ledger.pop(os.path.basename(path), None)
+            self._write_ledger(ledger)
+
+    def on_run_end(self, run: Any) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _free_path(self, run: Any, epoch: int) -> str:
+        """``folder/epoch-<epoch>.model``, or, when a file this run did not write has that name, the first free
+        ``epoch-<epoch>-v<k>.model`` (said once per run); rank 0's choice in a distributed job."""
+        path = os.path.join(self.folder, f'epoch-{epoch:04d}.model')
+        if run.is_main:
+            ledger, stem, version = self._ledger(), path[:-len('.model')], 0
+            while os.path.exists(path) and ledger.get(os.path.basename(path)) != self._run:
+                version += 1
+                path = f'{stem}-v{version}.model'
+            if version and not self._warned_clash:
+                self._warned_clash = True
+                warnings.warn(f"ModelCheckpoint keeps {stem}.model, which this run did not write (an earlier "
+                              f"run's or your own file), and writes {path} instead. Give each run its own folder "
+                              "to keep the plain names.", UserWarning, stacklevel=3)
+            ledger[os.path.basename(path)] = self._run       # before the file: a crash leaves it known as ours
+            self._write_ledger(ledger)
+        if getattr(run, 'world', None) is not None:
+            from ..parallel import distributed
+            path = distributed.broadcast(path)
+        return path
+
+    def _ledger(self) -> dict[str, str]:
+        """``{file name: id of the run that wrote it}`` of the folder's files (an unreadable record: none)."""
+        try:
+            with open(os.path.join(self.folder, LEDGER), encoding='utf-8') as file:
+                files = json.load(file).get('files', {})
+        except (OSError, ValueError, AttributeError):
+            return {}
+        return {name: owner for name, owner in files.items() if os.path.exists(os.path.join(self.folder, name))}
+
+    def _write_ledger(self, ledger: dict[str, str]) -> None:
+        write_text_atomically(json.dumps({'files': ledger}, indent=1, sort_keys=True),
+                              os.path.join(self.folder, LEDGER))
 
     def _better(self, score: float, than: float) -> bool:
         return score < than if self.mode == 'min' else score > than
@@ -87,10 +154,11 @@ class ModelCheckpoint(Callback):
         return next(iter(models.values()))
 
     def state(self) -> dict:
-        return {'kept': list(self.kept)}
+        return {'kept': list(self.kept), 'run': self._run}
 
     def load_state(self, state: dict) -> None:
         self.kept = [tuple(item) for item in state['kept']]
+        self._run = state.get('run', self._run)
 
     def __repr__(self) -> str:
         return (f"ModelCheckpoint({self.folder!r}, monitor={self.monitor!r}, mode={self.mode!r}, "

@@ -4,10 +4,12 @@
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
 import os
 from typing import Any
 
+from ..errors import add_note
 from .base import Callback
 
 __all__ = ['TensorBoardLogger']
@@ -37,10 +39,19 @@ class TensorBoardLogger(Callback):
     def on_epoch_end(self, run: Any, epoch: int) -> None:
         if self._writer is None:
             return
-        for name, value in run.logs.items():
-            if name != 'epoch' and isinstance(value, numbers.Real):
-                self._writer.add_scalar(name, float(value), global_step=epoch)
-        self._writer.flush()
+        try:
+            for name, value in run.logs.items():
+                if name != 'epoch' and isinstance(value, numbers.Real):
+                    self._writer.add_scalar(name, float(value), global_step=epoch)
+            self._writer.flush()
+        except OSError as error:            # a full disk, a quota, a folder gone: the writer is done for
+            writer, self._writer = self._writer, None
+            with contextlib.suppress(Exception):
+                writer.close()
+            add_note(error, f"Expected to write the TensorBoard events of epoch {epoch} into {self.folder!r}. "
+                            f"Received: {error.strerror or error}. The events of earlier epochs are in the folder; "
+                            "free space there (or log to another folder) and run again.")
+            raise
 
     def on_run_end(self, run: Any) -> None:
         if self._writer is not None:

@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import numbers
 import pickle
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping, Sequence
 
 from .base import Callback, flat_records
+from .metrics import check_metrics, compute_builtin, compute_torchmetric, is_torchmetric, update_torchmetrics
 
 __all__ = ['Validate', 'merge_variables']
 
 
 class Validate(Callback):
-    """Run ``pipeline`` over its dataset once and log ``val/<name>`` = ``metrics[name](pipeline)``.
+    """Run ``pipeline`` over its dataset once and log ``val/<name>`` for each of ``metrics``.
 
     Each validation run starts from fresh variables (``reset('variables')``); the models are the training run's
     own when the pipeline imports them (``import_model('net', train)``). With ``every=N`` the values of the last
@@ -27,22 +28,24 @@ class Validate(Callback):
         pipeline: the validation pipeline, bound to its dataset.
         every: ``'epoch'``, or a number of batches.
         batch_size: the validation batch size.
-        metrics: ``{name: fn(pipeline) -> float}``, called after each validation run.
+        metrics: built-in names (``['accuracy', 'top5', 'loss']``, see ``flowpipe.callbacks.metrics`` for the
+            variables they read), ``torchmetrics.Metric`` objects, or a dict ``{name: fn(pipeline) -> float, a
+            built-in name or a Metric}``; functions are called after each validation run.
         shard: in a distributed job, split the validation batches over the ranks (see above).
         **run_kwargs: more arguments of the validation ``run`` (``prefetch=``, ``drop_last=``...).
     """
     order = 0
 
     def __init__(self, pipeline: Any, every: int | str = 'epoch', batch_size: int | None = None,
-                 metrics: Mapping[str, Callable[[Any], float]] | None = None, shard: bool = True,
+                 metrics: Mapping[str, Any] | Sequence[Any] | None = None, shard: bool = True,
                  **run_kwargs: Any):
         if every != 'epoch' and (isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1):
             raise ValueError(f"Expected every='epoch' or a number of batches >= 1. Received: every={every!r}")
-        metrics = dict(metrics or {})
-        wrong = [name for name, fn in metrics.items() if not isinstance(name, str) or not callable(fn)]
-        if not metrics or wrong:
-            raise TypeError(f"Expected metrics as {{name: fn(pipeline) -> float}}, at least one. Received: "
-                            f"metrics={metrics!r}")
+        _check_pipeline(pipeline)
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
+                                       or batch_size < 1):
+            raise ValueError(f"Expected batch_size as an int >= 1. Received: batch_size={batch_size!r}.")
+        metrics = check_metrics(metrics)
         _check_predicts(pipeline)
         self.pipeline, self.every, self.batch_size, self.metrics = pipeline, every, batch_size, metrics
         self.shard = bool(shard)
@@ -61,17 +64,44 @@ class Validate(Callback):
         self.pipeline.reset('variables')
         initial = {name: _snapshot(value) for name, value in self.pipeline.variables.items()}
         with whole_batches(split=self.shard):
-            self.pipeline.run(self.batch_size, n_epochs=1, shuffle=False, **self.run_kwargs)
-        if self.shard and distributed.world_size() > 1:
+            batches = self.pipeline.gen_batch(self.batch_size, n_epochs=1, shuffle=False, **self.run_kwargs)
+            sizes = [len(batch) for batch in batches]
+        sharded = self.shard and distributed.world_size() > 1
+        self._update_torchmetrics(sizes, sharded)
+        if sharded:
             mine = _written(initial, dict(self.pipeline.variables))
             starts = {name: items for name, (items, _) in initial.items() if items is not None}
-            for name, value in merge_variables(starts, distributed.all_gather(mine)).items():
+            gathered = distributed.all_gather((mine, sizes))
+            for name, value in merge_variables(starts, [written for written, _ in gathered]).items():
                 self.pipeline.set_variable(name, value)
-        self.values = {f'val/{name}': float(fn(self.pipeline)) for name, fn in self.metrics.items()}
+            sizes = [size for _, rank_sizes in gathered for size in rank_sizes]
+        self.values = {f'val/{name}': self._value(name, metric, sizes) for name, metric in self.metrics.items()}
         return self.values
+
+    def _update_torchmetrics(self, sizes: list[int], sharded: bool) -> None:
+        """Feed this rank's batches to the ``torchmetrics.Metric`` objects, whose ``compute`` syncs the ranks: with
+        ``shard=False`` every rank validated every batch, so rank 0's updates alone count them once."""
+        from ..parallel import distributed
+        metrics = [metric for metric in self.metrics.values() if is_torchmetric(metric)]
+        for metric in metrics:
+            metric.reset()
+        if metrics and sizes and (sharded or distributed.rank() == 0):      # a rank may have no batch to validate
+            update_torchmetrics(metrics, self.pipeline.variables, sizes)
+
+    def _value(self, name: str, metric: Any, sizes: list[int]) -> float:
+        if isinstance(metric, str):
+            return compute_builtin(metric, self.pipeline.variables, sizes)
+        if is_torchmetric(metric):
+            return compute_torchmetric(metric)
+        return _number(name, metric(self.pipeline))
 
     def logged_names(self) -> frozenset[str]:
         return frozenset(f'val/{name}' for name in self.metrics)
+
+    def on_run_start(self, run: Any) -> None:
+        if self.batch_size is None and (self.pipeline.run_args is None or self.pipeline.run_args.batch_size is None):
+            raise ValueError("Expected the validation batch size. Received: batch_size=None, and the validation "
+                             "pipeline stores none (run(..., lazy=True)). Pass Validate(pipeline, batch_size=N, ...).")
 
     def on_batch_end(self, run: Any, batch: Any) -> None:
         if self.every != 'epoch' and run.step % self.every == 0:
@@ -104,6 +134,26 @@ def _check_predicts(pipeline: Any) -> None:
         raise ValueError(f"Expected a validation pipeline that does not train. Received: one with {training[0]!r} "
                          f"(the training pipeline itself, or one made from its template?): each validation would "
                          f"train on the validation data. {_FIX}")
+
+
+def _check_pipeline(pipeline: Any) -> None:
+    """Refuse at once what would fail only at the first validation: no pipeline."""
+    from ..pipeline import Pipeline
+    if not isinstance(pipeline, Pipeline):
+        raise TypeError(f"Expected the validation pipeline, bound to its dataset (Validate(val_pipeline << "
+                        f"dataset.test, ...)). Received: pipeline={pipeline!r}. Pass the pipeline to validate with.")
+
+
+def _number(name: str, value: Any) -> float:
+    """A metric's value as a float: a real number, or a one-item array or tensor; else an error naming it."""
+    if isinstance(value, numbers.Real):
+        return float(value)
+    count = value.numel() if hasattr(value, 'numel') else getattr(value, 'size', None)
+    if count == 1 and hasattr(value, 'item'):
+        return float(value.item())
+    raise TypeError(f"Expected the metric {name!r} to return a number (a float, or an array or tensor of one "
+                    f"item). Received: {type(value).__name__} {value!r:.80}. Return one number from the metric, "
+                    f"e.g. float(np.mean(...)).")
 
 
 def _snapshot(value: Any) -> tuple[list | None, Any]:

@@ -5,7 +5,9 @@ the run had completed. A file is written under a temporary name in the same fold
 over its final name (``os.replace``), so a crash while writing leaves the earlier files as they were and never a
 half-written file under a checkpoint's name. With ``Checkpoint(sharded=True)`` the models' weights and optimizer
 state are in a folder ``checkpoint-<batches>.shards`` beside the file (one shard per rank, written before the file
-and removed with it). Reading runs dill, which can execute code: read only checkpoints you trust.
+and removed with it). Reading is safe by default (``flowpipe.safe_pickle``: tensors, arrays, containers, flowpipe's
+models); a checkpoint whose variables hold objects of other classes is read with ``Checkpoint(..., trusted=True)``,
+which runs whatever code the file names: only for checkpoints you trust.
 """
 from __future__ import annotations
 
@@ -16,10 +18,9 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-import dill
-
+from .. import safe_pickle
 from ..atomic import dump_atomically
-from ..errors import add_note
+from ..errors import UnsafeFileError, add_note
 from .nodes import CheckpointError
 
 __all__ = ['Checkpoint', 'FORMAT', 'as_checkpoint', 'latest', 'latest_in', 'read', 'shards_of', 'shards_path',
@@ -49,6 +50,8 @@ class Checkpoint:
         sharded: write the models' weights and optimizer state one shard per rank (``torch.distributed.checkpoint``)
             into a folder ``checkpoint-<batches>.shards`` beside the file, instead of gathering them into the file:
             for sharded models too big for one process.
+        trusted: read the checkpoint to resume from with dill, which runs any code it names (its variables may
+            hold objects of the user's own classes); by default it is read safely and such a file is refused.
     """
     path: str
     every: int | None = None
@@ -56,6 +59,7 @@ class Checkpoint:
     keep: int = 1
     on_interrupt: bool = True
     sharded: bool = False
+    trusted: bool = False
     requeue: tuple[str, ...] = ('SIGUSR1',)
 
     def __post_init__(self) -> None:
@@ -67,8 +71,9 @@ class Checkpoint:
         if self.seconds is not None and (isinstance(self.seconds, bool) or not isinstance(self.seconds, numbers.Real)
                                          or not self.seconds > 0):
             raise ValueError(f"Expected seconds as a positive number or None. Received: seconds={self.seconds!r}")
-        if not isinstance(self.sharded, bool):
-            raise TypeError(f"Expected sharded as True or False. Received: sharded={self.sharded!r}")
+        for name in ('sharded', 'trusted'):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"Expected {name} as True or False. Received: {name}={getattr(self, name)!r}")
         if self.every is None and self.seconds is None:
             object.__setattr__(self, 'every', 1)
         object.__setattr__(self, 'requeue', _requeue_signals(self.requeue))
@@ -95,7 +100,8 @@ def _check_int(name: str, value: Any, allow_none: bool) -> None:
 
 def as_checkpoint(value: Any) -> Checkpoint | None:
     """``checkpoint=`` as a ``Checkpoint``: a path, a dict of its fields, or an object with ``path`` (and maybe
-    ``every``, ``seconds``, ``keep``, ``on_interrupt``, ``sharded``, ``requeue`` attributes); ``None`` for none."""
+    ``every``, ``seconds``, ``keep``, ``on_interrupt``, ``sharded``, ``trusted``, ``requeue`` attributes); ``None`` for
+    none."""
     if value is None or isinstance(value, Checkpoint):
         return value
     if isinstance(value, (str, os.PathLike)):
@@ -104,10 +110,10 @@ def as_checkpoint(value: Any) -> Checkpoint | None:
         try:
             return Checkpoint(**value)
         except TypeError as error:
-            raise TypeError(f"Expected checkpoint= as a dict of path, every, seconds, keep, on_interrupt, sharded, requeue. "
-                            f"Received: {value!r} ({error})") from None
+            raise TypeError(f"Expected checkpoint= as a dict of path, every, seconds, keep, on_interrupt, sharded, "
+                            f"trusted, requeue. Received: {value!r} ({error})") from None
     if hasattr(value, 'path'):
-        fields = ('every', 'seconds', 'keep', 'on_interrupt', 'sharded', 'requeue')
+        fields = ('every', 'seconds', 'keep', 'on_interrupt', 'sharded', 'trusted', 'requeue')
         return Checkpoint(value.path, **{name: getattr(value, name) for name in fields if hasattr(value, name)})
     raise TypeError(f"Expected checkpoint= as a folder path, a dict or a Checkpoint(path, every=, seconds=, keep=). "
                     f"Received: checkpoint={value!r}")
@@ -176,11 +182,14 @@ def latest(source: str) -> str | None:
     return source if os.path.isfile(source) else latest_in(source)
 
 
-def read(path: str) -> dict:
-    """The checked contents of a checkpoint file; ``CheckpointError`` when it is corrupt or not a checkpoint."""
+def read(path: str, trusted: bool = False) -> dict:
+    """The checked contents of a checkpoint file; ``CheckpointError`` when it is corrupt or not a checkpoint,
+    ``UnsafeFileError`` when it names code other than torch's and flowpipe's models, unless ``trusted``."""
     try:
         with open(path, 'rb') as file:
-            payload = dill.load(file)
+            payload = safe_pickle.load(file, trusted)
+    except UnsafeFileError as error:
+        raise safe_pickle.unsafe(error, path, 'a checkpoint', "checkpoint=Checkpoint(folder, trusted=True)") from None
     except Exception as error:  # a truncated or foreign pickle raises many different types
         raise CheckpointError(f"Expected a flowpipe checkpoint file. Received: {path!r}, which cannot be read "
                               f"({type(error).__name__}: {error}). Delete it to resume from the one before.") from error

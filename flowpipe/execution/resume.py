@@ -17,13 +17,15 @@ import pickle
 import random
 import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import dill
 import numpy as np
 
+from ..folder_lock import lock_on_main
 from ..pipeline.model_actions import PendingModel, loaded_files, mark_loaded
 from . import checkpoint as files
+from . import relayout
 from .canonical import describe
 from .checkpoint import as_checkpoint
 from .nodes import CheckpointError, chain_busy
@@ -53,8 +55,9 @@ class RunCheckpoints:
     """The checkpoints of one run.
 
     In a distributed job (``world``) every rank takes part in each write: rank 0 gathers the ranks' variables and
-    random states and writes one file with the models (the same on every rank) and the position (the same global
-    batch everywhere); every rank resumes from the file rank 0 picks, with its own variables and random states.
+    random states and writes one file with the models (the same on every rank), the position (the same global
+    batch everywhere) and the layout; every rank resumes from the file rank 0 picks, with its own variables and
+    random states, or on another layout as ``relayout`` says.
 
     Args:
         pipeline: the running pipeline.
@@ -69,17 +72,35 @@ class RunCheckpoints:
         self.path: str | None = None          # the checkpoint file resumed from
         #: the ``(key, old, new)`` changes from the checkpoint's run that this run applies (``resume_changes``)
         self.changes: list = []
-        self.saved = self._read(args.resume)
-        found = files.latest_in(self.spec.path) if self.saved is None and self.spec is not None else None
-        if found is not None:
-            raise CheckpointError(f"Expected an empty checkpoint folder for a run that does not resume. Received: "
-                                  f"{self.spec.path!r}, which holds {found!r}. Pass "
-                                  "resume=True to go on from it, or delete the folder's checkpoints to start afresh.")
+        # the folder is this run's until it ends: rank 0 writes and removes its files
+        self.lock = None if self.spec is None else lock_on_main(self.spec.path, 'checkpoints', 'run checkpoints', world)
+        try:
+            self.saved = self._read(args.resume)
+            found = files.latest_in(self.spec.path) if self.saved is None and self.spec is not None else None
+            if found is not None:
+                raise CheckpointError(f"Expected an empty checkpoint folder for a run that does not resume. Received: "
+                                      f"{self.spec.path!r}, which holds {found!r}. Pass resume=True to go on from it, "
+                                      "or delete the folder's checkpoints to start afresh.")
+        except BaseException:
+            self.close()
+            raise
         self.done = self.saved['batches'] if self.saved is not None else 0
         self.written = self.done if self.saved is not None else None
         #: the run's ``TrainingRun`` when it has callbacks: their state goes into every checkpoint
         self.events: Any = None
         self._clock = time.monotonic()
+
+    def close(self) -> None:
+        """The run has ended: let another run use the folder."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def closing(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """``batches``; once they end (or are closed), the folder is free for another run."""
+        try:
+            yield from batches
+        finally:
+            self.close()
 
     def _read(self, resume: Any) -> dict | None:
         if resume is False or resume is None:
@@ -100,7 +121,7 @@ class RunCheckpoints:
         if path is None:
             return None
         self.path = path
-        saved = files.read(path)
+        saved = files.read(path, trusted=self.spec is not None and self.spec.trusted)
         if saved.get('format_version', 0) < 2:
             raise CheckpointError(f"Expected a checkpoint of format version {files.FORMAT_VERSION}, whose fingerprint "
                                   f"holds the whole config. Received: {path!r}, version {saved.get('format_version')!r} "
@@ -126,14 +147,18 @@ class RunCheckpoints:
         if self.world is None or self.world.rank == 0:
             warn_changes(self.changes, self.path)
         state = self.pipeline.state
-        own = self.saved['ranks'][self.world.rank] if self.world is not None else self.saved
+        rank, size = (0, 1) if self.world is None else (self.world.rank, self.world.size)
         with state.variables.lock:
+            own = relayout.rank_state(self.saved, rank, size, dict(state.variables))
             state.variables.update(own['variables'])
         _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}),
                      model_overrides(self.changes, self.pipeline))
         if self.saved.get('shards') is not None:
             _load_shards(state.models, files.shards_of(self.path), self.saved['shards'])
         apply_optimizer_changes(self.changes, self.pipeline, state.models)
+        layout = relayout.saved_layout(self.saved)
+        for name, model in _built_models(state.models):
+            relayout.check_random_layers(name, model, layout, size)
         stream.load_state(self.saved['nodes'])
         if self.events is not None:
             if self.saved.get('events') is None:
@@ -188,8 +213,10 @@ class RunCheckpoints:
         if not main:
             self.written, self._clock = self.done, time.monotonic()
             return
+        layout = relayout.layout_of(dict(_built_models(state.models)), 1 if self.world is None else self.world.size)
         payload = {'fingerprint': self.fingerprint, 'root': root[0], 'given': root[1], 'batches': self.done,
                    'pipeline_batches': state.batches, 'nodes': stream.state(), **own, 'ranks': ranks,
+                   'layout': layout,
                    'models': models, 'shards': shards, 'loaded': loaded_files(state.models),
                    'events': None if self.events is None else self.events.state()}
         try:
@@ -274,7 +301,9 @@ def _model_states(models: Any, tensors: bool = True) -> dict[str, Any]:
 
 def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str], overrides: dict[str, dict]) -> None:
     """Put the saved models into the store, those not built yet built with ``overrides[name]`` (the changed
-    model keys); those ``load_model`` had loaded count as loaded from their files."""
+    model keys: a new placement among them); those ``load_model`` had loaded count as loaded from their files.
+    Under ``relayout.resumed_with`` every saved model is built anew with its config items too."""
+    given = relayout.overrides()
     for name, payload in saved.items():
         if payload is None:
             continue
@@ -282,11 +311,12 @@ def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str], ove
 
         from ..models.torch import io
         current = models.get(name)
-        if current is not None and not isinstance(current, PendingModel) and current.engine is not None:
+        built = current is not None and not isinstance(current, PendingModel) and current.engine is not None
+        if built and given is None:
             io.load_into(current, payload)
             continue
         with torch.random.fork_rng(devices=[]):        # building must not move the generator restored later
-            model = io.from_payload(payload, **overrides.get(name, {}))
+            model = io.from_payload(payload, **{**overrides.get(name, {}), **(given or {})})
         with models.lock:
             models[name] = model
     mark_loaded(models, {name: source for name, source in loaded.items() if saved.get(name) is not None})

@@ -13,6 +13,8 @@ except for these, which take their new value with a warning naming the key:
   the schedules' base rates, so a schedule keeps its progress (without a schedule, the rate is the new one);
 - a model's placement (``device``, ``microbatch``, ``device_weights``, ``pin_memory``): the model is rebuilt on the
   new devices (on the CPU this does not change the results);
+- the number of processes (``world_size``): each rank's variables and random states are shared out as
+  ``relayout.rank_state`` says (``relayout``: resuming on another layout, and what it refuses);
 - a pipeline config key read only by the keys above (``'optimizer': {'lr': C('lr')}`` and ``pipeline << {'lr':
   0.5}``): its effect is the model key's, which the warning names; and a pipeline config key named ``device``
   (each rank of a job may name its own GPU there, as the ranks' agreement allows).
@@ -30,9 +32,12 @@ from typing import Any
 from .canonical import differences, flat, label, model_configs
 from .nodes import CheckpointError
 
-__all__ = ['PLACEMENT', 'RUN_LIMITS', 'allowed_changes', 'apply_optimizer_changes', 'model_overrides', 'warn_changes']
+__all__ = ['PLACEMENT', 'RUN_LAYOUT', 'RUN_LIMITS', 'allowed_changes', 'apply_optimizer_changes', 'model_overrides',
+           'warn_changes']
 
 RUN_LIMITS = ('n_epochs', 'n_iters')
+#: run terms of the layout: a checkpoint resumes on another (``relayout``)
+RUN_LAYOUT = ('world_size',)
 PLACEMENT = ('device', 'microbatch', 'device_weights', 'pin_memory')
 
 Change = tuple[tuple, str, str]
@@ -52,14 +57,14 @@ def allowed_changes(saved: dict[str, Any], now: dict[str, Any], path: str) -> li
         raise CheckpointError(f"Expected the pipeline, config and run arguments of the checkpoint {path!r} "
                               "(checkpoint → now). Received a different run:\n  " + '\n  '.join(lines) +
                               "\nResume with the same pipeline, config and arguments (only n_epochs, n_iters, the "
-                              "optimizer's hyper-parameters and the models' placement may change), or start "
+                              "optimizer's hyper-parameters, the models' placement and the number of processes may change), or start "
                               "afresh without resume=.")
     return [(key, old, new) for key, (old, new) in found if key[0] != 'config']
 
 
 def _may_change(key: tuple, saved: dict, now: dict) -> bool:
     if key[0] == 'run':
-        return key[1] in RUN_LIMITS
+        return key[1] in RUN_LIMITS + RUN_LAYOUT
     if key[0] == 'model':
         return key[1] in saved['models'] and key[1] in now['models'] and _model_key_may_change(key[2])
     if key[0] == 'config':

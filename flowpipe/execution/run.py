@@ -79,6 +79,7 @@ class RunArgs:
     checkpoint: Any = None
     resume: Any = False
     callbacks: tuple = ()
+    summary: bool = True
     deterministic: bool | str = False
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -117,8 +118,9 @@ class RunArgs:
             _check_count(name, getattr(self, name), allow_none=True)
         _check_count('prefetch', self.prefetch, allow_none=False, minimum=0)
         _check_count('workers', self.workers, allow_none=True)
-        if not isinstance(self.whole_epochs, (bool, np.bool_)):
-            raise TypeError(f"Expected whole_epochs to be True or False. Received: whole_epochs={self.whole_epochs!r}")
+        for name in ('whole_epochs', 'summary'):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"Expected {name} to be True or False. Received: {name}={getattr(self, name)!r}")
         if self.target not in TARGETS:
             raise ValueError(f"Expected target to be one of {TARGETS}. Received: target={self.target!r}")
         if self.seed is not None and not isinstance(self.seed, (numbers.Integral, np.random.SeedSequence)):
@@ -211,8 +213,20 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
     if args.checkpoint is not None or args.resume:
         check_resumable(pipeline)
         checkpoints = RunCheckpoints(pipeline, args, world)
-    if checkpoints is not None:
         seeds = checkpoints.root(seeds)
+    if checkpoints is None:
+        return _run(pipeline, args, world, whole, seeds, (n_epochs, n_iters), ahead, None)
+    try:
+        return checkpoints.closing(_run(pipeline, args, world, whole, seeds, (n_epochs, n_iters), ahead, checkpoints))
+    except BaseException:
+        checkpoints.close()
+        raise
+
+
+def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tuple[int, bool],
+         limits: tuple[int | None, int | None], ahead: bool, checkpoints: RunCheckpoints | None) -> Iterator[Any]:
+    """The generator of the run's batches, the arguments checked and the seeds agreed (``iterate``)."""
+    dataset, (n_epochs, n_iters) = pipeline.dataset, limits
     # an index's gen_batch is given whole_epochs only when asked for: indices written before it keep working
     sampling = {'whole_epochs': True} if args.whole_epochs else {}
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last, **sampling)
@@ -235,7 +249,7 @@ def iterate(pipeline: Any, args: RunArgs, reset: Any = None, infinite: bool = Fa
         raise TypeError(f"Expected run arguments that the index's gen_batch accepts. Received: "
                         f"{dict(args.extra)!r}. Check the spelling of the run() keyword arguments.") from error
     clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs, args.whole_epochs)
-    events = TrainingRun(pipeline, args.callbacks, clock, world) if args.callbacks else None
+    events = TrainingRun(pipeline, args.callbacks, clock, world, args.summary) if args.callbacks else None
     # rank 0's bar only, also where every rank runs every batch (a Validate with shard=False)
     stream = _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, is_main(), events, clock, block)
     return stream if args.deterministic is False else _deterministic(stream, args.deterministic)
@@ -313,6 +327,8 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
             shown = total if block is None else block[1] - block[0]          # a rank's bar counts its own block
             progress = _progress(args.bar if main else False, shown, pipeline.state.variables,   # rank 0's only
                                  checkpoints)
+            if events is not None and progress is not None:
+                events.write = progress.write           # the epoch summary above the bar, not through it
             # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
             yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None,
                                   checkpoints, seeds, events, signals)

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 from .devices import LogicalDevice, cuda_device_count, parse_devices
 from .distributed import World
 from .item_random import DEFAULT as DEFAULT_RANDOMNESS, check_randomness, describe_randomness
+from .losses import describe_loss
 from .sharding import Sharding, make_sharding
 from .speed import check_amp, check_compile, check_memory_format, check_pin_memory, describe_speed
 from .split import Piece, chunk_sizes, shard_sizes, split_batch
@@ -109,14 +110,19 @@ class DevicePlan:
         return split_batch(batch_size, self.num_replicas, self.microbatch, self.device_weights)
 
     def describe(self, batch_size: int | None = None, *, parameter_bytes: int | None = None,
-                 buffer_bytes: int = 0, rank_bytes: Mapping[str, int | None] | None = None) -> str:
+                 buffer_bytes: int = 0, rank_bytes: Mapping[str, int | None] | None = None, loss: Any = None) -> str:
         """A few readable lines: devices, replicas per device, shard sizes, chunks and the weighting rule.
 
         With ``parameter_bytes`` (and ``buffer_bytes``) of the module, a device holding several replicas also
         shows what the copies cost there (``shared_device_memory``). ``rank_bytes``: what this rank holds of
         ``{'parameters': ..., 'gradients': ..., 'optimizer state': ...}`` under sharding (``None``: not known yet).
+        ``loss``: the loss of the steps (``losses.describe_loss``): the weighting rule is its normalizer's, and a
+        loss flowpipe cannot place gets one line saying it is exact only as a mean over items.
         """
+        divisor, caveat = describe_loss(loss) if loss is not None else (None, None)
         lines = [f'DevicePlan: {self._placement()}']
+        if caveat is not None and (self.num_replicas > 1 or self.microbatch or self.world is not None):
+            lines.append(f'  {caveat}')
         lines.extend(self._sharding_lines(rank_bytes))
         lines.extend(self.shared_device_memory(parameter_bytes, buffer_bytes))
         lines.extend(describe_speed(self))
@@ -145,8 +151,10 @@ class DevicePlan:
             lines.append('  the whole batch in one piece; one optimizer step per batch')
         else:
             summed = 'gradients summed over the ranks' if self.world is not None else 'gradients summed'
-            lines.append(f'  loss of each piece weighted by piece_size / {batch_size}; '
-                         f'{summed}; one optimizer step per batch')
+            rule = (f'loss of each piece weighted by piece_size / {batch_size}' if divisor is None else
+                    f"each piece's loss summed and divided by the whole batch's normalizer ({divisor}), counted "
+                    f"before the split")
+            lines.append(f'  {rule}; {summed}; one optimizer step per batch')
         return '\n'.join(lines)
 
     def replicas_per_device(self) -> dict[str, int]:

@@ -29,7 +29,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import nn
 
-__all__ = ['SHARDS_SUFFIX', 'filled', 'full_model_state', 'full_optimizer_state', 'load_full_model_state',
+__all__ = ['SHARDS_SUFFIX', 'check_shard_files', 'filled', 'full_model_state', 'full_optimizer_state', 'load_full_model_state',
            'load_full_optimizer_state', 'load_sharded_state', 'load_shards', 'materialize', 'parameter_names',
            'save_shards', 'sharded_state', 'skeleton']
 assert __all__ == sorted(__all__)
@@ -208,17 +208,45 @@ def save_shards(folder: str, states: Mapping[str, dict]) -> None:
         torch.distributed.barrier()
 
 
+_DAMAGED = ("The checkpoint these shards belong to is damaged: resume from an earlier one (remove this one's file "
+            "and its .shards folder, and resume=True takes the one before), or start afresh.")
+
+
+def check_shard_files(folder: str) -> None:
+    """Every file a DCP folder's metadata names is there and long enough; else an error naming the file."""
+    import torch.distributed.checkpoint as dcp
+    try:
+        metadata = dcp.FileSystemReader(folder).read_metadata()
+    except Exception as error:  # a truncated metadata file fails to unpickle in many ways
+        raise ValueError(f"Expected the DCP metadata of {folder!r}. Received: "
+                         f"{os.path.join(folder, '.metadata')!r}, which cannot be read ({type(error).__name__}: "
+                         f"{error}). {_DAMAGED}") from error
+    needed: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    for name, size in sorted(needed.items()):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"Expected the shard file {path!r}, which the folder's metadata names. "
+                                    f"Received: no such file. {_DAMAGED}")
+        if os.path.getsize(path) < size:
+            raise ValueError(f"Expected the shard file {path!r} of at least {size} bytes, as the folder's metadata "
+                             f"says. Received: {os.path.getsize(path)} bytes: it is truncated. {_DAMAGED}")
+
+
 def load_shards(folder: str, states: Mapping[str, dict]) -> None:
     """Read a folder ``save_shards`` wrote into ``{name: sharded_state(...)}`` of this job's modules, in place,
     whatever the number of ranks that wrote it. A collective."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     if not os.path.isfile(os.path.join(folder, '.metadata')):
         raise FileNotFoundError(f"Expected a folder of shards written by a sharded checkpoint. Received: {folder!r}, "
                                 "which holds no DCP metadata. Resume from a complete checkpoint, or start afresh.")
+    check_shard_files(folder)
     try:
         with _one_process():
             dcp.load(states, checkpoint_id=folder, no_dist=not _distributed())
-    except Exception as error:  # DCP raises a CheckpointException wrapping each rank's failure
+    except (Exception, CheckpointException) as error:  # DCP's CheckpointException wraps each rank's failure
         raise ValueError(f"Expected shards of the same networks and optimizers as this run's. Received: {folder!r}, "
                          f"which does not fit ({type(error).__name__}: {error}). Resume with the pipeline that "
                          "wrote it.") from error

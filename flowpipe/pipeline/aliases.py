@@ -118,7 +118,7 @@ class PipelineAliases:
         self.m(name).save(path)
 
     def load_model_now(self, name: str, model_class: Any = None, mode: str = 'dynamic', path: Any = None,
-                       config: Any = None) -> None:
+                       config: Any = None, trusted: bool = False) -> None:
         """Load the model ``name`` from ``path`` now (as the action ``load_model`` does on a batch)."""
         from ..expr.context import Context
         from .model_actions import load_model
@@ -126,7 +126,8 @@ class PipelineAliases:
             raise TypeError("Expected load_model_now(name, path=...). Received: no path")
         context = Context(dataset=self.dataset, config=self._config, variables=self.variables, models=self.models,
                           pipeline=self)
-        load_model(context, name, *((path,) if model_class is None else (model_class, path)), config=config)
+        load_model(context, name, *((path,) if model_class is None else (model_class, path)), config=config,
+                   trusted=trusted)
 
     # running
 

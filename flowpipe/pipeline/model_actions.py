@@ -321,8 +321,9 @@ def save_model(ctx: Context, name: str, path: Any) -> None:
 
 
 @builtin()
-def load_model(ctx: Context, name: str, *args: Any, config: Mapping | None = None) -> None:
-    """Load the model ``name``: ``(name, path)`` or ``(name, model_class, path)``, once.
+def load_model(ctx: Context, name: str, *args: Any, config: Mapping | None = None, trusted: bool = False) -> None:
+    """Load the model ``name``: ``(name, path)`` or ``(name, model_class, path)``, once; read safely unless
+    ``trusted`` (``TorchModel.from_file``).
 
     With a path only, an existing built model loads the weights in place (keeping its devices); otherwise a new
     model is made from the file, its class and config, with ``config`` items (``device``...) overriding them.
@@ -341,10 +342,11 @@ def load_model(ctx: Context, name: str, *args: Any, config: Mapping | None = Non
             return
         current = ctx.models.get(name)
         if model_class is None and current is not None and not isinstance(current, PendingModel):
-            current.load(path)
+            current.load(path, trusted=trusted)
         else:
             from ..models.torch import io
-            current = ctx.models[name] = io.load(path, model_class=model_class, **dict(config or {}))
+            current = ctx.models[name] = io.load(path, model_class=model_class, trusted=trusted,
+                                                 **dict(config or {}))
         _loads(ctx.models)[name] = (weakref.ref(current), source)
 
 

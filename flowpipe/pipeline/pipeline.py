@@ -270,7 +270,8 @@ class Pipeline(PipelineAliases):
             prefetch: int | None = None, lazy: bool = False, seed: int | None = None,
             profile: bool | None = None, reset: Any = None, target: str | None = None, notifier: Any = None,
             checkpoint: Any = None, resume: Any = None, callbacks: Any = None, workers: int | None = None,
-            deterministic: bool | str | None = None, whole_epochs: bool | None = None, **kwargs: Any) -> Pipeline:
+            deterministic: bool | str | None = None, whole_epochs: bool | None = None, summary: bool | None = None,
+            **kwargs: Any) -> Pipeline:
         """Process every batch; returns the pipeline (a new one holding the arguments when ``lazy=True``).
 
         Arguments left as ``None`` come from an earlier ``run(..., lazy=True)``, else from the defaults: one epoch,
@@ -281,7 +282,8 @@ class Pipeline(PipelineAliases):
         ``bar``. ``checkpoint`` (a folder, or ``Checkpoint(path, every=, seconds=, keep=)``) writes checkpoints as
         batches complete; ``resume=True`` (or a checkpoint's path) continues after the latest one (see
         docs/pipelines.md#checkpoints). ``callbacks`` (``flowpipe.callbacks`` objects: validation, early stopping,
-        best checkpoints, loggers) hear of run start, batch ends, epoch ends and run end (see docs/training.md).
+        best checkpoints, loggers) hear of run start, batch ends, epoch ends and run end (see docs/training.md);
+        with callbacks, rank 0 prints one line of each epoch's logged values unless ``summary=False``.
         ``deterministic=True`` (or ``'warn'``) turns on torch's deterministic algorithms for the run, so that GPU
         steps repeat bit for bit too (see docs/training.md#deterministic-gpu-runs). ``whole_epochs=True`` ends every
         epoch with its own batch, short when the batch size does not divide the dataset, as
@@ -302,7 +304,7 @@ class Pipeline(PipelineAliases):
                   profile: bool | None = None, reset: Any = None, target: str | None = None,
                   notifier: Any = None, checkpoint: Any = None, resume: Any = None, callbacks: Any = None,
                   workers: int | None = None, deterministic: bool | str | None = None,
-                  whole_epochs: bool | None = None, **kwargs: Any) -> Iterator[Any]:
+                  whole_epochs: bool | None = None, summary: bool | None = None, **kwargs: Any) -> Iterator[Any]:
         """Yield processed batches; the arguments are those of ``run`` (``deterministic``: torch's switches stay on
         until the loop ends).
 

@@ -7,6 +7,7 @@ copy that one experiment runs and keeps state in (its generator, its last output
 from __future__ import annotations
 
 import time
+import types
 from typing import Any
 
 from .named import eval_expr
@@ -178,5 +179,10 @@ class Unit:
         else:
             pairs = [(self.save_to, self.output)]
         for name, value in pairs:
+            if isinstance(value, types.GeneratorType):
+                raise TypeError(f"Expected unit {self.name!r} to return a value to save as {name!r}. Received: a "
+                                "generator (the function yields), which cannot be stored. Add it with "
+                                "add_generator(...) to take one item per iteration, or return list(...) of what it "
+                                "yields.")
             if name is not None:
                 experiment.storage.update_variable(name, value)

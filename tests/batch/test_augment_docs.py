@@ -8,7 +8,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / 'docs' / 'images.md'
 
 
-@pytest.mark.timeout(120)
 def test_images_guide_examples_run():
     blocks = re.findall(r'^```python\n(.*?)^```', PAGE.read_text(encoding='utf-8'), flags=re.S | re.M)
     assert len(blocks) >= 3

@@ -51,7 +51,7 @@ def train_with_callbacks(folder, n_epochs=30):
             'lrs': [group['lr'] for group in model.optimizer.param_groups], 'rows': rows,
             'wrote': os.path.exists(os.path.join(where, 'metrics.csv')), 'rank': distributed.rank(),
             'validated': dict(validate.values), 'best': (best.best_path, best.best_score),
-            'files': sorted(os.listdir(os.path.join(folder, 'best'))),
+            'files': sorted(name for name in os.listdir(os.path.join(folder, 'best')) if name.endswith('.model')),
             'validated_batches': [list(indices) for indices in VALIDATED_BATCHES],
             'numbers': list(val.v('numbers')), 'draws': list(val.v('draws'))}
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow          # several processes: in CI or with FLOWPI
 
 def test_two_processes_stop_where_one_process_stops(tmp_path):
     alone = dist_jobs.train_with_callbacks(str(tmp_path / 'alone'))
-    ranks = launch(dist_jobs.train_with_callbacks, 2, args=(str(tmp_path / 'job'),), timeout=240)
+    ranks = launch(dist_jobs.train_with_callbacks, 2, args=(str(tmp_path / 'job'),), timeout=900)
     assert alone['stop'] is not None and alone['stop'] < 29
     for result in ranks:
         assert result['stop'] == alone['stop'] and result['lrs'] == alone['lrs']
@@ -45,8 +45,8 @@ def test_two_processes_stop_where_one_process_stops(tmp_path):
 
 def test_a_sharded_validation_refuses_a_variable_that_is_not_a_list_and_shard_false_computes_it():
     alone = dist_jobs.validate_a_sum(shard=True)
-    sharded = launch(dist_jobs.validate_a_sum, 2, args=(True,), timeout=240)
-    whole = launch(dist_jobs.validate_a_sum, 2, args=(False,), timeout=240)
+    sharded = launch(dist_jobs.validate_a_sum, 2, args=(True,), timeout=900)
+    whole = launch(dist_jobs.validate_a_sum, 2, args=(False,), timeout=900)
     assert isinstance(alone, dict) and 0 < alone['val/correct'] <= dist_jobs.dist_jobs.N_ITEMS
     for message in sharded:         # every rank raises, none waits for the others
         assert "variable 'correct' changed otherwise" in message and 'shard=False' in message

@@ -41,7 +41,10 @@ def test_only_rank_0_prints_shows_bars_and_warns_in_a_job_of_two():
     from . import rank0_jobs
     ranks = launch(rank0_jobs.train_and_capture, 2, timeout=240)
     first, second = ranks
-    assert first['out'] == 'printed by rank 0\nprinted by rank 0\ndone\n'
+    lines = first['out'].splitlines()              # rank 0's own lines and its epoch summaries, above its bar
+    assert lines[:2] == ['printed by rank 0'] * 2 and lines[-1] == 'done' and len(lines) == 5
+    assert lines[2].startswith('epoch 1/2 – loss ') and lines[3].startswith('epoch 2/2 – loss ')
+    assert lines[3].endswith('– val/loss nan')
     assert second['out'] == 'printed by rank 1\n'
     assert '100%' in first['err'] and second['err'] == ''          # the run's and the validation's bars
     assert len([message for message in first['warnings'] if 'EarlyStopping skips epoch' in message]) == 1

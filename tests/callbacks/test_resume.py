@@ -1,5 +1,6 @@
 """A run with callbacks interrupted and resumed from its checkpoint ends as the uninterrupted one: the same stop
 epoch, learning rates, logged rows and best files (replicas, micro-batches, with and without prefetch)."""
+import csv
 import os
 import signal
 
@@ -27,14 +28,15 @@ def _callbacks(train, folder):
 
 
 def _ending(train, early, best, folder):
-    files = sorted(os.listdir(os.path.join(folder, 'best')))
+    files = sorted(name for name in os.listdir(os.path.join(folder, 'best')) if name.endswith('.model'))
     weights = []
     for name in files:
         model = TorchModel.from_file(os.path.join(folder, 'best', name))
         weights.append([p.detach().clone() for p in model.model.parameters()])
         model.close()
     with open(os.path.join(folder, 'logs', 'metrics.csv')) as file:
-        rows = file.read()
+        rows = list(csv.DictReader(file))
+    assert len({row.pop('run') for row in rows}) == 1         # one run's rows, resumed or not
     lrs = [group['lr'] for group in train.m('net').optimizer.param_groups]
     return {'stop': early.stopped_epoch, 'files': files, 'weights': weights, 'rows': rows, 'lrs': lrs,
             'score': best.best_score, 'outcome': cases.outcome(train)}

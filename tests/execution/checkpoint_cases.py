@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from flowpipe import B, I, R, V, Dataset, Pipeline
+from flowpipe.expr import Expression
 
 N_ITEMS, BATCH, EPOCHS = 40, 8, 3
 #: the batch number at which `interrupt` raises, and the exception it raises (set by the tests)
@@ -31,18 +32,21 @@ def interrupt(number, where):
         raise TRIGGER['error']
 
 
-def network(dtype=torch.float32):
+def network(dtype=torch.float32, dropout=True):
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3)).to(dtype)
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), *([nn.Dropout(0.3)] if dropout else []),
+                         nn.Linear(16, 3)).to(dtype)
 
 
-def pipeline(devices=('CPU:0', 'CPU:1'), microbatch=4, dtype=torch.float32, augment=True):
-    """The pipeline: noise and a uniform draw from ``R``, a trigger, a training step saving its loss."""
+def pipeline(devices=('CPU:0', 'CPU:1'), microbatch=4, dtype=torch.float32, augment=True, dropout=True, **more):
+    """The pipeline: noise and a uniform draw from ``R``, a trigger, a training step saving its loss; ``more``:
+    more model config items (``devices`` may be a ``C('...')`` expression)."""
     rng = np.random.default_rng(0)
     dataset = Dataset(N_ITEMS, preloaded={'x': rng.normal(size=(N_ITEMS, 6)), 'y': rng.integers(0, 3, N_ITEMS)})
-    config = {'model': network(dtype), 'inputs/x/shape': (6,), 'inputs/y/classes': 3, 'initial_block/inputs': 'x',
-              'loss': 'ce', 'device': list(devices), 'microbatch': microbatch,
-              'optimizer': {'name': 'Adam', 'lr': 0.01}, 'decay': {'name': 'exp', 'gamma': 0.9}}
+    config = {'model': network(dtype, dropout), 'inputs/x/shape': (6,), 'inputs/y/classes': 3,
+              'initial_block/inputs': 'x', 'loss': 'ce', 'microbatch': microbatch,
+              'device': devices if isinstance(devices, (str, Expression)) else list(devices),
+              'optimizer': {'name': 'Adam', 'lr': 0.01}, 'decay': {'name': 'exp', 'gamma': 0.9}, **more}
     template = (Pipeline().init_variable('loss', []).init_variable('draws', []).init_model('net', config=config)
                 .call(interrupt, I('c'), 'first'))
     if augment:
@@ -72,6 +76,15 @@ def assert_same(first, second):
 
 
 RUN = {'batch_size': BATCH, 'n_epochs': EPOCHS, 'shuffle': 5}
+
+
+def run_into(folder):
+    """A run with checkpoints into ``folder`` (a job of ``launch``): ``'done'``, or the error it raised."""
+    try:
+        pipeline(devices=('CPU',), microbatch=None).run(**RUN, checkpoint=folder)
+    except Exception as error:  # noqa: BLE001 - the test reads every rank's error
+        return f'{type(error).__name__}: {error}'
+    return 'done'
 
 
 def main(folder, out, slow):

@@ -9,7 +9,6 @@ from flowpipe.errors import SkipBatch, StopPipeline
 from flowpipe.execution.locks import LockCancelled, OrderedLocks
 
 # A hang fails the test instead of the suite.
-pytestmark = pytest.mark.timeout(20)
 
 WAIT = 10.0
 
@@ -34,7 +33,6 @@ def test_in_order_never_waits():
         locks.finish(seq)
 
 
-@pytest.mark.timeout(20)
 def test_later_batch_waits_for_earlier_release():
     locks = OrderedLocks()
     entered = threading.Event()
@@ -52,7 +50,6 @@ def test_later_batch_waits_for_earlier_release():
     _join(thread)
 
 
-@pytest.mark.timeout(20)
 def test_finish_passes_keys_never_acquired():
     locks = OrderedLocks()
     entered = threading.Event()
@@ -65,7 +62,6 @@ def test_finish_passes_keys_never_acquired():
     locks.release('train', 2)
 
 
-@pytest.mark.timeout(20)
 def test_keys_are_independent():
     locks = OrderedLocks()
     locks.acquire('a', 0)
@@ -77,7 +73,6 @@ def test_keys_are_independent():
     _join(thread)
 
 
-@pytest.mark.timeout(30)
 def test_random_threads_enter_in_batch_order():
     locks = OrderedLocks()
     order = {'first': [], 'second': []}
@@ -100,7 +95,6 @@ def test_random_threads_enter_in_batch_order():
     assert order['second'] == expected
 
 
-@pytest.mark.timeout(20)
 def test_close_wakes_waiters_with_cancellation():
     locks = OrderedLocks()
     errors = []
@@ -122,7 +116,6 @@ def test_close_wakes_waiters_with_cancellation():
     locks.close()                           # idempotent
 
 
-@pytest.mark.timeout(20)
 def test_running_cancels_later_batches_on_error_but_not_on_skip():
     locks = OrderedLocks()
     with pytest.raises(SkipBatch):
@@ -173,7 +166,6 @@ def test_start_offset():
     locks.acquire('train', 11)
 
 
-@pytest.mark.timeout(20)
 def test_enter_is_idempotent_and_leave_releases_or_passes():
     locks = OrderedLocks()
     locks.enter('group', 0)

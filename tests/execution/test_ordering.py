@@ -14,7 +14,6 @@ from flowpipe.models.torch import MLP
 from tests.pipeline.helpers import NumBatch, make_dataset
 
 # A hang fails the test instead of the suite.
-pytestmark = pytest.mark.timeout(60)
 
 N_ITEMS, SIZE = 16, 2
 N_BATCHES = N_ITEMS // SIZE

@@ -14,7 +14,6 @@ from flowpipe.execution.locks import OrderedLocks
 from flowpipe.execution.prefetch import Prefetcher
 
 # A hang fails the test instead of the suite.
-pytestmark = pytest.mark.timeout(20)
 
 WAIT = 10.0
 
@@ -61,7 +60,6 @@ def _sequential(items, process):
     return results
 
 
-@pytest.mark.timeout(20)
 @pytest.mark.parametrize('size', [0, 1, 3, 8])
 def test_order_preserved_under_random_delays(size):
     with Prefetcher(range(30), _jitter, size) as prefetcher:
@@ -69,7 +67,6 @@ def test_order_preserved_under_random_delays(size):
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 @pytest.mark.parametrize('size', [0, 1, 4])
 def test_skip_and_stop_give_sequential_results(size):
     expected = _sequential(range(30), _control_flow)
@@ -78,7 +75,6 @@ def test_skip_and_stop_give_sequential_results(size):
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_one_pool_per_prefetcher_with_requested_workers():
     names = set()
 
@@ -91,7 +87,6 @@ def test_one_pool_per_prefetcher_with_requested_workers():
     assert 1 <= len(names) <= 2 and all(name.startswith('flowpipe-prefetch') for name in names)
 
 
-@pytest.mark.timeout(20)
 @pytest.mark.parametrize('size', [0, 3])
 def test_worker_exception_reraised_with_type_traceback_and_batch(size):
     with pytest.raises(KeyError, match='bad item 5') as info:
@@ -102,7 +97,6 @@ def test_worker_exception_reraised_with_type_traceback_and_batch(size):
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_exception_stops_the_run_promptly():
     started = []
 
@@ -122,7 +116,6 @@ def test_exception_stops_the_run_promptly():
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_ready_counts_finished_results_and_memory_is_bounded():
     pulled = []
 
@@ -146,7 +139,6 @@ def test_ready_counts_finished_results_and_memory_is_bounded():
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_break_early_stops_workers():
     for item in Prefetcher(itertools.count(), _jitter, 4):
         if item >= 50:
@@ -154,7 +146,6 @@ def test_break_early_stops_workers():
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_close_is_idempotent_and_works_before_iteration():
     prefetcher = Prefetcher(range(5), _jitter, 2)
     prefetcher.close()
@@ -164,7 +155,6 @@ def test_close_is_idempotent_and_works_before_iteration():
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_close_wakes_workers_blocked_on_ordered_locks():
     locks = OrderedLocks()
     blocked = threading.Event()
@@ -187,7 +177,6 @@ def test_close_wakes_workers_blocked_on_ordered_locks():
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_garbage_collected_generator_stops_workers():
     def consume():
         for item in Prefetcher(itertools.count(), _jitter, 4):
@@ -200,7 +189,6 @@ def test_garbage_collected_generator_stops_workers():
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_unreferenced_prefetcher_is_finalized():
     prefetcher = Prefetcher(itertools.count(), _jitter, 3)
     iterator = iter(prefetcher)
@@ -210,7 +198,6 @@ def test_unreferenced_prefetcher_is_finalized():
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_keyboard_interrupt_in_a_worker_reaches_the_caller():
     def process(seq, item):
         if item == 2:
@@ -223,7 +210,6 @@ def test_keyboard_interrupt_in_a_worker_reaches_the_caller():
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_keyboard_interrupt_in_the_caller_stops_workers():
     with pytest.raises(KeyboardInterrupt):
         for item in Prefetcher(itertools.count(), _jitter, 3):
@@ -232,7 +218,6 @@ def test_keyboard_interrupt_in_the_caller_stops_workers():
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_ctrl_c_while_the_caller_waits_stops_workers():
     release = threading.Event()
 
@@ -257,7 +242,6 @@ def test_ctrl_c_while_the_caller_waits_stops_workers():
     _assert_no_prefetch_threads()
 
 
-@pytest.mark.timeout(20)
 def test_error_in_the_items_iterator_stops_workers():
     def items():
         yield from range(3)
@@ -299,7 +283,6 @@ def _square_or_fail(seq, item):
     return item * item
 
 
-@pytest.mark.timeout(120)
 def test_process_target_keeps_order_and_errors():
     delivered = []
     with pytest.raises(ValueError, match='cannot square 3') as info:
@@ -332,7 +315,6 @@ def _fail_unreadably(seq, item):
     return _Unloadable() if item == 2 else item
 
 
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize('items, error, text', [([0, 1], RuntimeError, '_TwoArgumentError: item 1: refused'),
                                                 ([0, 2], ValueError, 'cannot be rebuilt')])
 def test_process_target_reports_what_does_not_unpickle(items, error, text):

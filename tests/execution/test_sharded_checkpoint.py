@@ -11,7 +11,6 @@ from flowpipe.execution import checkpoint as files
 from .checkpoint_cases import RUN, TRIGGER, assert_same, outcome, pipeline
 from .test_checkpoint import crash_at
 
-pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture(autouse=True)

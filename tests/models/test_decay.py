@@ -9,7 +9,6 @@ from flowpipe import B, Checkpoint, Dataset, I, M, Pipeline, V
 from flowpipe.models.torch import MLP
 from flowpipe.models.torch.decay import make_decay
 
-pytestmark = pytest.mark.timeout(120)
 
 CONFIG = {'inputs/x/shape': (4,), 'inputs/y/classes': 3, 'initial_block/inputs': 'x', 'body/units': (8,),
           'optimizer': {'name': 'SGD', 'lr': 1.0}}

@@ -17,16 +17,18 @@ def test_loss_names(name, cls):
 
 
 def test_loss_dict_class_instance_and_callable():
-    assert make_loss({'name': 'ce', 'label_smoothing': 0.2}).label_smoothing == 0.2
-    assert isinstance(make_loss(nn.NLLLoss), nn.NLLLoss)
+    assert make_loss({'name': 'ce', 'label_smoothing': 0.2}).loss.label_smoothing == 0.2
+    assert isinstance(make_loss(nn.NLLLoss).loss, nn.NLLLoss)
     instance = nn.CrossEntropyLoss()
-    assert make_loss(instance) is instance
+    assert make_loss(instance).loss is instance         # in the normalized form, calling the module itself
     func = lambda outputs, target: outputs.sum()  # noqa: E731
     assert make_loss(func) is func
+    unplaced = nn.CrossEntropyLoss(reduction='none')    # not a loss flowpipe can place: as given
+    assert make_loss(unplaced) is unplaced
 
 
 def test_default_loss_is_cross_entropy_only_with_classes():
-    assert isinstance(make_loss(None), nn.CrossEntropyLoss)
+    assert isinstance(make_loss(None).loss, nn.CrossEntropyLoss)
     with pytest.raises(ValueError, match="'loss'"):
         make_loss(None, has_classes=False)
 

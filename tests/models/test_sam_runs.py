@@ -14,7 +14,7 @@ from . import sam_jobs
 
 pytestmark = pytest.mark.usefixtures('default_dtype')   # exact under a float32 and a float64 default dtype
 
-TIMEOUT = 240
+TIMEOUT = 900     # a job's limit: only a hang reaches it, however loaded the machine
 
 
 class Crash(Exception):

@@ -18,7 +18,7 @@ RUNS = [('whole', {'batch_size': 7}),                            # 46 items: 6 b
         ('microbatch', {'batch_size': 7, 'microbatch': 2}),
         ('small', {'batch_size': 2, 'n_epochs': 1}),               # a global batch smaller than 3 ranks
         ('prefetch', {'batch_size': 5, 'prefetch': 2, 'n_epochs': 1})]
-TIMEOUT = 240
+TIMEOUT = 900     # a job's limit: only a hang reaches it, however loaded the machine
 
 
 def _rel(a, b):
@@ -135,19 +135,19 @@ def test_running_stats_reach_an_idle_rank_when_one_rank_holds_the_whole_batch():
 
 def test_a_rank_idle_in_the_step_after_the_first_synchronized_one_joins_the_bucket_rebuild():
     losses, params = dist_jobs.idle_after_a_synchronized_step()
-    for rank_losses, rank_params in launch(dist_jobs.idle_after_a_synchronized_step, 2, timeout=60):
+    for rank_losses, rank_params in launch(dist_jobs.idle_after_a_synchronized_step, 2, timeout=TIMEOUT):
         np.testing.assert_allclose(rank_losses, losses, rtol=1e-12)
         assert _rel(rank_params, params) < 1e-12
 
 
 def test_an_idle_rank_asked_for_outputs_returns_empty_ones_of_the_busy_ranks_shape():
-    ranks = launch(dist_jobs.idle_outputs, 2, timeout=60)
+    ranks = launch(dist_jobs.idle_outputs, 2, timeout=TIMEOUT)
     assert ranks == [((2, 2), 'torch.float64', True), ((0, 2), 'torch.float64', True)]
 
 
 def test_predictions_of_a_rank_are_cut_into_micro_batches_as_in_one_process():
     sizes, outputs = dist_jobs.predicted_sizes()
-    ranks = launch(dist_jobs.predicted_sizes, 2, timeout=60)
+    ranks = launch(dist_jobs.predicted_sizes, 2, timeout=TIMEOUT)
     assert sizes == [2] * 5 and [rank_sizes for rank_sizes, _ in ranks] == [[2, 2, 1], [2, 2, 1]]
     np.testing.assert_allclose(np.concatenate([rank_outputs for _, rank_outputs in ranks]), outputs, rtol=1e-12)
 
@@ -161,13 +161,12 @@ def test_a_predicted_loss_is_the_global_batchs_on_every_rank():
 
 @pytest.mark.parametrize('world', [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_the_mean_of_a_batch_without_items_on_every_rank_is_nan(world):
-    assert all(np.isnan(mean) for mean in launch(dist_jobs.empty_batch_mean, world, timeout=60))
+    assert all(np.isnan(mean) for mean in launch(dist_jobs.empty_batch_mean, world, timeout=TIMEOUT))
 
 
-FAILING = {'timeout': 40, 'env': {'FLOWPIPE_DIST_TIMEOUT': 10}}     # a job that must fail ends well within 60 s
+FAILING = {'timeout': TIMEOUT, 'env': {'FLOWPIPE_DIST_TIMEOUT': 60}}     # refused at once: no timeout is waited for
 
 
-@pytest.mark.timeout(90)
 @pytest.mark.parametrize('world, per_rank, message', [
     (2, [{'batch_size': 8}, {'batch_size': 9}], 'batch_size=8 on rank 0 vs batch_size=9 on rank 1'),  # 3 batches
     pytest.param(3, [{'batch_size': 4}, {'batch_size': 4}, {'batch_size': 5}],
@@ -181,7 +180,6 @@ def test_ranks_given_different_run_arguments_are_refused_at_run_start_naming_the
     assert info.value.kind == 'ValueError' and message in info.value.message
 
 
-@pytest.mark.timeout(90)
 @pytest.mark.parametrize('world, rank, number, message', [
     (2, 1, 2, 'global batch 2 on rank 0, global batch 3 on rank 1'),
     pytest.param(3, 0, 1, 'global batch 2 on rank 0, global batch 1 on rank 1, global batch 1 on rank 2',
@@ -193,21 +191,19 @@ def test_skip_batch_on_one_rank_only_is_named_at_the_next_exchange(world, rank, 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(90)
 @pytest.mark.parametrize('world', [2, 3])
 def test_a_timed_out_collective_names_the_collective_the_step_and_the_rank_waited_for(world):
     stuck = world - 1
     with pytest.raises(LaunchError) as info:
-        launch(dist_jobs.stuck_rank, world, args=(stuck, 30), timeout=40, env={'FLOWPIPE_DIST_TIMEOUT': 5})
+        launch(dist_jobs.stuck_rank, world, args=(stuck, 120), timeout=TIMEOUT, env={'FLOWPIPE_DIST_TIMEOUT': 20})
     assert info.value.kind == 'TimeoutError' and info.value.rank != stuck
-    assert 'the exchange of item counts of training step 2 (global batch 1 of the run) within 5 s' in str(info.value)
+    assert 'the exchange of item counts of training step 2 (global batch 1 of the run) within 20 s' in str(info.value)
     assert f'rank {stuck} never reached it' in info.value.message
     if world == 3:
         other = 1 - info.value.rank
         assert f'rank {other} was in the exchange of item counts of training step 2' in info.value.message
 
 
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize('world, batch_size', [(2, 1), pytest.param(3, 2, marks=pytest.mark.slow)])
 def test_a_shape_read_from_the_batch_builds_the_same_model_on_an_idle_rank(world, batch_size):
     alone = dist_jobs.shape_from_batch(batch_size)
@@ -216,7 +212,6 @@ def test_a_shape_read_from_the_batch_builds_the_same_model_on_an_idle_rank(world
         np.testing.assert_allclose(result['loss'], alone['loss'], rtol=1e-5)
 
 
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize('world', [2, 3])
 def test_counts_exchanged_on_a_cpu_group_of_their_own_give_the_same_parameters(world):
     alone = dist_jobs.train(7, 2, n_epochs=1)                       # 23 items: 4 batches, micro-batches of 2
@@ -226,7 +221,6 @@ def test_counts_exchanged_on_a_cpu_group_of_their_own_give_the_same_parameters(w
         np.testing.assert_allclose(result['loss'], alone['loss'], rtol=1e-10)
 
 
-@pytest.mark.timeout(120)
 def test_value_clipping_and_per_epoch_and_plateau_schedules_give_one_process_s_result():
     # the plateau steps on the global batch's loss, the per-epoch schedule counts the global batch's items
     overrides = {'clip_grad_value': 0.05, 'decay': [{'name': 'exp', 'gamma': 0.5, 'frequency': 'epoch'},

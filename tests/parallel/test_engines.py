@@ -235,7 +235,7 @@ def test_dropping_an_engine_without_close_stops_its_threads(train):
     workers = dropped_engine_threads(train)
     gc.collect()
     for thread in workers:
-        thread.join(timeout=5)
+        thread.join(timeout=900)
     assert not any(t.is_alive() for t in workers), 'the dropped engine was not collected: its threads live on'
 
 
@@ -511,7 +511,7 @@ class RecordingStepEngine(SingleEngine):
     def step_context(self):
         return self._context()
 
-    def before_step(self, inputs, targets):
+    def before_step(self, inputs, targets, form=None):
         self.events.append(('before_step', len(inputs[0]), len(targets[0])))
 
     def step_seed(self, seed):

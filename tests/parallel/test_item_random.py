@@ -15,7 +15,7 @@ from flowpipe.models.torch import TorchModel
 from flowpipe.parallel import build_engine, make_plan
 from flowpipe.parallel.item_random import Kind, call_stream, item_dropout, keep_mask, mix
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures('default_dtype')]
+pytestmark = pytest.mark.usefixtures('default_dtype')
 CPU = torch.device('cpu')
 LAYOUTS = [('cpu', None), (['CPU:0', 'CPU:1'], None), ('cpu', 3), ('CPU:0x3', 4), (['CPU:0', 'CPU:1'], 2)]
 

@@ -12,7 +12,7 @@ from flowpipe.parallel import launch
 
 from . import dist_jobs
 
-TIMEOUT = 60
+TIMEOUT = 900     # a job's limit: only a hang reaches it, however loaded the machine
 
 
 def _ranks():
@@ -51,11 +51,11 @@ def test_a_killed_rank_fails_the_job_within_the_timeout():
 @pytest.mark.slow
 def test_a_job_past_its_timeout_is_ended(tmp_path):
     script = tmp_path / 'sleeper.py'
-    script.write_text('import time\ntime.sleep(60)\n')
+    script.write_text('import time\ntime.sleep(600)\n')
     start = time.monotonic()
     with pytest.raises(TimeoutError, match=r'ranks \[0\] still running'):
         launch(script, 1, timeout=3)
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 300      # ended, not slept out
     assert not multiprocessing.active_children()
 
 
@@ -134,7 +134,7 @@ def test_ranks_end_when_their_caller_is_killed(tmp_path):
     folder.mkdir()
     caller = subprocess.Popen([sys.executable, str(script), str(folder)])
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600
         while len(os.listdir(folder)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         ranks = [int(name) for name in os.listdir(folder)]
@@ -142,7 +142,7 @@ def test_ranks_end_when_their_caller_is_killed(tmp_path):
     finally:
         caller.kill()
         caller.wait()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 300
     while any(_alive(pid) for pid in ranks) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in ranks)

@@ -14,7 +14,6 @@ from flowpipe import B, V, Dataset, Pipeline
 from flowpipe.parallel import build_engine, make_plan
 from flowpipe.parallel.randomness import draw_step_seed, piece_random, piece_seed
 
-pytestmark = pytest.mark.timeout(120)
 CPU = torch.device('cpu')
 
 

@@ -6,7 +6,7 @@ from flowpipe.parallel import launch
 
 from . import sharded_jobs
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.slow
 
 ADAM = {'name': 'Adam', 'lr': 0.05}
 

@@ -30,7 +30,7 @@ RUNS = [('full', {'batch_size': 7, 'sharding': 'full'}),
 HYBRID = [('hybrid', {'batch_size': 7, 'sharding': 'hybrid', 'overrides': {'sharding_group': 2}}),
           ('hybrid_micro', {'batch_size': 3, 'microbatch': 2, 'n_epochs': 1, 'sharding': 'hybrid',
                             'overrides': {'sharding_group': 2, 'clip_grad_norm': 0.05}})]
-TIMEOUT = 300
+TIMEOUT = 900     # a job's limit: only a hang reaches it, however loaded the machine
 
 
 def _rel(a, b):

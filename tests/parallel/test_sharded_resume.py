@@ -20,7 +20,8 @@ def test_a_killed_rank_of_a_sharded_job_resumes_to_the_uninterrupted_end(tmp_pat
     shards = [name for name in os.listdir(tmp_path / 'killed') if name.endswith('.shards')]
     assert len(shards) == (1 if sharded_checkpoint == '1' else 0)
     for folder in (tmp_path / 'reference-out', tmp_path / 'killed-out'):
-        assert sorted(os.listdir(folder / 'best')) == ['epoch-0001.model', 'epoch-0002.model']
+        assert sorted(os.listdir(folder / 'best')) == ['.modelcheckpoint.json', 'epoch-0001.model',
+                                                       'epoch-0002.model']
     for rank in range(2):
         assert resumed[rank]['lrs'] == reference[rank]['lrs'] and resumed[rank]['best'] == reference[rank]['best']
         assert resumed[rank]['loss'] == reference[rank]['loss']

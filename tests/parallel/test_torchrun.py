@@ -13,7 +13,7 @@ from . import dist_jobs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, 'tests', 'parallel', 'torchrun_script.py')
-TIMEOUT = 300
+TIMEOUT = 900     # a job's limit: only a hang reaches it, however loaded the machine
 
 
 def _torchrun(*options, out):

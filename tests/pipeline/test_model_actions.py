@@ -231,7 +231,6 @@ def test_a_plan_that_depends_on_the_batch_says_so_and_unknown_names_still_fail(d
 
 
 @pytest.mark.slow     # worker processes: run in CI or with FLOWPIPE_SLOW=1
-@pytest.mark.timeout(180)
 def test_a_pipeline_whose_model_exists_runs_again_with_processes(digits):
     pipeline = (Pipeline().init_variable('loss', []).resize((12, 12)).to_array().rebatch(16)
                 .init_model('net', SimpleCNN, config=CONFIG)

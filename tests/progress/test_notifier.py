@@ -73,7 +73,7 @@ def test_plot_draws_every_tracked_value(tmp_path):
 
 def test_resource_monitors_sample_in_a_thread():
     with CPUMonitor(frequency=0.01) as cpu, Monitor(['memory', 'cpu'], frequency=0.01) as both:
-        deadline = time.monotonic() + 60            # a loaded machine may delay the sampling thread
+        deadline = time.monotonic() + 300           # a loaded machine may delay the sampling thread
         while min(len(cpu.data['cpu']), len(both.data['memory'])) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
     assert len(cpu.data['cpu']) >= 2 and len(both.times) == len(both.data['memory']) >= 2

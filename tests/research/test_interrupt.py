@@ -20,7 +20,7 @@ def test_sigint_stops_everything(tmp_path):
         assert _wait(lambda: len(psutil.Process(caller.pid).children()) >= 2 and len(_finished(folder)) >= 1)
         workers = psutil.Process(caller.pid).children(recursive=True)
         caller.send_signal(signal.SIGINT)
-        _, err = caller.communicate(timeout=60)
+        _, err = caller.communicate(timeout=900)
     finally:
         if caller.poll() is None:
             caller.kill()

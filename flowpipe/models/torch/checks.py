@@ -194,12 +194,12 @@ class InputCheck:
             if shape is not None and tensor.dim() and tensor.shape[0] and tuple(tensor.shape[1:]) != shape:
                 raise ValueError(self._shape_text(name, shape, tuple(tensor.shape)))
             if name in self.classes and self._indexes(tensor, loss_fn):
-                self._check_labels(name, tensor, getattr(loss_fn, 'ignore_index', None))
+                self._check_labels(name, tensor, getattr(getattr(loss_fn, 'loss', loss_fn), 'ignore_index', None))
 
     def _indexes(self, tensor: torch.Tensor, loss_fn: Any) -> bool:
         if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool or not tensor.numel():
             return False
-        if hasattr(loss_fn, 'loss') and not hasattr(loss_fn, 'ignore_index'):   # a value-comparing loss wrapper
+        if getattr(loss_fn, 'float_targets', False):      # a value-comparing loss: targets are values
             return False
         return tensor.device.type == 'cpu' or not self._device_labels_checked
 

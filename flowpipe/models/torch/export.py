@@ -245,22 +245,32 @@ def _state_dict(path: str, fmt: str) -> dict:
         raise FileNotFoundError(f"Expected a {fmt} file at {path!r}. Received: no such file. Check the path (a "
                                 "metadata file needs its exported file beside it).")
     if fmt == 'safetensors':
-        return require('safetensors.torch', fmt).load_file(path)
+        return _read_export(path, fmt, require('safetensors.torch', fmt).load_file)
     if fmt == 'torchscript':
-        return torch.jit.load(path, map_location='cpu').state_dict()
+        return _read_export(path, fmt, lambda at: torch.jit.load(at, map_location='cpu')).state_dict()
     if fmt == 'export':
-        return torch.export.load(path).module().state_dict()
+        return _read_export(path, fmt, torch.export.load).module().state_dict()
     raise ValueError(f"Expected a format flowpipe loads back (safetensors, torchscript, export). Received: {path!r} "
                      "in ONNX, whose graph keeps no network to load weights into. Run it with onnxruntime "
                      "(onnxruntime.InferenceSession(path)), or save with fmt='safetensors' or fmt=None to load back.")
 
 
-def load(model: 'TorchModel', path: str, fmt: str | None = None) -> None:
+def _read_export(path: str, fmt: str, read: Callable[[str], Any]) -> Any:
+    """``read(path)``; a ``ModelFileError`` naming the file when it is truncated or corrupt."""
+    try:
+        return read(path)
+    except Exception as error:  # each library raises its own types for a damaged file
+        raise ModelFileError(f"Expected a complete {fmt} file. Received: {path!r}, which cannot be read "
+                             f"({type(error).__name__}: {error}); it is truncated or corrupt. Save (export) the "
+                             "model again.") from error
+
+
+def load(model: 'TorchModel', path: str, fmt: str | None = None, trusted: bool = False) -> None:
     """Load into ``model`` a file of ``save``: flowpipe's own (the whole state, by ``io``), an export's metadata
     file or an exported file (the weights of the file)."""
     fmt = file_format(path, fmt)
     if fmt is None:
-        contents = io.read(path, formats=(io.FORMAT, META_FORMAT))
+        contents = io.read(path, formats=(io.FORMAT, META_FORMAT), trusted=trusted)
         if contents['format'] == io.FORMAT:
             io.load_into(model, contents)
             return
@@ -295,25 +305,27 @@ def _no_loss(*args: Any) -> torch.Tensor:
                      "which holds no config. Received: no 'loss'. Give it: TorchModel.from_file(path, loss='ce').")
 
 
-def from_file(path: str, model_class: type | None, fmt: str | None = None, **overrides: Any) -> 'TorchModel':
+def from_file(path: str, model_class: type | None, fmt: str | None = None, trusted: bool = False,
+              **overrides: Any) -> 'TorchModel':
     """A new model from a file of ``save``: flowpipe's own (by ``io``), an export's metadata file (its class and
     config, the exported weights) or a bare TorchScript/``.pt2`` file (a ``TorchModel`` around its module)."""
     from .model import TorchModel
     fmt = file_format(path, fmt)
     if fmt is None:
-        contents = io.read(path, formats=(io.FORMAT, META_FORMAT))
+        contents = io.read(path, formats=(io.FORMAT, META_FORMAT), trusted=trusted)
         if contents['format'] == io.FORMAT:
             return io.from_payload(contents, model_class, **overrides)
         config = dict(contents['config'])
         if contents.get('module') is not None:
             config['model'] = contents['module']
+        io.check_class(model_class or contents['model_class'], contents['model_class'])
         model = (model_class or contents['model_class'])(config, **overrides)
-        load(model, path)
+        load(model, path, trusted=trusted)
         model.iteration = contents.get('iteration', 0)
         return model
     if fmt in ('torchscript', 'export'):
-        module = (torch.jit.load(path, map_location='cpu') if fmt == 'torchscript'
-                  else ExportedModule(torch.export.load(path).module()))
+        module = (_read_export(path, fmt, lambda at: torch.jit.load(at, map_location='cpu')) if fmt == 'torchscript'
+                  else ExportedModule(_read_export(path, fmt, torch.export.load).module()))
         return (model_class or TorchModel)({'model': module, 'loss': _no_loss}, **overrides)
     if fmt == 'onnx':
         _state_dict(path, fmt)          # raises: ONNX does not load back

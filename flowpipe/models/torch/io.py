@@ -15,7 +15,10 @@ them whatever the placement: the keys of the network itself, never of a wrapper 
 A model pickles through the same contents (``TorchModel.__reduce__``: ``payload`` out, ``restore`` in).
 
 Saving is atomic: the file is written under a temporary name in the same folder, flushed to disk, then renamed
-over the target. Loading runs dill, which can execute code: load only files you trust.
+over the target. Reading is safe by default (``flowpipe.safe_pickle``): it rebuilds tensors, containers, flowpipe's
+model classes and the modules of ``torch.nn`` and flowpipe, and refuses a file that names any other code (a network
+class of the user's own, a lambda in the config) with ``UnsafeFileError``; ``trusted=True`` reads it with dill,
+running whatever code it holds.
 """
 from __future__ import annotations
 
@@ -25,18 +28,18 @@ import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
-import dill
 import torch
 
+from ... import safe_pickle
 from ...atomic import dump_atomically
-from ...errors import ModelFileError
+from ...errors import ModelFileError, UnsafeFileError, add_note
 from ...parallel.model_parallel import remove_move_hooks
 from ...parallel.sharded_state import filled, materialize
 
 if TYPE_CHECKING:
     from .model import TorchModel
 
-__all__ = ['FORMAT', 'FORMAT_VERSION', 'from_payload', 'load', 'load_into', 'payload', 'read', 'restore',
+__all__ = ['FORMAT', 'FORMAT_VERSION', 'check_class', 'from_payload', 'load', 'load_into', 'payload', 'read', 'restore',
            'restore_pending', 'save', 'write']
 
 FORMAT = 'flowpipe-model'
@@ -108,20 +111,34 @@ def save(model: 'TorchModel', path: str | os.PathLike) -> None:
 
 
 def write(contents: dict, path: str | os.PathLike) -> None:
-    """Write a model's ``payload`` to ``path`` atomically (as ``save``)."""
-    dump_atomically(contents, path)
+    """Write a model's ``payload`` to ``path`` atomically (as ``save``); a failed write (a full disk, a quota)
+    keeps its ``OSError`` with a note naming the file and what was kept."""
+    try:
+        dump_atomically(contents, path)
+    except OSError as error:
+        before = 'the file already there is unchanged' if os.path.exists(path) else 'no file was left'
+        add_note(error, f"Expected to write the model file {os.fspath(path)!r}. Received: {error.strerror or error} "
+                        f"while writing it; {before}. Free space in {os.path.dirname(os.path.abspath(path))!r} (or "
+                        "save to another folder), then save again.")
+        raise
 
 
-def read(path: str | os.PathLike, formats: tuple[str, ...] = (FORMAT,)) -> dict:
+TRUST = "trusted=True (TorchModel.from_file(path, trusted=True), model.load(path, trusted=True))"
+
+
+def read(path: str | os.PathLike, formats: tuple[str, ...] = (FORMAT,), trusted: bool = False) -> dict:
     """The checked contents of a model file (of one of ``formats``: an export's metadata file is another);
-    ``ModelFileError`` when it is corrupt, foreign or too new."""
+    ``ModelFileError`` when it is corrupt, foreign or too new; ``UnsafeFileError`` when it names code other than
+    torch's and flowpipe's models, unless ``trusted``."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Expected a model file saved by flowpipe. Received: path={path!r}, which does not "
                                 "exist. Check the path, or save the model first.")
     try:
         with open(path, 'rb') as file:
-            payload = dill.load(file)
+            payload = safe_pickle.load(file, trusted)
+    except UnsafeFileError as error:
+        raise safe_pickle.unsafe(error, path, 'a model file', TRUST) from None
     except Exception as error:  # a truncated or foreign pickle raises many different types
         raise ModelFileError(f"Expected a flowpipe model file. Received: {path!r}, which cannot be unpickled "
                              f"({type(error).__name__}: {error}); it is corrupt, truncated or not a model file. "
@@ -185,9 +202,11 @@ def _load_callbacks(model: 'TorchModel', saved: list) -> None:
         callback.load_state(state)
 
 
-def load(path: str | os.PathLike, model_class: type | None = None, **overrides: Any) -> 'TorchModel':
-    """A new model from a file, built by its saved class (or ``model_class``) with ``overrides`` on its config."""
-    return from_payload(read(path), model_class, **overrides)
+def load(path: str | os.PathLike, model_class: type | None = None, trusted: bool = False,
+         **overrides: Any) -> 'TorchModel':
+    """A new model from a file, built by its saved class (or ``model_class``) with ``overrides`` on its config;
+    ``trusted`` reads a file naming other code (``read``)."""
+    return from_payload(read(path, trusted=trusted), model_class, **overrides)
 
 
 def from_payload(contents: dict, model_class: type | None = None, **overrides: Any) -> 'TorchModel':
@@ -197,9 +216,18 @@ def from_payload(contents: dict, model_class: type | None = None, **overrides: A
         # a sharded checkpoint's skeleton gets memory here, and its weights from the shards next
         config['model'] = materialize(copy.deepcopy(contents['module']))
     cls = model_class or contents['model_class']
+    check_class(cls, contents['model_class'])
     model = cls(config, **overrides)
     load_into(model, contents)
     return model
+
+
+def check_class(wanted: type, saved: type) -> None:
+    """A file loads into its own class, a subclass or a base of it; another network is named, with the fix."""
+    if isinstance(saved, type) and not (issubclass(wanted, saved) or issubclass(saved, wanted)):
+        raise ModelFileError(f"Expected a file of {wanted.__name__} (or a class related to it). Received: a file of "
+                             f"{saved.__module__}.{saved.__qualname__}. Load it with {saved.__name__}.from_file(path) "
+                             "or TorchModel.from_file(path), which build the file's own class.")
 
 
 def restore(contents: dict) -> 'TorchModel':

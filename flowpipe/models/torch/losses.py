@@ -5,6 +5,11 @@ the name of any ``torch.nn`` loss class (``'CrossEntropyLoss'``, case-insensitiv
 ``{'name': ..., **kwargs}``, a loss class, a loss instance or any callable. Losses that compare values
 (``mse``, ``l1``, ``bce``, ``huber``) get their targets cast to the outputs' dtype, so integer targets can be kept
 integer in the data.
+
+A torch loss (by name, class or instance) comes back as a ``flowpipe.parallel.losses.TorchLoss``: the module itself
+when called, and in the normalized form the engines divide each piece's sum by the whole batch's normalizer with
+(``docs/parallel.md``, "Losses"); ``loss_fn.loss`` is the module. A loss flowpipe cannot place (an unknown class,
+``reduction='none'``, a plain function) comes back as given.
 """
 from __future__ import annotations
 
@@ -15,7 +20,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-__all__ = ['LOSS_ALIASES', 'make_loss']
+from ...parallel.losses import NormalizedLoss, torch_normalized
+
+__all__ = ['LOSS_ALIASES', 'NormalizedLoss', 'make_loss']
 
 LOSS_ALIASES = {
     'ce': nn.CrossEntropyLoss, 'crossentropy': nn.CrossEntropyLoss, 'cross_entropy': nn.CrossEntropyLoss,
@@ -28,6 +35,8 @@ _FLOAT_TARGET_LOSSES = (nn.MSELoss, nn.L1Loss, nn.BCEWithLogitsLoss, nn.BCELoss,
 
 class _FloatTargets:
     """Calls a value-comparing loss with targets cast to the outputs' dtype."""
+
+    float_targets = True
 
     def __init__(self, loss: nn.Module):
         self.loss = loss
@@ -81,6 +90,8 @@ def make_loss(spec: Any, has_classes: bool = True) -> Callable[..., torch.Tensor
                         f"with options {kwargs!r}.")
     if not callable(spec):
         raise TypeError(f"Expected a loss name, class, instance or callable. Received: loss={spec!r}.")
-    if isinstance(spec, _FLOAT_TARGET_LOSSES):
-        return _FloatTargets(spec)
-    return spec
+    float_targets = isinstance(spec, _FLOAT_TARGET_LOSSES)
+    placed = torch_normalized(spec, float_targets) if isinstance(spec, nn.modules.loss._Loss) else None
+    if placed is not None:
+        return placed
+    return _FloatTargets(spec) if float_targets else spec

@@ -15,7 +15,6 @@ Ready networks (``ResNet18``...) are subclasses that only say how to make their 
 from __future__ import annotations
 
 import functools
-import math
 import threading
 import warnings
 from collections.abc import Mapping
@@ -210,7 +209,7 @@ class TorchModel:
         """
         if self.engine is None:
             return self._plan.describe(batch_size) + '\n  network not built yet: it is built at the first step'
-        return self.engine.describe(batch_size)
+        return self.engine.describe(batch_size, loss=self.loss_fn)
 
     # steps
 
@@ -293,14 +292,9 @@ class TorchModel:
 
         def loss() -> float:
             """The batch's loss; in a distributed run the global batch's, whose shards the ranks hold."""
-            target = net_targets[0]
-            count, value = (target.shape[0] if target.dim() else 1), math.nan    # no items on an idle rank
-            if count:
-                moved = [target.to(outputs.device) for target in net_targets]
-                moved = [t.to(outputs.dtype) if t.is_floating_point() else t for t in moved]
-                with torch.no_grad():
-                    value = float(self.loss_fn(outputs, *moved))
-            return self.engine.batch_mean(value, count)
+            moved = [target.to(outputs.device) for target in net_targets]
+            moved = [t.to(outputs.dtype) if t.is_floating_point() else t for t in moved]
+            return self.engine.predicted_loss(self.loss_fn, outputs, moved)
         return self._fetch(fetches, names, loss, outputs)
 
     def _averaged(self) -> Any:
@@ -397,18 +391,21 @@ class TorchModel:
                                    pickle_metadata=pickle_metadata, **kwargs)
         distributed.barrier()
 
-    def load(self, path: str, fmt: str | None = None) -> 'TorchModel':
+    def load(self, path: str, fmt: str | None = None, *, trusted: bool = False) -> 'TorchModel':
         """Load a file's state into this model, keeping its own placement: a file of ``save`` (weights, optimizer
         and the rest), or the weights of a safetensors, TorchScript or ``torch.export`` file (or of an export's
-        metadata file); ``fmt`` names the format where the extension does not."""
-        export.load(self, path, fmt)
+        metadata file); ``fmt`` names the format where the extension does not. A file of ``save`` is read
+        safely (``flowpipe.safe_pickle``); one that names other code needs ``trusted=True``, which runs it."""
+        export.load(self, path, fmt, trusted=trusted)
         return self
 
     @classmethod
-    def from_file(cls, path: str, fmt: str | None = None, **overrides: Any) -> 'TorchModel':
+    def from_file(cls, path: str, fmt: str | None = None, *, trusted: bool = False,
+                  **overrides: Any) -> 'TorchModel':
         """A new model from a file of ``save`` (or an export's metadata file, or a bare TorchScript or ``.pt2``
-        file); ``overrides`` change config items such as ``device`` or ``microbatch``."""
-        return export.from_file(path, None if cls is TorchModel else cls, fmt, **overrides)
+        file); ``overrides`` change config items such as ``device`` or ``microbatch``. Read safely: a file whose
+        network or config names code other than torch's and flowpipe's needs ``trusted=True``, which runs it."""
+        return export.from_file(path, None if cls is TorchModel else cls, fmt, trusted=trusted, **overrides)
 
     # batchflow's batch-size finder, with its signatures (the model is the first argument)
     compute_optimal_batch_size = batch_size_module.compute_optimal_batch_size

@@ -5,8 +5,11 @@ steps on sequences of batch-first tensors; it knows nothing of pipelines, batche
 :meth:`Engine.train_step`. A subclass places the module in ``__init__`` and overrides the hooks its placement
 needs (each is a no-op or the one-replica case here):
 
-- ``step_context()``, ``before_step(inputs, targets)``, ``step_seed(seed)``, ``after_step(inputs, result,
-  return_outputs)``: around the step (a distributed engine's exchange of item counts, named collectives);
+- ``step_context()``, ``before_step(inputs, targets, form)``, ``step_seed(seed)``, ``after_step(inputs, result,
+  return_outputs)``: around the step (a distributed engine's exchange of item counts and loss normalizers, named
+  collectives);
+- ``batch_normalizer(form, batch)``: the loss's normalizer of the whole batch, which every piece's sum is divided by
+  (``flowpipe.parallel.losses``; a distributed engine's is the ranks' sum);
 - ``prepare(inputs, targets)``: check the step's tensors;
 - ``groups(batch_size)``: the pieces each replica computes, with their loss weights;
 - ``run_replicas(groups, work)``: how the replicas run their pieces (here one after another, in this thread);
@@ -44,6 +47,7 @@ from torch import nn
 
 from ...torchutils import NO_CONTEXT
 from ..item_random import BY_ITEM, ItemStreams
+from ..losses import ITEM_SHARES, PLAIN_SUM, StepLoss, normalized, normalizer_value, weighting
 from ..plan import DevicePlan
 from ..precision import Precision, make_precision
 from ..randomness import draw_step_seed, piece_random, piece_seed
@@ -201,7 +205,9 @@ class Engine:
         Args:
             inputs: batch-first tensors fed to ``module(*inputs)``; floating ones are cast to the parameters' dtype.
             targets: batch-first tensors passed as ``loss_fn(outputs, *targets)``; integer ones stay integer.
-            loss_fn: returns the mean loss of the items it is given.
+            loss_fn: returns the loss of the items it is given: a mean over the items, or a loss that declares
+                its normalizer (``losses.NormalizedLoss``, torch's losses): each piece then adds its sum divided by
+                the whole batch's normalizer, so the step is exact whatever the loss (``docs/parallel.md``).
             optimizer: built on ``engine.parameters()``.
             return_outputs: also return the outputs of the whole batch, in order, on the primary device.
             clip_grad_norm: clip the full-batch gradient of the optimizer's parameters to this total 2-norm.
@@ -215,20 +221,22 @@ class Engine:
         max_norm = check_max_norm(clip_grad_norm)
         clip_value = check_clip_value(clip_grad_value)
         with self.step_context():
-            self.before_step(inputs, targets)
+            form = normalized(loss_fn)              # None: a loss flowpipe cannot place (a mean over items)
+            self.before_step(inputs, targets, form)
             step_seed = self.step_seed(seed)
             batch = self.prepare(inputs, targets)
             groups = self.groups(batch.size)        # {replica: its pieces}; a piece is one shard of one chunk
+            step_loss = self.step_loss(loss_fn, form, batch, groups)
             set_mode(self.replicas, True)
             self.zero_grad(optimizer)
             skip_nonfinite = self.skip_nonfinite
             saved = self.save_buffers() if skip_nonfinite else None
             with self.item_random(step_seed):      # dropout masks by item, when the plan says so
-                result = self.gradient_pass(batch, groups, loss_fn, step_seed, return_outputs)
+                result = self.gradient_pass(batch, groups, step_loss, step_seed, return_outputs)
                 stepped = not (skip_nonfinite and self.nonfinite(result.loss, optimizer))
                 if stepped and sam is not None:         # the gradient at the perturbed weights replaces this one
                     stepped = sharpness_pass(self, sam, optimizer, lambda: self.gradient_pass(
-                        batch, groups, loss_fn, step_seed, False), skip_nonfinite)
+                        batch, groups, step_loss, step_seed, False), skip_nonfinite)
             if stepped:
                 self.optimizer_step(optimizer, max_norm, clip_value)     # one optimizer step per batch
                 self.broadcast(tuple(groups))       # the new weights (and buffers) to the replicas
@@ -237,14 +245,28 @@ class Engine:
                 result = replace(result, stepped=False)
             return self.after_step(inputs, result, return_outputs)
 
-    def gradient_pass(self, batch: BatchTensors, groups: Groups, loss_fn: Callable, seed: int,
+    def step_loss(self, loss_fn: Callable, form: Any, batch: BatchTensors, groups: Groups) -> StepLoss:
+        """What each piece computes: ``loss_fn`` weighted by the piece's share of the items for a loss flowpipe
+        cannot place (``form`` ``None``), a per-item mean or a whole batch in one piece; otherwise the piece's sum,
+        as it is for a plain sum, else divided by the whole batch's normalizer (``batch_normalizer``)."""
+        rule = weighting(form)
+        if rule == ITEM_SHARES or _one_piece(groups):
+            return StepLoss(loss_fn)
+        return StepLoss(form.sum, 1 if rule == PLAIN_SUM else self.batch_normalizer(form, batch))
+
+    def batch_normalizer(self, form: Any, batch: BatchTensors) -> float | torch.Tensor:
+        """The loss's normalizer of the whole batch (``losses.normalizer_value``), counted before the split; a
+        distributed engine's is the sum of the ranks', exchanged with their item counts."""
+        return normalizer_value(form.normalizer(*batch.targets))
+
+    def gradient_pass(self, batch: BatchTensors, groups: Groups, step_loss: StepLoss, seed: int,
                       keep_outputs: bool) -> StepResult:
         """Forward and backward of every piece, then ``reduce_gradients``: the full-batch gradient on the primary;
         returns the full-batch loss (and outputs when ``keep_outputs``)."""
         def work(replica: int, pieces: Sequence[Piece]) -> list[tuple[torch.Tensor, Any]]:
-            # each piece's loss is weighted by its share of the batch, so the gradients accumulated over all
-            # pieces add up to the full-batch gradient
-            return [self.run_piece(replica, piece, batch, loss_fn, keep_outputs, last=piece is pieces[-1],
+            # each piece's loss is its share of the batch's (step_loss.weigh), so the gradients accumulated over
+            # all pieces add up to the full-batch gradient
+            return [self.run_piece(replica, piece, batch, step_loss, keep_outputs, last=piece is pieces[-1],
                                    seed=seed) for piece in pieces]
 
         results = self.run_replicas(groups, work)
@@ -323,9 +345,10 @@ class Engine:
             torch._foreach_copy_(*saved)
         self.sync()
 
-    def run_piece(self, replica: int, piece: Piece, batch: BatchTensors, loss_fn: Callable, keep_outputs: bool,
+    def run_piece(self, replica: int, piece: Piece, batch: BatchTensors, step_loss: StepLoss, keep_outputs: bool,
                   last: bool, seed: int) -> tuple[torch.Tensor, Any]:
-        """Forward and backward of one piece on one replica; returns (weighted loss, detached outputs or None).
+        """Forward and backward of one piece on one replica; returns (its share of the batch's loss, detached
+        outputs or None).
 
         The piece draws its random numbers (dropout) from its own generator state, derived from the step ``seed``;
         under ``'randomness': 'by_item'`` its dropout modules draw by item, its first item being item
@@ -341,11 +364,9 @@ class Engine:
                 outputs = forward(*[move(t, device, batch.dtype, piece, self.memory_format) for t in batch.inputs])
                 out_device = device_of(outputs, device)
                 places = target_devices(outputs, len(batch.targets), out_device)
-                loss = loss_fn(outputs, *[move(t, place, batch.dtype, piece)
-                                          for t, place in zip(batch.targets, places)])
-            weighted = self.precision.convert_loss(loss)
-            if piece.weight != 1.0:     # a whole batch in one piece: multiplying by one is exact, and wasted work
-                weighted = weighted * piece.weight
+                loss = step_loss.fn(outputs, *[move(t, place, batch.dtype, piece)
+                                               for t, place in zip(batch.targets, places)])
+            weighted = step_loss.weigh(self.precision.convert_loss(loss), piece)
             factor = self.backward_factor
             self.precision.scale(weighted if factor == 1.0 else weighted * factor).backward()
         return weighted.detach(), to_device(outputs, out_device) if keep_outputs else None
@@ -361,6 +382,14 @@ class Engine:
         """The mean over the whole batch of a value averaged over this process's ``count`` items (``mean``):
         ``mean`` itself here, NaN for no items; a distributed engine combines the ranks' shards."""
         return mean if count else math.nan
+
+    def predicted_loss(self, loss_fn: Callable, outputs: Any, targets: Sequence[torch.Tensor]) -> float:
+        """The loss of a predicted batch (``targets`` on the outputs' device): ``loss_fn`` on the whole batch here,
+        NaN for no items; a distributed engine's is the global batch's, from every rank's shard."""
+        if not _items(targets):
+            return math.nan
+        with torch.no_grad():
+            return float(loss_fn(outputs, *targets))
 
     def predict(self, inputs: Tensors) -> Any:
         """Outputs for a batch in evaluation mode, without gradients, in batch order, on the primary device."""
@@ -423,9 +452,10 @@ class Engine:
         distributed engine names the step's collectives in it, for the error of one that times out."""
         return NO_CONTEXT
 
-    def before_step(self, inputs: Tensors, targets: Tensors) -> None:
-        """Called first in a training step, with its raw inputs and targets: a no-op here; a distributed engine
-        exchanges the ranks' item counts (the global batch size, idle ranks)."""
+    def before_step(self, inputs: Tensors, targets: Tensors, form: Any = None) -> None:
+        """Called first in a training step, with its raw inputs and targets and the loss's normalized form
+        (``losses.normalized``): a no-op here; a distributed engine exchanges the ranks' item counts (the global
+        batch size, idle ranks) and loss normalizers."""
 
     def step_seed(self, seed: int | None) -> int:
         """The seed the step's pieces derive their random streams from: ``seed``, or one drawn from torch's
@@ -484,14 +514,27 @@ class Engine:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def describe(self, batch_size: int | None = None) -> str:
-        """Readable placement for ``batch_size``: the plan's description and what only the built engine knows
-        (the sizes of the module's parameters and buffers)."""
+    def describe(self, batch_size: int | None = None, loss: Any = None) -> str:
+        """Readable placement for ``batch_size``: the plan's description (with how ``loss`` is weighted, when
+        given) and what only the built engine knows (the sizes of the module's parameters and buffers)."""
         return self.plan.describe(batch_size, parameter_bytes=_bytes(self.module.parameters()),
-                                  buffer_bytes=_bytes(self.module.buffers()))
+                                  buffer_bytes=_bytes(self.module.buffers()), loss=loss)
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}({self.describe()})'
+
+
+def _one_piece(groups: Groups) -> bool:
+    """Whether the whole batch is one piece: its loss is the loss itself, whatever its normalization."""
+    if len(groups) != 1:
+        return False
+    pieces = next(iter(groups.values()))
+    return len(pieces) == 1 and pieces[0].weight == 1.0
+
+
+def _items(targets: Sequence[torch.Tensor]) -> int:
+    first = targets[0]
+    return int(first.shape[0]) if first.dim() else 1
 
 
 def _bytes(tensors: Any) -> int:

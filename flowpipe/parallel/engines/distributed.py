@@ -41,6 +41,7 @@ from .. import distributed
 from ..item_random import BY_ITEM
 from ..plan import DevicePlan
 from ..precision import Precision
+from ..losses import ITEM_SHARES, NORMALIZER, PLAIN_SUM, normalized, weighting
 from ..randomness import piece_seed
 from ..speed import compiled
 from ..split import Piece, split_batch
@@ -55,6 +56,17 @@ __all__ = ['DistributedEngine']
 _NO_BUFFER_SYNC = ({'forward_sync_buffers': False}
                    if 'forward_sync_buffers' in inspect.signature(nn.parallel.DistributedDataParallel).parameters
                    else {'broadcast_buffers': False})
+
+
+def _shard_normalizer(form: Any, targets: Any) -> float | None:
+    """This rank's loss normalizer, read to the host for the count exchange (a GPU target waits for the device
+    here); ``None`` for a loss whose pieces are weighted by their share of the items."""
+    if weighting(form) != NORMALIZER:
+        return None
+    tensors = as_batch(targets, 'targets')
+    if not tensors or (tensors[0].dim() and not tensors[0].shape[0]):
+        return 0.0                              # an idle rank counts nothing
+    return float(form.normalizer(*tensors))
 
 
 def _counts_need_own_group(backend: str) -> bool:
@@ -102,6 +114,8 @@ class DistributedEngine(Engine):
     Attributes:
         ddp: the ``DistributedDataParallel`` wrapper (``module`` is the network it wraps).
         counts: every rank's item count in the last training step (``None`` before one).
+        normalizer: the global batch's loss normalizer in the last training step, the sum of the ranks' (``None``
+            for a loss weighted by item shares).
     """
 
     def __init__(self, module: nn.Module, plan: DevicePlan, precision: Precision | None = None):
@@ -131,6 +145,7 @@ class DistributedEngine(Engine):
             limit = distributed.group_timeout()
             self._counts_group = dist.new_group(backend='gloo', **({} if limit is None else {'timeout': limit}))
         self.counts: tuple[int, ...] | None = None
+        self.normalizer: float | None = None
         self._idle_rank = False
         self.steps = 0
         self._phase, self._batch = '', -1
@@ -167,10 +182,11 @@ class DistributedEngine(Engine):
         batch = f' (global batch {self._batch} of the run)' if self._batch >= 0 else ''
         return f'{self._phase} of training step {self.steps}{batch}'
 
-    def before_step(self, inputs: Any, targets: Any) -> None:
-        """Exchange the ranks' item counts: the global batch size the pieces are weighted by, and whether a rank
-        is idle (its shard is empty), which decides how the gradients are all-reduced."""
-        self.take_counts(inputs)
+    def before_step(self, inputs: Any, targets: Any, form: Any = None) -> None:
+        """Exchange the ranks' item counts and loss normalizers: the global batch size and normalizer the pieces
+        are weighted by, and whether a rank is idle (its shard is empty), which decides how the gradients are
+        all-reduced."""
+        self.take_counts(inputs, targets, form)
         self._idle_rank = min(self.counts) == 0
         # DDP's own all-reduce (C++, no Python callback on gloo's threads) averages over the ranks; a step with an
         # idle rank sums its gradients itself (reduce_gradients)
@@ -180,12 +196,19 @@ class DistributedEngine(Engine):
             # backward; a rank that runs no forward joins it here, as torch's own join hook does
             self.ddp.reducer._rebuild_buckets()
 
-    def take_counts(self, inputs: Any) -> None:
-        """Exchange the ranks' item counts into ``counts``; an error when every rank has none."""
-        self.counts = self._exchange_counts(inputs)
+    def take_counts(self, inputs: Any, targets: Any = (), form: Any = None) -> None:
+        """Exchange the ranks' item counts into ``counts`` and the sum of their loss normalizers into
+        ``normalizer`` (counted when the loss declares one, ``form``); an error when every rank has no items."""
+        local = _shard_normalizer(form, targets)
+        self.counts, normalizers = self._exchange_counts(inputs, local)
+        self.normalizer = sum(normalizers) if local is not None else None
         if not sum(self.counts):
             raise ValueError('Expected a non-empty global batch. Received: 0 items on every rank.')
         self.item_offset = sum(self.counts[:self._rank])    # this rank's first item in the global batch
+
+    def batch_normalizer(self, form: Any, batch: BatchTensors) -> float:
+        """The global batch's normalizer: the sum of the ranks', exchanged with the item counts."""
+        return self.normalizer
 
     def step_seed(self, seed: int | None) -> int:
         """The step seed (the same on every rank in a seeded run); under ``'randomness': 'torch'`` mixed with the
@@ -209,21 +232,23 @@ class DistributedEngine(Engine):
             return BatchTensors(tensors, targets_, 0, self.compute_dtype())
         return super().prepare(tensors, targets_)
 
-    def _exchange_counts(self, inputs: Any) -> tuple[int, ...]:
-        """Every rank's item count, in rank order (one all-gather, which also checks that every rank is on the same
-        global batch)."""
+    def _exchange_counts(self, inputs: Any, normalizer: float | None = None
+                         ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """Every rank's item count and loss normalizer (``normalizer``: this rank's, or ``None`` and 0 exchanged),
+        in rank order (one all-gather, which also checks that every rank is on the same global batch)."""
         tensors = as_batch(inputs, 'inputs')
         local = int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 0
         shard = current_shard()
         self._batch = -1 if shard is None else shard.batch
         self._phase = 'the exchange of item counts'
-        mine = torch.tensor([local, self._batch], dtype=torch.int64)
+        # float64 holds counts and batch numbers exactly (below 2 ** 53) beside a normalizer that may be fractional
+        mine = torch.tensor([local, self._batch, normalizer or 0.0], dtype=torch.float64)
         every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
         _kept(mine, *every)
         dist.all_gather(every, mine, group=self._counts_group)
         rows = torch.stack(every).tolist()
         self._phase = 'the gradient all-reduce'
-        batches = [int(batch) for _, batch in rows]
+        batches = [int(batch) for _, batch, _ in rows]
         if len(set(batches)) > 1:
             on = ', '.join(f'global batch {batch} on rank {rank}' for rank, batch in enumerate(batches))
             raise RuntimeError(f'Expected every rank to train on the same global batch in training step {self.steps}. '
@@ -231,7 +256,7 @@ class DistributedEngine(Engine):
                                f'on: raise SkipBatch (or StopPipeline) alike on every rank, deciding from values every '
                                f'rank shares (the global batch, a value reduced or broadcast over the ranks), never '
                                f'from one rank\'s shard alone.')
-        return tuple(int(count) for count, _ in rows)
+        return tuple(int(count) for count, _, _ in rows), tuple(value for _, _, value in rows)
 
     def groups(self, batch_size: int) -> dict[int, tuple[Piece, ...]]:
         """This rank's pieces (its shard cut into micro-batch chunks), each weighted by its share of the global
@@ -246,6 +271,22 @@ class DistributedEngine(Engine):
                            for piece in split_batch(batch_size, 1, self.plan.microbatch))
             groups = self._groups[key] = {0: pieces}
         return groups
+
+    def predicted_loss(self, loss_fn: Callable, outputs: Any, targets: Sequence[torch.Tensor]) -> float:
+        """The global batch's loss from every rank's shard (one all-reduce of its sum and normalizer, or of its mean
+        and item count for a loss flowpipe cannot place, every rank joins); a whole batch's own loss when the
+        prediction is not on a shard (a validation run gives each rank whole batches)."""
+        if current_shard() is None:
+            return super().predicted_loss(loss_fn, outputs, targets)
+        form = normalized(loss_fn)
+        rule, count = weighting(form), int(targets[0].shape[0]) if targets[0].dim() else 1
+        if rule == ITEM_SHARES:
+            return self.batch_mean(super().predicted_loss(loss_fn, outputs, targets), count)
+        with torch.no_grad():
+            total = float(form.sum(outputs, *targets)) if count else 0.0
+        if rule == PLAIN_SUM:           # the sum over the ranks, divided once by 1
+            return self._reduced_ratio(total, 1.0 if self._rank == 0 else 0.0)
+        return self._reduced_ratio(total, float(form.normalizer(*targets)) if count else 0.0)
 
     def backward_sync(self, last: bool) -> contextlib.AbstractContextManager:
         """DDP's all-reduce runs in the backward of the last piece only, and not at all when a rank is idle."""
@@ -303,12 +344,17 @@ class DistributedEngine(Engine):
         run gives each rank whole batches)."""
         if current_shard() is None:
             return super().batch_mean(mean, count)
-        totals = torch.tensor([mean * count if count else 0.0, count], dtype=torch.float64, device=self._group_device)
+        return self._reduced_ratio(mean * count if count else 0.0, count)
+
+    def _reduced_ratio(self, total: float, normalizer: float) -> float:
+        """The sum over the ranks of ``total`` over the sum of ``normalizer`` (one all-reduce): NaN when every
+        normalizer is 0."""
+        totals = torch.tensor([total, normalizer], dtype=torch.float64, device=self._group_device)
         with distributed.collective('the all-reduce of a predicted loss'):
             _kept(totals)
             dist.all_reduce(totals)
-        total, items = totals.tolist()
-        return total / items if items else math.nan
+        total, normalizer = totals.tolist()
+        return total / normalizer if normalizer else math.nan
 
     def predict(self, inputs: Sequence[torch.Tensor]) -> Any:
         """This rank's outputs, from the network itself (no collective), micro-batch by micro-batch as in one

@@ -32,6 +32,7 @@ from torch import nn
 from ...data.shards import WHOLE_BATCHES
 from ...torchutils import NO_CONTEXT
 from .. import distributed, sharded_state
+from ..losses import StepLoss
 from ..sharding import Sharding
 from ..split import Piece, chunk_sizes, split_batch
 from .base import StepResult
@@ -140,9 +141,10 @@ class ShardedEngine(DistributedEngine):
         """Load a whole optimizer state (given on every rank): each rank keeps the state of its shards."""
         sharded_state.load_full_optimizer_state(self._inner, optimizer, state)
 
-    def before_step(self, inputs: Any, targets: Any) -> None:
-        """Exchange the ranks' item counts: the global batch size and the number of pieces every rank runs."""
-        self.take_counts(inputs)
+    def before_step(self, inputs: Any, targets: Any, form: Any = None) -> None:
+        """Exchange the ranks' item counts and loss normalizers: the global batch size and normalizer, and the
+        number of pieces every rank runs."""
+        self.take_counts(inputs, targets, form)
 
     def after_step(self, inputs: Any, result: StepResult, return_outputs: bool) -> StepResult:
         """The step's result: an idle rank's outputs are its pieces' (empty, of the busy ranks' shape)."""
@@ -177,11 +179,11 @@ class ShardedEngine(DistributedEngine):
     def reduce_gradients(self, active: tuple[int, ...]) -> None:
         """Nothing: the last piece's backward left each rank its shard of the global batch's gradient."""
 
-    def run_piece(self, replica: int, piece: Piece, batch: BatchTensors, loss_fn: Callable, keep_outputs: bool,
+    def run_piece(self, replica: int, piece: Piece, batch: BatchTensors, step_loss: StepLoss, keep_outputs: bool,
                   last: bool, seed: int) -> tuple[torch.Tensor, Any]:
         """A piece with items as in every engine; one without items joins the collectives with a zero gradient."""
         if piece.size:
-            return super().run_piece(replica, piece, batch, loss_fn, keep_outputs, last, seed)
+            return super().run_piece(replica, piece, batch, step_loss, keep_outputs, last, seed)
         forward, device = self.forwards[replica], self.devices[replica]
         with evaluating(self._inner), self.backward_sync(last):     # no BatchNorm statistics of no items
             with self.precision.autocast(device):
@@ -219,7 +221,7 @@ class ShardedEngine(DistributedEngine):
                              "differ in number (a rank would wait for the others forever). Received: a prediction in "
                              "a run whose batches are split into blocks over the ranks (Validate(shard=True)).")
         batch = self.prepare(inputs, ())
-        counts = self._exchange_counts(inputs)
+        counts, _ = self._exchange_counts(inputs)
         if not sum(counts):
             counts = (1,)       # no items anywhere: one empty piece each, for outputs of the right shape
         device = self.devices[0]
@@ -238,9 +240,9 @@ class ShardedEngine(DistributedEngine):
         return {'parameters': storage_bytes(params), 'gradients': storage_bytes(grads) if grads else None,
                 'optimizer state': storage_bytes(state) if state else None}
 
-    def describe(self, batch_size: int | None = None) -> str:
+    def describe(self, batch_size: int | None = None, loss: Any = None) -> str:
         """The plan's description with the sharding, the mesh and the bytes this rank holds."""
-        return self.plan.describe(batch_size, rank_bytes=self.rank_bytes())
+        return self.plan.describe(batch_size, rank_bytes=self.rank_bytes(), loss=loss)
 
 
 def _floating(outputs: Any) -> list[torch.Tensor]:

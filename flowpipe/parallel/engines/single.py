@@ -5,6 +5,8 @@ gradients accumulate in place, and there is nothing to reduce or broadcast. They
 """
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from ..model_parallel import place_module
@@ -36,9 +38,9 @@ class ModelParallelEngine(Engine):
         self.placement = place_module(module, plan)
         super().__init__(plan, [module], [plan.primary.device], precision)
 
-    def describe(self, batch_size: int | None = None) -> str:
+    def describe(self, batch_size: int | None = None, loss: Any = None) -> str:
         """The plan's description with the placement of every part (``'auto'`` included) and its size."""
-        first, *rest = self.plan.describe(batch_size).splitlines()
+        first, *rest = self.plan.describe(batch_size, loss=loss).splitlines()
         children = dict(self.module.named_children())
         parts = []
         for name, device in self.placement.items():

@@ -1,0 +1,176 @@
+"""Resuming a run checkpoint on another layout: other ranks, devices, micro-batches or sharding.
+
+A checkpoint records its layout (the world size, and each model's devices, micro-batch size and device weights).
+A run resuming it on another layout
+
+- builds each model from the checkpoint with the resumed run's placement (``resume_changes``: the changed
+  ``device``, ``microbatch``..., or the config items ``resumed_with`` gives), the weights and optimizer state
+  gathered or resharded;
+- gives each new rank the variables one rule decides (``rank_state``): a variable equal on every rank of the
+  checkpoint is every rank's; a list each rank extended with its own values is merged as ``Validate`` merges
+  them (``merge_variables``: the initial items, then rank 0's, rank 1's...) onto rank 0, the other ranks starting
+  from the initial value; any other per-rank variable is refused, named;
+- refuses a model with dropout layers whose masks follow the layout (``'randomness': 'torch'``; under the default
+  ``'by_item'`` the masks are the item's on every layout).
+
+On the same world size every rank takes back its own variables and random states, as before.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+from typing import Any, Iterator, Mapping
+
+import dill
+
+from .nodes import CheckpointError
+
+__all__ = ['check_random_layers', 'layout_of', 'model_layout', 'overrides', 'rank_state', 'resumed_with',
+           'saved_layout']
+
+_OVERRIDES: contextvars.ContextVar[dict | None] = contextvars.ContextVar('flowpipe_resumed_with', default=None)
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def resumed_with(**config: Any) -> Iterator[None]:
+    """Within the block, every model a run resumes from a checkpoint is built with these config items over its
+    own (``device=``, ``microbatch=``, ``dtype=``...): how ``python -m flowpipe verify`` replays a checkpoint on
+    another layout."""
+    token = _OVERRIDES.set(dict(config))
+    try:
+        yield
+    finally:
+        _OVERRIDES.reset(token)
+
+
+def overrides() -> dict | None:
+    """The config items of the enclosing ``resumed_with``, or ``None``."""
+    return _OVERRIDES.get()
+
+
+# ----- the layout a checkpoint records -----
+
+def model_layout(model: Any) -> dict:
+    """What cuts a model's batches into pieces: its devices, micro-batch size and device weights."""
+    plan = model.plan
+    return {'devices': [str(device) for device in plan.devices], 'microbatch': plan.microbatch,
+            'device_weights': None if plan.device_weights is None else list(plan.device_weights)}
+
+
+def layout_of(models: Mapping[str, Any], world_size: int) -> dict:
+    """The layout a checkpoint records: ``{'world_size': n, 'models': {name: model_layout}}`` of built models."""
+    return {'world_size': world_size, 'models': {name: model_layout(model) for name, model in models.items()}}
+
+
+def saved_layout(saved: Mapping[str, Any]) -> dict:
+    """A checkpoint's layout; for one written before layouts were recorded, its world size alone."""
+    if saved.get('layout') is not None:
+        return saved['layout']
+    ranks = saved.get('ranks')
+    return {'world_size': 1 if ranks is None else len(ranks), 'models': {}}
+
+
+def _describe(world_size: int, layout: Mapping[str, Any] | None) -> str:
+    where = 'one process' if world_size == 1 else f'{world_size} ranks'
+    if layout is None:
+        return where
+    microbatch = f", microbatch={layout['microbatch']}" if layout['microbatch'] else ''
+    weights = f", device_weights={layout['device_weights']}" if layout['device_weights'] else ''
+    return f"{where}, devices {', '.join(layout['devices'])}{microbatch}{weights}"
+
+
+# ----- random layers -----
+
+def _dropout_layers(network: Any) -> list[str]:
+    """``name (Type p=...)`` of the network's dropout modules that draw (``p > 0``)."""
+    from torch import nn
+    return [f"{name or type(network).__name__!r} ({type(module).__name__} p={module.p})"
+            for name, module in network.named_modules()
+            if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0]
+
+
+def check_random_layers(name: str, model: Any, saved: Mapping[str, Any], world_size: int) -> None:
+    """Refuse resuming ``model`` on a layout other than the checkpoint's (``saved``: ``saved_layout``) when its
+    dropout masks follow the layout: dropout layers drawing from torch's generators (the plan's ``randomness`` other
+    than ``'by_item'``)."""
+    before = saved['models'].get(name)
+    now = model_layout(model)
+    if saved['world_size'] == world_size and (before is None or before == now):
+        return
+    randomness = getattr(model.plan, 'randomness', 'torch')
+    layers = _dropout_layers(model.model) if randomness != 'by_item' else []
+    if layers:
+        raise CheckpointError(
+            f"Expected a model whose random layers draw by item to resume on another layout. Received: model "
+            f"{name!r} with 'randomness': {randomness!r} and dropout layers {', '.join(layers)}; the checkpoint was "
+            f"written on {_describe(saved['world_size'], before)}, this run is on {_describe(world_size, now)}. "
+            "Under torch's generators each piece of a batch draws its masks from its place in the layout, so the "
+            "resumed run would not continue the checkpoint's trajectory. Resume on the checkpoint's layout, or "
+            "train with 'randomness': 'by_item'.")
+
+
+# ----- variables and random states per rank -----
+
+def _same(first: Any, second: Any) -> bool:
+    if first is second:
+        return True
+    try:
+        return dill.dumps(first) == dill.dumps(second)
+    except Exception:  # noqa: BLE001 - a value that does not pickle is compared as different
+        return False
+
+
+def _added(start: Any, value: Any) -> list | None:
+    """The items ``value`` added to the list ``start``; ``None`` when it is not ``start`` extended."""
+    if not isinstance(value, list) or not isinstance(start, list) or len(value) < len(start):
+        return None
+    if not all(_same(item, first) for item, first in zip(value, start)):
+        return None
+    return value[len(start):]
+
+
+def _merged(ranks: list[Mapping[str, Any]], initial: Mapping[str, Any]) -> tuple[dict, dict]:
+    """``(shared, merged)``: the variables equal on every rank, and the lists each rank extended, merged."""
+    shared, added, refused = {}, {}, []
+    for name in sorted({name for variables in ranks for name in variables}):
+        values = [variables.get(name, _MISSING) for variables in ranks]
+        if all(_same(values[0], value) for value in values[1:]):
+            if values[0] is not _MISSING:
+                shared[name] = values[0]
+            continue
+        start = initial.get(name, [])
+        extended = [_added(start, [] if value is _MISSING else value) for value in values]
+        if any(items is None for items in extended):
+            refused.append(name)
+        else:
+            added[name] = extended
+    if refused:
+        raise CheckpointError(
+            f"Expected variables that a resumed run on another number of ranks can continue. Received: "
+            f"{', '.join(map(repr, refused))} differing between the checkpoint's ranks and changed in place per "
+            "rank (set, summed into or overwritten with the rank's own values), which no rule shares out over "
+            "another number of ranks. Keep such values in lists extended batch by batch (V(name, mode='a')), "
+            "or resume on the checkpoint's number of ranks.")
+    from ..callbacks.validate import merge_variables
+    starts = {name: list(initial.get(name, [])) for name in added}
+    per_rank = [{name: ('items', items[rank]) for name, items in added.items()} for rank in range(len(ranks))]
+    return shared, merge_variables(starts, per_rank)
+
+
+def rank_state(saved: Mapping[str, Any], rank: int, world_size: int, initial: Mapping[str, Any]) -> dict:
+    """The variables and random states rank ``rank`` of ``world_size`` resumes with (``initial``: the run's
+    variables before the checkpoint's are put in).
+
+    The checkpoint's own number of ranks: each rank's own. Another: the shared variables on every rank, the
+    merged lists on rank 0 (the other ranks start them from their initial value); the random states of the rank
+    of the same number, rank 0's for a rank the checkpoint did not have.
+    """
+    ranks = saved['ranks'] or [{'variables': saved['variables'], 'random': saved['random']}]
+    if len(ranks) == world_size:
+        return ranks[rank]
+    shared, merged = _merged([own['variables'] for own in ranks], initial)
+    if rank != 0:
+        merged = {name: copy.deepcopy(initial.get(name, [])) for name in merged}
+    return {'variables': {**shared, **merged}, 'random': ranks[rank if rank < len(ranks) else 0]['random']}

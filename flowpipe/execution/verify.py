@@ -1,0 +1,194 @@
+"""``python -m flowpipe verify``: replay the next steps of a run checkpoint on another layout and measure how far
+its parameters go from those one process on one device reaches.
+
+The checkpoint is read, not written: both replays resume from its file (``run(resume=file)`` without
+``checkpoint=``) with the run arguments its fingerprint holds, run ``steps`` batches, and stop. Each replay
+builds the checkpoint's models with the layout given (``relayout.resumed_with``): the reference on ``'cpu'``
+without micro-batches, the other on ``device`` and ``microbatch``, both in ``dtype`` (the model's ``dtype`` key,
+and torch's default dtype while they run).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import runpy
+import sys
+from typing import Any, Callable
+
+import torch
+
+from . import checkpoint as files
+from .nodes import CheckpointError
+from .relayout import resumed_with
+
+__all__ = ['DTYPES', 'add_verify', 'load_pipeline', 'replay', 'run_verify', 'verify']
+
+DTYPES = ('float32', 'float64')
+_LAUNCH_TIMEOUT = 3600.0        # seconds for a launched replay (and each of its collectives)
+
+
+def _split(source: str) -> tuple[str, str]:
+    """``'file.py:name'`` as ``(file, name)``; ``name`` is ``'pipeline'`` when not given."""
+    path, _, name = source.rpartition(':')
+    return (path, name or 'pipeline') if path.endswith('.py') else (source, 'pipeline')
+
+
+def load_pipeline(source: str) -> Any:
+    """A fresh pipeline from ``'file.py:name'`` (``name`` defaults to ``pipeline``): the file runs (not as
+    ``__main__``) and ``name`` is a pipeline bound to its dataset, or a function returning one."""
+    path, name = _split(source)
+    if not path.endswith('.py') or not os.path.isfile(path):
+        raise FileNotFoundError(f"Expected --pipeline as FILE.py:NAME, a Python file that exists. Received: "
+                                f"{source!r}. Give the file that defines the checkpoint's pipeline.")
+    namespace = runpy.run_path(path, run_name='flowpipe_verify')
+    if name not in namespace:
+        raise ValueError(f"Expected {path} to define {name!r}. Received: a file without it. Name the pipeline "
+                         f"after the colon: --pipeline {path}:NAME.")
+    found = namespace[name]
+    from ..pipeline.pipeline import Pipeline
+    pipeline = found() if callable(found) and not isinstance(found, Pipeline) else found
+    if not isinstance(pipeline, Pipeline) or pipeline.dataset is None:
+        raise TypeError(f"Expected {name!r} in {path} to be a pipeline bound to its dataset, or a function returning "
+                        f"one. Received: {type(pipeline).__name__}. Define it as template << dataset.")
+    return pipeline
+
+
+def _run_args(saved: dict) -> dict:
+    """The run arguments the checkpoint's fingerprint holds (as its resume must be given them)."""
+    args = {}
+    for name, text in saved['fingerprint']['run'].items():
+        if name == 'world_size':
+            continue
+        try:
+            args[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise CheckpointError(f"Expected run arguments that are plain values to replay. Received: {name}={text} "
+                                  "in the checkpoint. Replay it with run(..., resume=) in a script.") from None
+    return args
+
+
+def replay(path: str, source: str, steps: int, layout: dict, dtype: str) -> tuple[dict[str, list], int]:
+    """Run ``steps`` batches of the checkpoint file ``path`` from where it stopped, its models built with
+    ``layout`` in ``dtype``; ``({model name: parameters}, batches run)``."""
+    saved = files.read(path)
+    pipeline = load_pipeline(source)
+    args = _run_args(saved)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype))
+    done = 0
+    try:
+        with resumed_with(**layout, dtype=dtype):
+            batches = pipeline.gen_batch(args.pop('batch_size'), **args, resume=path)
+            try:
+                for done, _ in enumerate(batches, start=1):
+                    if done == steps:
+                        break
+            finally:
+                batches.close()
+        params = {name: [_whole(param) for param in pipeline.m(name).model.parameters()]
+                  for name, payload in saved['models'].items() if payload is not None}
+    finally:
+        torch.set_default_dtype(previous)
+    return params, done
+
+
+def _whole(param: torch.Tensor) -> torch.Tensor:
+    """A parameter as a float64 CPU tensor; a sharded one's whole tensor (gathered: every rank calls this)."""
+    gather = getattr(param, 'full_tensor', None)
+    return (param if gather is None else gather()).detach().to('cpu', torch.float64).clone()
+
+
+def _relative(got: list, want: list) -> float:
+    scale = max(float(tensor.abs().max()) for tensor in want) or 1.0
+    return max(float((a - b).abs().max()) for a, b in zip(got, want)) / scale
+
+
+def verify(checkpoint: str, source: str, steps: int, device: Any, microbatch: int | None = None,
+           dtype: str = 'float64', ranks: int = 1) -> dict[str, Any]:
+    """Replay ``steps`` batches of ``checkpoint`` (a file, or a folder: its newest) on ``device``/``microbatch``
+    (in ``ranks`` gloo processes started by ``flowpipe.parallel.launch`` when more than 1) and in one process on
+    ``'cpu'``; ``{'path', 'steps', 'deviations': {model: largest relative deviation}}``."""
+    path = files.latest(os.fspath(checkpoint)) if os.path.exists(checkpoint) else None
+    if path is None:
+        raise FileNotFoundError(f"Expected a run checkpoint file or a folder holding one. Received: {checkpoint!r}. "
+                                "Give the checkpoint=... folder of the run, or one of its .flowpipe files.")
+    one = {'device': 'cpu', 'microbatch': None, 'device_weights': None, 'device_map': None, 'sharding': None}
+    reference, count = replay(path, source, steps, one, dtype)
+    layout = {**one, 'device': device, 'microbatch': microbatch}
+    if ranks == 1:
+        other, _ = replay(path, source, steps, layout, dtype)
+    else:
+        from ..parallel import launch
+        file, name = _split(source)             # the ranks may start elsewhere
+        source = f'{os.path.abspath(file)}:{name}'
+        other, _ = launch(replay, ranks, args=(path, source, steps, layout, dtype), timeout=_LAUNCH_TIMEOUT)[0]
+    return {'path': path, 'steps': count,
+            'deviations': {name: _relative(other[name], reference[name]) for name in reference}}
+
+
+# ----- the command line -----
+
+def _dtype(text: str) -> str:
+    if text not in DTYPES:
+        raise argparse.ArgumentTypeError(f"Expected --dtype float32 or float64. Received: {text!r}.")
+    return text
+
+
+def _count(option: str) -> Callable[[str], int]:
+    def read(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"Expected {option} as an int >= 1. Received: {text!r}.")
+        return value
+    return read
+
+
+def add_verify(parser: argparse.ArgumentParser, device: Callable[[str], Any]) -> None:
+    """The options of ``python -m flowpipe verify`` (``device``: how ``--device`` is read)."""
+    parser.add_argument('checkpoint', help="a run checkpoint file, or its folder (the newest file)")
+    parser.add_argument('--pipeline', required=True, metavar='FILE.py:NAME',
+                        help="the Python file defining the checkpoint's pipeline bound to its dataset (or a function "
+                             "returning it) as NAME (default: pipeline); it runs with __name__ != '__main__'")
+    parser.add_argument('--steps', type=_count('--steps'), default=1, help='batches to replay (default: 1)')
+    parser.add_argument('--device', type=device, required=True,
+                        help="the layout to check: 'CPU:0x4', 'GPU:0', or a comma-separated list 'CPU:0,CPU:1'")
+    parser.add_argument('--microbatch', type=int, default=None, help='items per micro-batch (default: off)')
+    parser.add_argument('--ranks', type=_count('--ranks'), default=1,
+                        help='replay in this many gloo processes, each on --device (one device) (default: 1)')
+    parser.add_argument('--dtype', type=_dtype, default='float64',
+                        help='float32 or float64, for the models and torch\'s default dtype (default: float64)')
+    parser.add_argument('--tolerance', type=float, default=None,
+                        help='exit with status 1 when the deviation is above this (default: only print it)')
+
+
+def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``python -m flowpipe verify``: print each model's deviation and the largest; the exit status."""
+    from ..errors import LaunchError
+    from ..parallel import make_plan
+    try:
+        plan = make_plan(args.device, args.microbatch)
+    except (ValueError, TypeError) as error:      # DeviceError is a ValueError
+        print(f'{parser.prog}: error: {error}', file=sys.stderr)
+        return 2
+    if args.ranks > 1 and len(plan.devices) > 1:
+        print(f"{parser.prog}: error: Expected one device per rank with --ranks {args.ranks}. Received: --device "
+              f"{args.device!r}, {len(plan.devices)} devices. Give --device cpu, or --ranks 1.", file=sys.stderr)
+        return 2
+    try:
+        result = verify(args.checkpoint, args.pipeline, args.steps, args.device, args.microbatch, args.dtype,
+                        args.ranks)
+    except (OSError, ValueError, TypeError, CheckpointError, LaunchError) as error:
+        print(f'{parser.prog} verify: error: {error}', file=sys.stderr)
+        return 2
+    where = f"{args.ranks} ranks, each " if args.ranks > 1 else ''
+    print(f"replayed {result['steps']} step(s) of {result['path']} in {args.dtype}: {where}device={args.device!r}, "
+          f"microbatch={args.microbatch} against one process on cpu")
+    for name, deviation in result['deviations'].items():
+        print(f"  model {name!r}: largest relative deviation of the parameters {deviation:.3g}")
+    largest = max(result['deviations'].values(), default=0.0)
+    print(f'largest relative deviation: {largest:.3g}')
+    return 1 if args.tolerance is not None and largest > args.tolerance else 0
