@@ -12,13 +12,15 @@ step on).
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Sequence
 
 from ..callbacks.base import Callback
+from ..errors import CheckpointError
 from ..rank0 import is_main
 from .epochs import EpochClock
 
-__all__ = ['SKIPPED', 'TrainingRun', 'check_callbacks']
+__all__ = ['SKIPPED', 'TrainingRun', 'check_callbacks', 'summary_line']
 
 #: the logged count of the epoch's training steps skipped for a non-finite loss
 SKIPPED = 'train/skipped_steps'
@@ -48,10 +50,13 @@ class TrainingRun:
         callbacks: the ``Callback`` objects, called by their ``order`` then in this order.
         clock: where the run's epochs end.
         world: the ``World`` of a distributed job, or ``None``.
+        summary: print one line of the logs at each epoch end, on rank 0 (``write``: the bar's, set by the run).
     """
 
-    def __init__(self, pipeline: Any, callbacks: Sequence[Any], clock: EpochClock, world: Any = None):
+    def __init__(self, pipeline: Any, callbacks: Sequence[Any], clock: EpochClock, world: Any = None,
+                 summary: bool = False):
         self.pipeline, self.clock, self.world = pipeline, clock, world
+        self.summary, self.write = summary, print
         self.callbacks = sorted(callbacks, key=lambda callback: callback.order)
         # only the callbacks that listen to batch ends are called per batch: the others cost nothing there
         self._on_batch = [callback for callback in self.callbacks
@@ -111,6 +116,8 @@ class TrainingRun:
             callback.on_epoch_end(self, epoch)
         self.history.append(dict(self.logs))
         self.epoch = epoch + 1
+        if self.summary and self.is_main:
+            self.write(summary_line(self.logs, self.clock.n_epochs))
 
     def end(self) -> None:
         self.pipeline.state.train_losses = None
@@ -121,18 +128,61 @@ class TrainingRun:
         return {'step': self.step, 'epoch': self.epoch, 'history': [dict(logs) for logs in self.history],
                 'logs': dict(self.logs), 'stopped': self.stopped,
                 'loss': (self._loss_sum, self._loss_count, self._skipped),
-                'callbacks': [callback.state() for callback in self.callbacks]}
+                'callbacks': [(_kind(callback), _described(callback), callback.state())
+                              for callback in self.callbacks]}
 
     def load_state(self, state: dict) -> None:
         self.step, self.epoch, self.stopped = state['step'], state['epoch'], state['stopped']
         self.history, self.logs = [dict(logs) for logs in state['history']], dict(state['logs'])
         self._loss_sum, self._loss_count, self._skipped = state['loss']
         self._next_end = self.clock.end_step(self.epoch)
-        if len(state['callbacks']) != len(self.callbacks):
-            raise ValueError(f"Expected the {len(state['callbacks'])} callbacks the checkpoint was written with. "
-                             f"Received: {len(self.callbacks)}. Resume with the same callbacks= list.")
-        for callback, saved in zip(self.callbacks, state['callbacks']):
+        for callback, saved in zip(self.callbacks, matched_states(self.callbacks, state['callbacks'])):
             callback.load_state(saved)
+
+
+def _kind(callback: Any) -> str:
+    return f'{type(callback).__module__}.{type(callback).__qualname__}'
+
+
+def _described(callback: Any) -> str:
+    from .canonical_values import stable_repr
+    return stable_repr(callback)
+
+
+def matched_states(callbacks: Sequence[Any], saved: list) -> list:
+    """The saved state of each callback, matched by kind and description (``repr``), whatever the order of the
+    ``callbacks=`` list: two callbacks of one kind keep their own states. A callback without a saved state of its
+    kind, or a saved one left over, is a ``CheckpointError`` naming them."""
+    if saved and not isinstance(saved[0], tuple):         # a checkpoint of an earlier flowpipe: by position
+        saved = [(_kind(callback), _described(callback), state) for callback, state in zip(callbacks, saved)]
+    left, states = list(saved), []
+    for callback in callbacks:
+        kind, described = _kind(callback), _described(callback)
+        same = [entry for entry in left if entry[:2] == (kind, described)]
+        alike = [entry for entry in left if entry[0] == kind]
+        found = same[0] if same else alike[0] if len(alike) == 1 else None
+        if found is None:
+            break
+        left.remove(found)
+        states.append(found[2])
+    if len(states) != len(callbacks) or left:
+        raise CheckpointError(
+            f"Expected the callbacks the checkpoint was written with, in any order. Received: "
+            f"{[_described(callback) for callback in callbacks]}; the checkpoint has "
+            f"{[described for _, described, _ in saved]}. Resume with the same callbacks= (the same kinds and "
+            "arguments), or start afresh without resume=.")
+    return states
+
+
+def summary_line(logs: dict[str, Any], n_epochs: int | None) -> str:
+    """``epoch 3/10 – loss 0.4821 – lr 0.05 – val/accuracy 0.9375``: the epoch counted from 1, as Keras shows it,
+    then every other logged number (``train/loss`` as ``loss``) with 4 significant digits."""
+    epoch = logs['epoch'] + 1
+    parts = [f"epoch {epoch}/{n_epochs}" if n_epochs is not None else f"epoch {epoch}"]
+    for name, value in logs.items():
+        if name not in ('epoch', 'step') and isinstance(value, numbers.Real):
+            parts.append(f"{'loss' if name == 'train/loss' else name} {value:.4g}")
+    return ' – '.join(parts)
 
 
 def _distributed() -> Any:
