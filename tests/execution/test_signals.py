@@ -16,7 +16,7 @@ from flowpipe.execution.signals import GracefulStop
 from . import signal_script
 from .checkpoint_cases import RUN, assert_same, outcome, pipeline
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures('default_dtype')]
+pytestmark = pytest.mark.usefixtures('default_dtype')
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SENT = {'at': None, 'signals': (), 'after': []}
 

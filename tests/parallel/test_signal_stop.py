@@ -10,7 +10,7 @@ from flowpipe.parallel import launch
 from . import signal_jobs
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('default_dtype')]
-TIMEOUT = 240
+TIMEOUT = 900     # a job's limit: only a hang reaches it, however loaded the machine
 
 
 @pytest.mark.parametrize('name', ['SIGTERM', 'SIGUSR1'])
