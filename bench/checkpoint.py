@@ -7,15 +7,27 @@
 2. *An epoch*: ``run(...)`` over the dataset with ``checkpoint=Checkpoint(folder, every=1)`` against the same run
    without a checkpoint, ABBA blocks of one epoch each (each run starts from a fresh pipeline built with the same
    seed); printed: the median seconds per epoch of each and the median of the per-block ratios.
+3. *The signal check*: a cheap pipeline (one variable update per batch, ``--signal-batches`` batches of one item)
+   run with ``Checkpoint(folder, every=10**9)`` (one write, at the end) with ``on_interrupt=True`` (SIGTERM,
+   SIGUSR1 and Ctrl-C handlers installed for the run, the flag read after every batch) against
+   ``on_interrupt=False`` (neither), ABBA blocks of one run each; printed: the median ms per run and the median of
+   the per-block ratios. In one process the check is a read of a list.
+4. *The stop agreement under ranks* (``--ranks 2``, 0 to skip): the same runs in a 2-rank gloo job (``launch``),
+   where ``on_interrupt=True`` adds one ``all_reduce`` of two integers per batch (``every=``; with ``seconds=`` it
+   replaces the broadcast of the clock); rank 0's ABBA timings are printed, with ``--rank-batches`` batches per
+   run.
 
 Fixed torch threads (``--threads``, 1 by default), the checkpoint folder in a temporary directory (the disk the
 system's temporary files are on). Small inputs so that it runs in a minute or two on two shared cores.
 
-Run: ``python bench/checkpoint.py [--size 32] [--batch 8] [--batches 4] [--blocks 4] [--steps 3] [--writes 2]``
+Run: ``python bench/checkpoint.py [--size 32] [--batch 8] [--batches 4] [--blocks 4] [--steps 3] [--writes 2]
+[--signal-batches 4000] [--signal-blocks 10] [--ranks 2] [--rank-batches 400]``
 """
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import shutil
 import statistics
 import tempfile
@@ -109,6 +121,54 @@ def every_one_vs_none(data: Dataset, args: argparse.Namespace, folder: str) -> N
           f"{statistics.median(ratios):.2f} (median of {args.blocks} ABBA blocks)")
 
 
+def _signal_blocks(batches: int, blocks: int, folder: str) -> tuple[dict, list]:
+    """ABBA timings of runs of ``batches`` one-item batches with and without the stop signals' handling."""
+    cheap = Pipeline().init_variable('count', 0).update(V('count'), V('count') + 1) << Dataset(batches)
+
+    runs = itertools.count()
+
+    def one_run(on_interrupt: bool) -> float:
+        own = os.path.join(folder, str(next(runs)))        # a fresh folder each (the same on every rank)
+        start = time.perf_counter()
+        cheap.run(1, n_epochs=1, checkpoint=Checkpoint(own, every=10 ** 9, on_interrupt=on_interrupt))
+        return time.perf_counter() - start
+
+    one_run(True)                                           # warm-up
+    times = {'checked': [], 'unchecked': []}
+    ratios = []
+    for block in range(blocks):
+        order = ('checked', 'unchecked') if block % 2 == 0 else ('unchecked', 'checked')
+        measured = {name: one_run(name == 'checked') for name in order}
+        for name, value in measured.items():
+            times[name].append(value)
+        ratios.append(measured['checked'] / measured['unchecked'])
+    return times, ratios
+
+
+def _print_signal_blocks(what: str, batches: int, times: dict, ratios: list) -> None:
+    print(f"{what}: a run of {batches} one-item batches (one variable update each) with the signal handlers and "
+          f"the per-batch check {1e3 * statistics.median(times['checked']):.1f} ms, without "
+          f"{1e3 * statistics.median(times['unchecked']):.1f} ms, ratio {statistics.median(ratios):.3f} "
+          f"(median of {len(ratios)} ABBA blocks)")
+
+
+def signal_check(args: argparse.Namespace, folder: str) -> None:
+    times, ratios = _signal_blocks(args.signal_batches, args.signal_blocks, folder)
+    _print_signal_blocks('one process', args.signal_batches, times, ratios)
+
+
+def _rank_blocks(batches: int, blocks: int, folder: str, threads: int) -> tuple[dict, list]:
+    torch.set_num_threads(threads)
+    return _signal_blocks(batches, blocks, folder)
+
+
+def signal_check_ranks(args: argparse.Namespace, folder: str) -> None:
+    from flowpipe.parallel import launch
+    times, ratios = launch(_rank_blocks, args.ranks, args=(args.rank_batches, args.signal_blocks, folder,
+                                                          args.threads))[0]
+    _print_signal_blocks(f'{args.ranks} gloo ranks, rank 0', args.rank_batches, times, ratios)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--size', type=int, default=32, help='image side')
@@ -117,6 +177,10 @@ def main() -> None:
     parser.add_argument('--blocks', type=int, default=4)
     parser.add_argument('--steps', type=int, default=3, help='training steps per block')
     parser.add_argument('--writes', type=int, default=2, help='checkpoint writes per block')
+    parser.add_argument('--signal-batches', type=int, default=4000, help='batches of the signal check runs')
+    parser.add_argument('--signal-blocks', type=int, default=10)
+    parser.add_argument('--ranks', type=int, default=2, help='ranks of the agreement check (0: skip it)')
+    parser.add_argument('--rank-batches', type=int, default=400, help='batches of its runs')
     parser.add_argument('--threads', type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -126,6 +190,9 @@ def main() -> None:
     try:
         write_vs_step(data, args, f'{root}/write')
         every_one_vs_none(data, args, f'{root}/epoch')
+        signal_check(args, f'{root}/signals')
+        if args.ranks > 1:
+            signal_check_ranks(args, f'{root}/ranks')
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

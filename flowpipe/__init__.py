@@ -9,7 +9,7 @@ from .batch import Batch, ImagesBatch, action, apply_parallel
 from .config import Config
 from .data import Dataset, DatasetIndex, FilesIndex, ImageFolder, make_rng
 from .errors import (CheckpointError, DeviceError, ExpressionError, FolderInUseError, LaunchError, ModelFileError,
-                     SkipBatch, StopPipeline, UnknownActionError, UnsafeFileError)
+                     RunStopped, SkipBatch, StopPipeline, UnknownActionError, UnsafeFileError)
 from .execution.checkpoint import Checkpoint
 from .execution.deterministic import deterministic
 from .expr import PP, B, C, D, F, I, L, M, P, R, V, W, PerItem, save_data_to
@@ -25,8 +25,8 @@ __all__ = ['B', 'Batch', 'C', 'CPUMonitor', 'Checkpoint', 'CheckpointError', 'Co
            'Dataset', 'DatasetIndex', 'DeviceError', 'ExpressionError', 'F', 'FilesIndex', 'FolderInUseError',
            'HistoSampler', 'I', 'ImageFolder', 'ImagesBatch', 'L', 'LaunchError', 'M', 'MemoryMonitor',
            'ModelFileError', 'Monitor', 'Notifier', 'NumpySampler', 'P', 'PP', 'PerItem', 'Pipeline', 'R',
-           'ResourceMonitor', 'Sampler', 'ScipySampler', 'SkipBatch', 'StopPipeline', 'UnknownActionError',
-           'UnsafeFileError', 'V', 'W', 'action', 'apply_parallel', 'deterministic', 'is_main', 'make_rng', 'notifier',
-           'print0', 'save_data_to', 'set_gpus']
+           'ResourceMonitor', 'RunStopped', 'Sampler', 'ScipySampler', 'SkipBatch', 'StopPipeline',
+           'UnknownActionError', 'UnsafeFileError', 'V', 'W', 'action', 'apply_parallel', 'deterministic', 'is_main',
+           'make_rng', 'notifier', 'print0', 'save_data_to', 'set_gpus']
 assert __all__ == sorted(__all__)
 __version__ = '0.1.0'

@@ -12,7 +12,7 @@ supported Python (3.10 has no ``BaseException.add_note``).
 """
 
 __all__ = ['CheckpointError', 'DeviceError', 'ExpressionError', 'FolderInUseError', 'LaunchError', 'ModelFileError',
-           'SkipBatch', 'StopPipeline', 'UnknownActionError', 'UnsafeFileError', 'add_note']
+           'RunStopped', 'SkipBatch', 'StopPipeline', 'UnknownActionError', 'UnsafeFileError', 'add_note']
 
 
 def add_note(exc: BaseException, note: str) -> None:
@@ -81,3 +81,30 @@ class ExpressionError(KeyError):
 
 class UnknownActionError(AttributeError):
     """A pipeline refers to an action that neither the batch class nor the built-ins define."""
+
+
+class RunStopped(SystemExit):
+    """A run with a checkpoint stopped on SIGTERM or SIGUSR1 after writing the checkpoint of its last completed
+    batch (``flowpipe/execution/signals.py``).
+
+    A ``SystemExit``: uncaught, the process exits with ``code``, 128 + the signal's number (143 for SIGTERM, 138
+    for SIGUSR1: what a shell reports for a process the signal ended), so schedulers and launchers see a process
+    ended by the signal, not a finished one; ``except Exception`` does not catch it.
+
+    Attributes:
+        signal: the signal's name (``'SIGTERM'``, ``'SIGUSR1'``).
+        requeued: whether ``scontrol requeue`` requeued the Slurm job.
+    """
+
+    def __init__(self, signal: str, requeued: bool = False):
+        import signal as signals
+        self.signal, self.requeued = signal, requeued
+        super().__init__(128 + int(getattr(signals, signal)))
+
+    def __str__(self) -> str:
+        again = 'the Slurm job is requeued; ' if self.requeued else ''
+        return (f"flowpipe: the run stopped on {self.signal} after writing its checkpoint; {again}resume it with "
+                f"resume=True (exit status {self.code})")
+
+    def __reduce__(self):
+        return type(self), (self.signal, self.requeued)

@@ -43,7 +43,10 @@ class Checkpoint:
             ``every`` nor ``seconds``, every batch.
         keep: how many of the newest files to keep; older ones are removed after a successful write.
         on_interrupt: on Ctrl-C (or leaving a ``gen_batch`` loop early) between two batches, write one for the
-            last completed batch if it has none yet.
+            last completed batch if it has none yet; on SIGTERM, SIGUSR1 or a first Ctrl-C during a batch, finish
+            the batch, write its checkpoint and stop (``signals.py``).
+        requeue: the signals (``'SIGUSR1'``, ``'SIGTERM'``) after which a Slurm job (``SLURM_JOB_ID`` set) is
+            requeued with ``scontrol requeue`` once the checkpoint is written; ``()`` for never.
         sharded: write the models' weights and optimizer state one shard per rank (``torch.distributed.checkpoint``)
             into a folder ``checkpoint-<batches>.shards`` beside the file, instead of gathering them into the file:
             for sharded models too big for one process.
@@ -57,6 +60,7 @@ class Checkpoint:
     on_interrupt: bool = True
     sharded: bool = False
     trusted: bool = False
+    requeue: tuple[str, ...] = ('SIGUSR1',)
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, (str, os.PathLike)) or not os.fspath(self.path):
@@ -72,6 +76,18 @@ class Checkpoint:
                 raise TypeError(f"Expected {name} as True or False. Received: {name}={getattr(self, name)!r}")
         if self.every is None and self.seconds is None:
             object.__setattr__(self, 'every', 1)
+        object.__setattr__(self, 'requeue', _requeue_signals(self.requeue))
+
+
+def _requeue_signals(value: Any) -> tuple[str, ...]:
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (tuple, list)) or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"Expected requeue as a signal name or a tuple of them. Received: requeue={value!r}")
+    unknown = [name for name in names if name not in ('SIGUSR1', 'SIGTERM')]
+    if unknown:
+        raise ValueError(f"Expected requeue among 'SIGUSR1' and 'SIGTERM'. Received: requeue={value!r}. Name the "
+                         "signals after which Slurm requeues the job, or pass () for none.")
+    return tuple(dict.fromkeys(names))
 
 
 def _check_int(name: str, value: Any, allow_none: bool) -> None:
@@ -84,7 +100,8 @@ def _check_int(name: str, value: Any, allow_none: bool) -> None:
 
 def as_checkpoint(value: Any) -> Checkpoint | None:
     """``checkpoint=`` as a ``Checkpoint``: a path, a dict of its fields, or an object with ``path`` (and maybe
-    ``every``, ``seconds``, ``keep``, ``on_interrupt``, ``sharded`` attributes); ``None`` for none."""
+    ``every``, ``seconds``, ``keep``, ``on_interrupt``, ``sharded``, ``trusted``, ``requeue`` attributes); ``None`` for
+    none."""
     if value is None or isinstance(value, Checkpoint):
         return value
     if isinstance(value, (str, os.PathLike)):
@@ -94,10 +111,9 @@ def as_checkpoint(value: Any) -> Checkpoint | None:
             return Checkpoint(**value)
         except TypeError as error:
             raise TypeError(f"Expected checkpoint= as a dict of path, every, seconds, keep, on_interrupt, sharded, "
-                            f"trusted. "
-                            f"Received: {value!r} ({error})") from None
+                            f"trusted, requeue. Received: {value!r} ({error})") from None
     if hasattr(value, 'path'):
-        fields = ('every', 'seconds', 'keep', 'on_interrupt', 'sharded', 'trusted')
+        fields = ('every', 'seconds', 'keep', 'on_interrupt', 'sharded', 'trusted', 'requeue')
         return Checkpoint(value.path, **{name: getattr(value, name) for name in fields if hasattr(value, name)})
     raise TypeError(f"Expected checkpoint= as a folder path, a dict or a Checkpoint(path, every=, seconds=, keep=). "
                     f"Received: checkpoint={value!r}")

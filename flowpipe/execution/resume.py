@@ -30,6 +30,7 @@ from .canonical import describe
 from .checkpoint import as_checkpoint
 from .nodes import CheckpointError, chain_busy
 from .resume_changes import allowed_changes, apply_optimizer_changes, model_overrides, warn_changes
+from .signals import agree
 
 __all__ = ['RunCheckpoints', 'check_resumable']
 
@@ -172,18 +173,20 @@ class RunCheckpoints:
         if self.spec is not None:
             stream.state()
 
-    def after_batch(self, stream: Any, root: tuple[int, bool]) -> None:
-        """A batch is complete: write when one is due."""
+    def after_batch(self, stream: Any, root: tuple[int, bool], stop: int = 0) -> int:
+        """A batch is complete: write when one is due or the run stops; the number of the signal the run stops on
+        (``stop``: the one this process received, 0 for none; under ranks the highest any rank received)."""
         self.done += 1
         spec = self.spec
         if spec is None:
-            return
+            return stop
         due = (spec.every is not None and self.done % spec.every == 0) or (
             spec.seconds is not None and time.monotonic() - self._clock >= spec.seconds)
-        if spec.seconds is not None and self.world is not None:
-            due = _distributed().broadcast(due)           # rank 0's clock decides for every rank
-        if due:
+        if self.world is not None and (spec.seconds is not None or spec.on_interrupt):
+            due, stop = agree(due, stop)          # one exchange: rank 0's clock, any rank's stop signal
+        if due or stop:
             self.write(stream, root)
+        return stop
 
     def finish(self, stream: Any, root: tuple[int, bool], interrupted: bool) -> None:
         """At the end of the run (``interrupted``: Ctrl-C or an early exit): write the last completed batch's

@@ -35,6 +35,7 @@ from .profile import Profiler
 from .rebatch import RebatchStage
 from .resume import RunCheckpoints, check_resumable
 from .runner import BatchRunner, run_steps
+from .signals import GracefulStop
 from .steps import compile_plan
 
 __all__ = ['RunArgs', 'iterate', 'next_batch', 'run_pipeline', 'whole_batches']
@@ -313,40 +314,53 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
         prefetcher.load_state({'seq': first, 'source': indices.state()})
     stream = _stages(prefetcher, runners, plan, pipeline.dataset if in_processes else None)
     progress = None
-    try:
-        if checkpoints is not None:
-            checkpoints.check(stream)
-            checkpoints.events = events
-            checkpoints.restore(stream)
-        if events is not None:
-            events.start()
-        shown = total if block is None else block[1] - block[0]          # a rank's bar counts its own block
-        progress = _progress(args.bar if main else False, shown, pipeline.state.variables,   # rank 0's only
-                             checkpoints)
-        if events is not None and progress is not None:
-            events.write = progress.write           # the epoch summary above the bar, not through it
-        # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
-        yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None, checkpoints,
-                              seeds, events)
-    except BaseException as error:
-        if events is not None and not isinstance(error, GeneratorExit):     # a gen_batch loop left early: no error
-            events.error = error
-        raise
-    finally:
-        stream.close()
-        prefetcher.close()
-        if progress is not None:
-            progress.close()
-        if events is not None:                      # the workers are stopped: on_run_end sees the final state
-            events.end()
+    signals = _signals(checkpoints)
+    # SIGTERM, SIGUSR1, a first Ctrl-C: noted until the workers are stopped (a second Ctrl-C stops at once)
+    with signals if signals is not None else contextlib.nullcontext():
+        try:
+            if checkpoints is not None:
+                checkpoints.check(stream)
+                checkpoints.events = events
+                checkpoints.restore(stream)
+            if events is not None:
+                events.start()
+            shown = total if block is None else block[1] - block[0]          # a rank's bar counts its own block
+            progress = _progress(args.bar if main else False, shown, pipeline.state.variables,   # rank 0's only
+                                 checkpoints)
+            if events is not None and progress is not None:
+                events.write = progress.write           # the epoch summary above the bar, not through it
+            # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
+            yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None,
+                                  checkpoints, seeds, events, signals)
+        except BaseException as error:
+            if events is not None and not isinstance(error, GeneratorExit):     # a gen_batch loop left early
+                events.error = error
+            raise
+        finally:
+            stream.close()
+            prefetcher.close()
+            if progress is not None:
+                progress.close()
+            if events is not None:                      # the workers are stopped: on_run_end sees the final state
+                events.end()
+    if signals is not None:                             # the checkpoint is written: requeue, raise
+        signals.stop(checkpoints.world is None or checkpoints.world.rank == 0, checkpoints.spec.requeue)
     _run_section(pipeline.after.actions, sections)
+
+
+def _signals(checkpoints: RunCheckpoints | None) -> GracefulStop | None:
+    """The graceful stop of a run that writes checkpoints with ``on_interrupt`` (``signals.py``)."""
+    if checkpoints is None or checkpoints.spec is None or not checkpoints.spec.on_interrupt:
+        return None
+    return GracefulStop()
 
 
 def _delivered(stream: Any, pipeline: Any, progress: Any, prefetcher: Prefetcher | None,
                checkpoints: RunCheckpoints | None, seeds: tuple[int, bool],
-               events: TrainingRun | None = None) -> Iterator[Any]:
+               events: TrainingRun | None = None, signals: GracefulStop | None = None) -> Iterator[Any]:
     """The batches of ``stream``, counted, shown on the bar, announced to the callbacks and checkpointed as the
-    caller asks for the next; a callback's stop ends the stream after the batch."""
+    caller asks for the next; a callback's stop, or a stop signal (agreed by the ranks), ends the stream after
+    the batch."""
     try:
         for batch in stream if events is None or not events.stopped else ():
             pipeline.state.batches += 1
@@ -362,7 +376,10 @@ def _delivered(stream: Any, pipeline: Any, progress: Any, prefetcher: Prefetcher
                 raise
             stop = events is not None and events.batch_end(batch)
             if checkpoints is not None:
-                checkpoints.after_batch(stream, seeds)
+                agreed = checkpoints.after_batch(stream, seeds, 0 if signals is None else signals.first)
+                if signals is not None:
+                    signals.agreed = agreed
+                stop = stop or bool(agreed)
             if stop:
                 break
         if checkpoints is not None:

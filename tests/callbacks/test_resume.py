@@ -2,12 +2,13 @@
 epoch, learning rates, logged rows and best files (replicas, micro-batches, with and without prefetch)."""
 import csv
 import os
+import signal
 
 import numpy as np
 import pytest
 import torch
 
-from flowpipe import B, Checkpoint, Pipeline, V
+from flowpipe import B, Checkpoint, Pipeline, RunStopped, V
 from flowpipe.callbacks import CSVLogger, EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, Validate
 from flowpipe.models.torch import TorchModel
 
@@ -86,13 +87,19 @@ class CtrlCAt(EarlyStopping):
         super().on_epoch_end(run, epoch)
         if epoch == self.at:
             self.at = None
-            raise KeyboardInterrupt
+            self.interrupt()
+
+    def interrupt(self):
+        raise KeyboardInterrupt
 
 
-def test_ctrl_c_inside_the_callbacks_resumes_from_the_checkpoint_before(tmp_path):
+def _stopped_and_resumed(tmp_path, stopper, error):
+    """A run whose ``stopper`` (in EarlyStopping's place) interrupts it at epoch 2's end with ``error``, resumed
+    with ``Checkpoint(every=4)``: the checkpoint files after the stop, and the endings of the resumed run and of
+    the run never stopped."""
     def make(train, folder, at=None):
         early, best, callbacks = _callbacks(train, folder)
-        callbacks[1] = early = CtrlCAt(at, monitor='val/loss', patience=2, min_delta=0.01)
+        callbacks[1] = early = stopper(at, monitor='val/loss', patience=2, min_delta=0.01)
         return early, best, callbacks
     train = cases.pipeline()
     early, best, callbacks = make(train, tmp_path / 'whole')
@@ -101,19 +108,28 @@ def test_ctrl_c_inside_the_callbacks_resumes_from_the_checkpoint_before(tmp_path
 
     spec = Checkpoint(tmp_path / 'checkpoints', every=4)
     first = cases.pipeline()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(error):
         first.run(**RUN, checkpoint=spec, callbacks=make(first, tmp_path / 'parts', at=2)[2])
     first.m('net').close()
-    # Ctrl-C in the callbacks of batch 15 (epoch 2's end): the model has trained on it and some callbacks have
-    # run, so no checkpoint can be written for it, nor for batch 14 any longer: the latest stays batch 12's
-    assert os.listdir(tmp_path / 'checkpoints') == ['checkpoint-000000012.flowpipe']
+    files = os.listdir(tmp_path / 'checkpoints')
     again = cases.pipeline()
     early, best, callbacks = make(again, tmp_path / 'parts')
     again.run(**RUN, checkpoint=spec, resume=True, callbacks=callbacks)
-    resumed = _ending(again, early, best, tmp_path / 'parts')
+    return files, whole, _ending(again, early, best, tmp_path / 'parts')
+
+
+def _assert_same_ending(resumed, whole):
     for key in ('stop', 'files', 'rows', 'lrs', 'score'):
         assert resumed[key] == whole[key], key
     cases.assert_same(resumed['outcome'], whole['outcome'])
+
+
+def test_ctrl_c_inside_the_callbacks_resumes_from_the_checkpoint_before(tmp_path):
+    files, whole, resumed = _stopped_and_resumed(tmp_path, CtrlCAt, KeyboardInterrupt)
+    # Ctrl-C in the callbacks of batch 15 (epoch 2's end): the model has trained on it and some callbacks have
+    # run, so no checkpoint can be written for it, nor for batch 14 any longer: the latest stays batch 12's
+    assert files == ['checkpoint-000000012.flowpipe']
+    _assert_same_ending(resumed, whole)
 
 
 def test_resuming_a_run_that_stopped_trains_no_more(tmp_path):
@@ -139,3 +155,17 @@ def test_resume_with_other_callbacks_is_refused(tmp_path):
         again.run(cases.BATCH, n_iters=2, checkpoint=tmp_path / 'checkpoints', resume=True,
                   callbacks=[EarlyStopping('train/loss')])
     again.m('net').close()
+
+
+class SignalAt(CtrlCAt):
+    """Sends this process SIGTERM at the end of epoch ``at``, after EarlyStopping's own decision."""
+
+    def interrupt(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_inside_the_callbacks_finishes_them_and_writes_the_batch_s_checkpoint(tmp_path):
+    files, whole, resumed = _stopped_and_resumed(tmp_path, SignalAt, RunStopped)
+    # the signal comes in the callbacks of batch 15 (epoch 2's end): they all run, then its checkpoint is written
+    assert files == ['checkpoint-000000015.flowpipe']
+    _assert_same_ending(resumed, whole)
