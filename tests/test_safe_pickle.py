@@ -66,7 +66,8 @@ def test_a_file_naming_code_is_refused_before_the_code_runs_and_trusted_runs_it(
 def test_flowpipe_s_own_files_load_without_trusted(tmp_path):
     torch.manual_seed(0)
     model = MLP(_config(decay={'name': 'exp', 'gamma': 0.9}, callbacks=[ReduceLROnPlateau()],
-                        weights_averaging={'start_iter': 0, 'last_iter': 10, 'frequency': 1, 'ema_decay': 0.5},
+                        weights_averaging={'start_iter': 0, 'last_iter': 10, 'frequency': 1, 'avg_fn': 'ema',
+                                           'ema_decay': 0.5},
                         optimizer={'name': 'SGD', 'lr': 0.1, 'momentum': 0.9}))
     model.train(X, Y)
     ready = TorchModel({'model': nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3)), 'loss': 'ce'})

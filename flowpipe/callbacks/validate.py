@@ -56,6 +56,9 @@ class Validate(Callback):
         if self.pipeline is run.pipeline:
             raise ValueError(f"Expected a validation pipeline apart from the training one. Received: Validate(<the "
                              f"training pipeline>): each validation would reset its variables and train on. {_FIX}")
+        if self.batch_size is None and (self.pipeline.run_args is None or self.pipeline.run_args.batch_size is None):
+            raise ValueError("Expected the validation batch size. Received: batch_size=None, and the validation "
+                             "pipeline stores none (run(..., lazy=True)). Pass Validate(pipeline, batch_size=N, ...).")
 
     def validate(self) -> dict[str, float]:
         """One validation run; the metrics as ``{'val/<name>': value}``."""
@@ -97,11 +100,6 @@ class Validate(Callback):
 
     def logged_names(self) -> frozenset[str]:
         return frozenset(f'val/{name}' for name in self.metrics)
-
-    def on_run_start(self, run: Any) -> None:
-        if self.batch_size is None and (self.pipeline.run_args is None or self.pipeline.run_args.batch_size is None):
-            raise ValueError("Expected the validation batch size. Received: batch_size=None, and the validation "
-                             "pipeline stores none (run(..., lazy=True)). Pass Validate(pipeline, batch_size=N, ...).")
 
     def on_batch_end(self, run: Any, batch: Any) -> None:
         if self.every != 'epoch' and run.step % self.every == 0:

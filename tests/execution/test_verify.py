@@ -13,7 +13,7 @@ import torch
 from flowpipe.__main__ import main
 from flowpipe.execution.verify import load_pipeline, replay, verify
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures('default_dtype')]
+pytestmark = pytest.mark.usefixtures('default_dtype')
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PIPELINE_FILE = '''

@@ -15,9 +15,6 @@ from flowpipe.research import scheduler
 from ..killed_caller import worker_ends_with_killed_caller
 from .test_grid import _wait
 
-# A hang fails the test instead of the suite.
-pytestmark = pytest.mark.timeout(240)
-
 
 def hang_at_two(x):
     if x == 2:
