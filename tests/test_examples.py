@@ -39,5 +39,5 @@ def test_keras_mlp_learns_and_gives_the_same_numbers_on_every_layout():
         accuracy, steps, lines[layout] = run_example('keras_mnist_mlp.py', '--epochs', '3', '--subset', '400',
                                                      '--layout', layout)
         assert steps == 3 * math.ceil(320 / 256) == 6
-        assert accuracy > 0.3
+        assert accuracy > 0.2         # chance is 0.1
     assert lines['data'] == lines['single'] == lines['model']
