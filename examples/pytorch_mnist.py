@@ -16,13 +16,13 @@ from flowpipe.opensets import Digits
 
 
 class Net(nn.Module):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.conv1, self.conv2 = nn.Conv2d(1, 32, 3, 1), nn.Conv2d(32, 64, 3, 1)
         self.dropout1, self.dropout2 = nn.Dropout(0.25), nn.Dropout(0.5)
         self.fc1, self.fc2 = nn.Linear(9216, 128), nn.Linear(128, 10)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.dropout1(F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2))
         x = self.dropout2(F.relu(self.fc1(torch.flatten(x, 1))))
         return F.log_softmax(self.fc2(x), dim=1)
