@@ -34,8 +34,8 @@ from .checks import BatchNormCheck, InputCheck, LossCheck
 from .clipping import read_clipping
 from .config import ModelSpec, as_dtype, flat_paths, nest, parse_config, unknown_keys
 from .decay import make_decay
-from .inputs import (DEFAULT_INPUT, FETCHES, as_list, by_name, check_fetches, fetch_value, pick_fetches,
-                     require)
+from .inputs import (DEFAULT_INPUT, FETCHES, as_list, by_name, check_fetches, check_output, fetch_value,
+                     pick_fetches, require)
 from .losses import make_loss
 from .optimizers import make_optimizer
 from .profiling import OpProfiler, profiled as _profiled
@@ -84,6 +84,7 @@ class TorchModel:
             self.config = nest({**flat_paths(self.config), **overrides})
         self.spec: ModelSpec = parse_config(self.config)
         self._warn_unknown_keys()
+        self.output_names = check_output(self.spec.get('output'))    # batchflow's 'output': fetchable by name
         self.engine = self.loss_fn = self.optimizer = self.decay = self.averaging = None
         self.sam = make_sam(self.spec.get('sam_rho'), self.spec.get('sam_individual_norm', True))
         self.clip_grad_value, self.clip_grad_norm = read_clipping(self.spec)
@@ -220,7 +221,8 @@ class TorchModel:
 
         Args:
             *args: network inputs then targets, in config order.
-            fetches: ``'loss'``, ``'predictions'``, ``'proba'``, ``'labels'``, a list of them, or ``None``.
+            fetches: ``'loss'``, ``'predictions'``, an output operation of ``OUTPUTS`` (``'proba'``, ``'labels'``,
+                ``'sigmoid'``, ...), a list of them, or ``None``.
             inputs: network input(s), instead of naming them.
             targets: target(s), instead of naming them.
             outputs: batchflow's name for ``fetches``.
