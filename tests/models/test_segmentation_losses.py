@@ -106,7 +106,8 @@ def test_a_model_trains_on_a_segmentation_loss_and_its_device_plan_says_how_it_s
     from flowpipe.models.torch import TorchModel
     torch.manual_seed(0)
     model = TorchModel({'model': torch.nn.Conv2d(1, 1, 3, padding=1), 'loss': 'bdice',
-                        'inputs/images/shape': (1, 6, 6), 'inputs/masks/shape': (1, 6, 6), 'initial_block/inputs': 'images',
+                        'inputs/images/shape': (1, 6, 6), 'inputs/masks/shape': (1, 6, 6),
+                        'initial_block/inputs': 'images',
                         'optimizer': {'name': 'SGD', 'lr': 1.0}, 'microbatch': 2})
     images = torch.rand(4, 1, 6, 6, generator=torch.Generator().manual_seed(1))
     masks = (images > 0.5).long()

@@ -104,13 +104,15 @@ class _PerImage(nn.Module):
         self.per_image, self.ignore = per_image, ignore
         self.per_item, self.whole_batch = per_image, None if per_image else _RATIO
 
-    def set(self, outputs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+    def positions_loss(self, outputs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The loss over all positions of `outputs`."""
+        raise NotImplementedError(f"Expected {type(self).__name__} to define positions_loss(outputs, target).")
 
     def forward(self, outputs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if not self.per_image:
-            return self.set(outputs, target)
-        return torch.stack([self.set(outputs[i:i + 1], target[i:i + 1]) for i in range(len(outputs))]).mean()
+            return self.positions_loss(outputs, target)
+        items = [self.positions_loss(outputs[i:i + 1], target[i:i + 1]) for i in range(len(outputs))]
+        return torch.stack(items).mean()
 
 
 class Lovasz(_PerImage):
@@ -118,7 +120,7 @@ class Lovasz(_PerImage):
     extension of the Jaccard loss at the errors ``|t_c - p_c|``; positions whose target is ``ignore`` are left
     out."""
 
-    def set(self, outputs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def positions_loss(self, outputs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         proba = torch.softmax(outputs, dim=1).movedim(1, -1).reshape(-1, outputs.shape[1])
         labels = (target.squeeze(1) if target.dim() == outputs.dim() else target).reshape(-1)
         if self.ignore is not None:
@@ -132,7 +134,7 @@ class BinaryLovasz(_PerImage):
     """Lovász hinge (Berman et al., 2018): the Lovász extension of the Jaccard loss at the hinge errors
     ``relu(1 - logit * (2t - 1))``; positions whose target is ``ignore`` are left out."""
 
-    def set(self, outputs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def positions_loss(self, outputs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         logits, labels = outputs.reshape(-1), target.reshape(-1).to(outputs.dtype)
         if self.ignore is not None:
             logits, labels = logits[labels != self.ignore], labels[labels != self.ignore]
