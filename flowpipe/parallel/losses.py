@@ -240,6 +240,11 @@ def describe_loss(loss_fn: Any) -> tuple[str | None, str | None]:
     form = normalized(loss_fn)
     if form is None:
         name = getattr(loss_fn, '__name__', type(loss_fn).__name__)
+        if getattr(loss_fn, 'whole_batch', None):       # a ratio of sums, as Dice: no normalizer makes it exact
+            return None, (f'loss {name}: {loss_fn.whole_batch}: exact on a whole batch in one piece; split '
+                          f'(devices, micro-batches, ranks), each piece\'s value is weighted by its share of the items')
+        if getattr(loss_fn, 'per_item', False) is True:     # declared a mean over items: item shares are exact
+            return None, None
         return None, (f'loss {name}: its normalization is not declared, so each piece is weighted by its share of '
                       f'the items: exact only if the loss is a mean over items (declare sum() and normalizer(), '
                       f'docs/parallel.md, "Losses")')

@@ -152,6 +152,13 @@ class Pipeline(PipelineAliases):
             check_action(record.name, batch_class)
         return self._replace(dataset=other)
 
+    def __rrshift__(self, other: Any) -> Pipeline:
+        """``dataset >> pipeline`` and ``config >> pipeline``: the same new pipeline as ``pipeline << other``."""
+        if isinstance(other, Pipeline) or other is None:
+            raise TypeError(f"Expected a dataset or a config (dict/Config) before '>>'. Received: {other!r}. "
+                            "Use '+' to concatenate pipelines.")
+        return self << other
+
     def __add__(self, other: Pipeline) -> Pipeline:
         """Concatenate: the actions (and sections) of ``self``, then those of ``other``."""
         if not isinstance(other, Pipeline):

@@ -30,7 +30,6 @@ def test_every_batchflow_key_is_read_aliased_or_refused():
     ('sync_frequency', 4, "'microbatch'"),
     ('order', ['body', 'head'], "'model': an nn.Module"),
     ('trainable', ['body'], 'requires_grad_'),
-    ('output', 'sigmoid', 'fetches='),
     ('load', {'path': 'model.pkl'}, 'TorchModel.from_file'),
 ])
 def test_a_refused_key_names_itself_and_the_fix(key, value, fix):
@@ -40,7 +39,7 @@ def test_a_refused_key_names_itself_and_the_fix(key, value, fix):
 
 
 @pytest.mark.parametrize('key, value', [('sync_frequency', 1), ('order', ['initial_block', 'body', 'head']),
-                                        ('trainable', None), ('output', None), ('load', None)])
+                                        ('trainable', None), ('load', None)])
 def test_batchflow_defaults_of_refused_keys_change_nothing_and_pass(key, value):
     with warnings.catch_warnings():
         warnings.simplefilter('error')

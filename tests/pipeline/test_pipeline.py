@@ -88,6 +88,27 @@ def test_lshift_rejects_other_things():
         Pipeline() << 42
 
 
+def test_rshift_from_dataset_or_config_binds_like_lshift():
+    template = Pipeline(config={'device': 'cpu'}).add(1)
+    dataset = make_dataset()
+    bound = dataset >> template
+    assert bound is not template and bound.dataset is dataset and template.dataset is None
+    configured = {'model/lr': 0.5} >> (Config({'microbatch': 4}) >> bound)
+    assert configured.config['model/lr'] == 0.5 and configured.config['microbatch'] == 4
+    assert configured.config['device'] == 'cpu' and configured.dataset is dataset
+    assert 'microbatch' not in bound.config and 'model/lr' not in template.config
+    assert list(configured.next_batch(2).x) == list((template << dataset).next_batch(2).x)
+
+
+def test_rshift_rejects_other_things():
+    with pytest.raises(TypeError, match="dataset or a config.*before '>>'"):
+        None >> Pipeline()
+    with pytest.raises(TypeError, match='>>'):
+        Pipeline() >> Pipeline()
+    with pytest.raises(TypeError, match='create_batch'):
+        42 >> Pipeline()
+
+
 def test_constructor_checks_its_arguments():
     with pytest.raises(TypeError, match='config'):
         Pipeline(config=[1])

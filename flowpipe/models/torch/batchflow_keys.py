@@ -7,8 +7,8 @@ batchflow 0.10.1 reads these model config keys (its ``default_config`` and what 
 ``inputs_shapes``/``input_shapes``, ``targets_shapes``/``target_shapes``, ``classes``, ``placeholder_batch_size``,
 ``loss``, ``optimizer``, ``decay``, ``gradient_clipping``, ``weights_averaging``/``wa``/``swa``, ``sam_rho``,
 ``sam_individual_norm``, ``callbacks``, ``model``, ``init_weights`` and ``load``. ``docs/porting.md`` lists each
-with its status in flowpipe. The ones read elsewhere: ``config`` (aliases), ``model`` (the rest), ``init_weights``
-here (``apply_init_weights``), ``benchmark`` here (``apply_benchmark``).
+with its status in flowpipe. The ones read elsewhere: ``config`` (aliases), ``model`` (the rest), ``output``
+(``inputs.check_output``), ``init_weights`` here (``apply_init_weights``), ``benchmark`` here (``apply_benchmark``).
 
 A value equal to batchflow's default, which changes nothing, is accepted for a refused key (``'trainable': None``,
 ``'sync_frequency': 1``): a config copied from batchflow's defaults still builds.
@@ -36,8 +36,6 @@ REFUSED: dict[str, tuple[tuple, str]] = {
     'order': ((None, ['initial_block', 'body', 'head'], ('initial_block', 'body', 'head')), _NO_BLOCKS),
     'trainable': ((None,), "flowpipe has no named network parts to train or freeze. Freeze parameters yourself "
                   "(p.requires_grad_(False)) on the 'model' module before making the model"),
-    'output': ((None,), "batchflow 0.10.1 keeps this key in its default config but reads it nowhere. Ask for "
-               "outputs with fetches= ('predictions', 'proba', 'labels', 'loss') in train and predict"),
     'load': ((None,), "a model file is loaded by TorchModel.from_file(path) (or model.load(path), or the "
              "load_model action), not by a config key"),
 }

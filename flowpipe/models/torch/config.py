@@ -42,7 +42,7 @@ __all__ = ['TOP_KEYS', 'ModelSpec', 'as_dtype', 'flat_paths', 'get_path', 'nest'
 TOP_KEYS = ('amp', 'batch_norm', 'benchmark', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common',
             'compile', 'decay', 'device', 'device_map', 'device_weights', 'dtype', 'gradient_clipping', 'head',
             'init_weights', 'initial_block', 'inputs', 'loss', 'memory_format', 'microbatch', 'model', 'name',
-            'nonfinite_loss', 'optimizer', 'pin_memory', 'placeholder_batch_size', 'profile', 'randomness',
+            'nonfinite_loss', 'optimizer', 'output', 'pin_memory', 'placeholder_batch_size', 'profile', 'randomness',
             'sam_individual_norm', 'sam_rho', 'sharding', 'sharding_group', 'sharding_offload', 'sharding_units',
             'swa', 'wa', 'weights_averaging')
 #: Where a few keys that are often put at the top level belong.

@@ -6,10 +6,25 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ['DEFAULT_INPUT', 'FETCHES', 'as_list', 'by_name', 'check_fetches', 'fetch_value', 'pick_fetches', 'require',
-           'to_numpy']
+__all__ = ['DEFAULT_INPUT', 'FETCHES', 'OUTPUTS', 'as_list', 'by_name', 'check_fetches', 'check_output', 'fetch_value',
+           'pick_fetches', 'require', 'to_numpy']
 
-FETCHES = ('loss', 'predictions', 'proba', 'labels')
+
+def _float(outputs: torch.Tensor) -> torch.Tensor:
+    return outputs.float() if outputs.dtype in (torch.float16, torch.bfloat16) else outputs
+
+
+#: batchflow's output operations on the network's one output tensor (fetch them by name in train and predict).
+OUTPUTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    'proba': lambda outputs: torch.softmax(_float(outputs), dim=1),
+    'softmax': lambda outputs: torch.softmax(_float(outputs), dim=1),
+    'labels': lambda outputs: outputs.argmax(dim=1),
+    'sigmoid': lambda outputs: torch.sigmoid(_float(outputs)),
+    'softplus': lambda outputs: torch.nn.functional.softplus(_float(outputs)),
+    'sigmoid_uint8': lambda outputs: (torch.sigmoid(_float(outputs)) * 255).to(torch.uint8),
+    'sigmoid_int16': lambda outputs: (torch.sigmoid(_float(outputs)) * 255).to(torch.int16),
+}
+FETCHES = ('loss', 'predictions', *OUTPUTS)
 
 #: The name of the network input when the config declares none (batchflow's ``images``).
 DEFAULT_INPUT = 'images'
@@ -54,10 +69,7 @@ def fetch_value(name: str, loss: Callable[[], float], outputs: Any) -> Any:
                         "Fetch 'predictions' instead.")
     if name == 'predictions':
         return to_numpy(outputs)
-    if name == 'proba':
-        return to_numpy(torch.softmax(outputs.float() if outputs.dtype in (torch.float16, torch.bfloat16)
-                                       else outputs, dim=1))
-    return to_numpy(outputs.argmax(dim=1))
+    return to_numpy(OUTPUTS[name](outputs))
 
 
 def to_numpy(outputs: Any) -> Any:
@@ -93,3 +105,21 @@ def check_fetches(fetches: Any) -> list[str]:
             hint = f" Did you mean {close[0]!r}?" if close else ''
             raise ValueError(f"Expected fetches among {list(FETCHES)}. Received: {name!r}.{hint}")
     return names
+
+
+def check_output(value: Any) -> tuple[str, ...]:
+    """batchflow's ``output`` config key: the names of the outputs a model offers besides ``'predictions'`` (a
+    name or a list of names in ``OUTPUTS``); ``()`` for ``None``."""
+    if value is None:
+        return ()
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"Expected 'output' as a name or a list of names among {list(OUTPUTS)}. "
+                        f"Received: output={value!r}.")
+    for name in names:
+        if name not in OUTPUTS:
+            close = difflib.get_close_matches(name, OUTPUTS, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ''
+            raise ValueError(f"Expected 'output' names among {list(OUTPUTS)}. Received: {name!r}.{hint} "
+                             "Fetch other values with a callable on 'predictions'.")
+    return tuple(names)

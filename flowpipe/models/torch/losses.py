@@ -1,6 +1,7 @@
 """Resolve the ``loss`` key of a model config into a callable ``loss_fn(outputs, *targets)``.
 
-Accepted forms: a short name (``'ce'``, ``'crossentropy'``, ``'mse'``, ``'l1'``, ``'bce'``, ``'nll'``, ``'huber'``),
+Accepted forms: a short name (``'ce'``, ``'crossentropy'``, ``'mse'``, ``'l1'``, ``'bce'``, ``'nll'``, ``'huber'``,
+batchflow's segmentation losses ``'dice'``, ``'bdice'``, ``'btversky'``, ``'lovasz'``, ``'blovasz'``, ``'ssim'``),
 the name of any ``torch.nn`` loss class (``'CrossEntropyLoss'``, case-insensitive), a dict
 ``{'name': ..., **kwargs}``, a loss class, a loss instance or any callable. Losses that compare values
 (``mse``, ``l1``, ``bce``, ``huber``) get their targets cast to the outputs' dtype, so integer targets can be kept
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 
 from ...parallel.losses import NormalizedLoss, torch_normalized
+from .segmentation_losses import SEGMENTATION_LOSSES
 
 __all__ = ['LOSS_ALIASES', 'NormalizedLoss', 'make_loss']
 
@@ -57,11 +59,13 @@ def _loss_class(name: str) -> type:
     key = name.lower()
     if key in LOSS_ALIASES:
         return LOSS_ALIASES[key]
+    if key in SEGMENTATION_LOSSES:
+        return SEGMENTATION_LOSSES[key]
     known = _torch_losses()
     for candidate in (key, key + 'loss'):
         if candidate in known:
             return known[candidate]
-    close = difflib.get_close_matches(key, [*LOSS_ALIASES, *known], n=3, cutoff=0.5)
+    close = difflib.get_close_matches(key, [*LOSS_ALIASES, *SEGMENTATION_LOSSES, *known], n=3, cutoff=0.5)
     hint = f" Did you mean {close}?" if close else ''
     raise ValueError(f"Expected a loss name such as 'ce', 'mse', 'bce' or a torch.nn loss class name. "
                      f"Received: loss={name!r}.{hint}")

@@ -34,8 +34,9 @@ from .checks import BatchNormCheck, InputCheck, LossCheck
 from .clipping import read_clipping
 from .config import ModelSpec, as_dtype, flat_paths, nest, parse_config, unknown_keys
 from .decay import make_decay
-from .inputs import (DEFAULT_INPUT, FETCHES, as_list, by_name, check_fetches, fetch_value, pick_fetches,
-                     require)
+from .history import History, HistoryPlots
+from .inputs import (DEFAULT_INPUT, FETCHES, as_list, by_name, check_fetches, check_output, fetch_value,
+                     pick_fetches, require)
 from .losses import make_loss
 from .optimizers import make_optimizer
 from .profiling import OpProfiler, profiled as _profiled
@@ -47,7 +48,7 @@ _PLAN_KEYS = ('device', 'microbatch', 'device_weights', 'device_map', 'amp', 'me
               'sharding_units', 'sharding_group', 'sharding_offload', 'randomness')
 
 
-class TorchModel:
+class TorchModel(HistoryPlots):
     """A trainable PyTorch model configured by a dict with ``'/'`` keys (see ``docs/models.md``).
 
     Args:
@@ -84,6 +85,7 @@ class TorchModel:
             self.config = nest({**flat_paths(self.config), **overrides})
         self.spec: ModelSpec = parse_config(self.config)
         self._warn_unknown_keys()
+        self.output_names = check_output(self.spec.get('output'))    # batchflow's 'output': fetchable by name
         self.engine = self.loss_fn = self.optimizer = self.decay = self.averaging = None
         self.sam = make_sam(self.spec.get('sam_rho'), self.spec.get('sam_individual_norm', True))
         self.clip_grad_value, self.clip_grad_norm = read_clipping(self.spec)
@@ -95,6 +97,7 @@ class TorchModel:
         self.callbacks = make_callbacks(self.spec.get('callbacks'), self)
         self.iteration = 0
         self.last_loss: torch.Tensor | None = None
+        self.history = History()        # loss_list, lr_list, plot_loss, plot_lr
         self._last_batch_size: int | None = None
         # Steps from concurrent threads (a prefetching run without use_lock) must not interleave gradients.
         self._step_lock = threading.Lock()
@@ -220,7 +223,8 @@ class TorchModel:
 
         Args:
             *args: network inputs then targets, in config order.
-            fetches: ``'loss'``, ``'predictions'``, ``'proba'``, ``'labels'``, a list of them, or ``None``.
+            fetches: ``'loss'``, ``'predictions'``, an output operation of ``OUTPUTS`` (``'proba'``, ``'labels'``,
+                ``'sigmoid'``, ...), a list of them, or ``None``.
             inputs: network input(s), instead of naming them.
             targets: target(s), instead of naming them.
             outputs: batchflow's name for ``fetches``.
@@ -257,6 +261,7 @@ class TorchModel:
             self._loss_check(result, self.iteration + 1)
             self.iteration += 1
             self._last_batch_size, self.last_loss = batch_size, result.loss
+            self.history.record(result.loss, self.optimizer)       # the rates this step was taken with
             loss = functools.cache(lambda: float(result.loss))     # read from the device once, if at all
             if self.decay is not None:
                 self.decay.after_batch(self.iteration, self._plan_batch_size(), loss)
