@@ -83,9 +83,10 @@ def _allowed_object(module: str, value: Any) -> bool:
         return module.startswith(('torch.nn.', 'flowpipe.')) and not module.startswith('torch.nn.parallel')
     if module.startswith('flowpipe.'):
         from .config import Config
+        from .expr.special import PerItem
         from .models.torch.callbacks import BaseCallback
         from .models.torch.model import TorchModel
-        return issubclass(value, (TorchModel, Config)) or (issubclass(value, BaseCallback)
+        return issubclass(value, (TorchModel, Config, PerItem)) or (issubclass(value, BaseCallback)
                                                            and module == 'flowpipe.models.torch.callbacks')
     return False
 
