@@ -182,6 +182,7 @@ def test_ranks_given_different_run_arguments_are_refused_at_run_start_naming_the
 
 @pytest.mark.parametrize('world, rank, number, message', [
     (2, 1, 2, 'global batch 2 on rank 0, global batch 3 on rank 1'),
+    (2, 1, 5, 'global batch 5 on rank 0, the end of the run on rank 1'),        # the run's last batch: no next step
     pytest.param(3, 0, 1, 'global batch 2 on rank 0, global batch 1 on rank 1, global batch 1 on rank 2',
                  marks=pytest.mark.slow)])
 def test_skip_batch_on_one_rank_only_is_named_at_the_next_exchange(world, rank, number, message):
