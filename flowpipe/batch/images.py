@@ -202,17 +202,38 @@ class ImagesBatch(GeometryActions, PixelActions, VisionActions):
         return self._store(dst or 'images', read_images(files, draft), channels_first=False)
 
     @action
-    def dump(self, dst: str | os.PathLike, fmt: str | None = 'png', src: str = 'images') -> ImagesBatch:
-        """Write every uint8 image of ``src`` to the folder ``dst`` as ``<item id>.<fmt>``, with Pillow."""
+    def dump(self, dst: str | os.PathLike, fmt: str | None = 'png', src: str = 'images',
+             overwrite: bool = False) -> ImagesBatch:
+        """Write every uint8 image of ``src`` under the folder ``dst`` as ``<item id>.<fmt>``, with Pillow.
+
+        An id with folders (``FilesIndex(ids='relative')``: ``'cat/001.png'``) keeps them below ``dst``
+        (``dst/cat/001.png.png``), creating them. A file already at a destination is refused before anything is
+        written, unless ``overwrite=True``.
+        """
         image_module = pillow()
-        os.makedirs(dst, exist_ok=True)
-        for positions, tensor in self._read(src).groups:
+        groups = self._read(src).groups
+        for _, tensor in groups:
             if tensor.dtype.is_floating_point or tensor.dtype.itemsize != 1 or tensor.dtype.is_signed:
                 raise ValueError(f"Expected uint8 images to write files. Received: {tensor.dtype} in {src!r}. "
                                  f"Scale them to 0-255 and call .to_array(dtype='uint8', channels='last') first.")
+        files = {position: _dump_path(dst, self.indices[position], fmt) for positions, _ in groups
+                 for position in positions}
+        existing = [path for path in files.values() if os.path.lexists(path)]
+        if existing and not overwrite:
+            raise FileExistsError(f"Expected no files at the dump destinations. Received: {len(existing)} existing, "
+                                  f"such as {existing[0]!r}. Dump into an empty folder, or pass overwrite=True.")
+        for positions, tensor in groups:
             for position, image in zip(positions, tensor.permute(0, 2, 3, 1).numpy(force=True)):
-                item = os.path.basename(str(self.indices[position]))
-                name = f"{item}.{fmt}" if fmt else item
-                image_module.fromarray(image[..., 0] if image.shape[2] == 1 else image).save(os.path.join(dst, name))
+                os.makedirs(os.path.dirname(files[position]), exist_ok=True)
+                image_module.fromarray(image[..., 0] if image.shape[2] == 1 else image).save(files[position])
         return self
 
+
+def _dump_path(dst: str | os.PathLike, item: Any, fmt: str | None) -> str:
+    """``dst/<item id>.<fmt>``, keeping the folders of the id; an id leading outside ``dst`` is refused."""
+    parts = str(item).replace(os.sep, '/').split('/')
+    if os.path.isabs(str(item)) or any(part in ('', '.', '..') for part in parts):
+        raise ValueError(f"Expected item ids that are file names or relative paths below dst to dump. Received: "
+                         f"id={item!r}. Use FilesIndex(ids='name') or ids='relative'.")
+    name = f"{parts[-1]}.{fmt}" if fmt else parts[-1]
+    return os.path.join(os.fspath(dst), *parts[:-1], name)

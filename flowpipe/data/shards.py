@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
@@ -40,6 +40,8 @@ class Shard:
     size: int
     rank: int = 0
     batch: int = -1
+    #: the engines that stepped in the run, in the order of their first step (shared by the run's shards)
+    stepped: list | None = field(default=None, compare=False, repr=False)
 
     def take(self, values: Any) -> Any:
         """The shard's part of per-item values drawn for the whole global batch."""
@@ -71,13 +73,14 @@ def run_world() -> Any:
     return distributed.setup()
 
 
-def shard_batches(indices: Iterator[Any], rank: int, size: int) -> Iterator[Any]:
-    """Each global batch's sub-index cut down to rank ``rank``'s shard (see the module docstring)."""
+def shard_batches(indices: Iterator[Any], rank: int, size: int, stepped: list | None = None) -> Iterator[Any]:
+    """Each global batch's sub-index cut down to rank ``rank``'s shard (see the module docstring); ``stepped``
+    collects the engines that step on the shards."""
     for position, index in enumerate(indices):
         total = len(index)
         start, stop = balanced_bounds(total, size, rank)
         shard = index.subset(np.arange(start, stop))
-        shard.shard = Shard(start, stop, total, rank, position)
+        shard.shard = Shard(start, stop, total, rank, position, stepped)
         yield shard
 
 

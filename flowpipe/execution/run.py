@@ -231,6 +231,7 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
     sampling = {'whole_epochs': True} if args.whole_epochs else {}
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last, **sampling)
     block = None if world is None or whole is None else _block(total, world)
+    stepped: list | None = [] if world is not None and block is None else None     # the engines of a sharded run
     if checkpoints is not None and block is None:
         checkpoints.check_limit(total)
 
@@ -240,7 +241,7 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
         if world is None:
             return drawn
         # a block's earlier batches are drawn and dropped: no item of theirs is loaded
-        return shard_batches(drawn, world.rank, world.size) if block is None else itertools.islice(drawn, *block)
+        return shard_batches(drawn, world.rank, world.size, stepped) if block is None else itertools.islice(drawn, *block)
     try:
         indices = IndexSource(batches)
     except TypeError as error:
@@ -251,7 +252,8 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
     clock = EpochClock(len(dataset.index), args.batch_size, args.drop_last, n_epochs, args.whole_epochs)
     events = TrainingRun(pipeline, args.callbacks, clock, world, args.summary, args) if args.callbacks else None
     # rank 0's bar only, also where every rank runs every batch (a Validate with shard=False)
-    stream = _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, is_main(), events, clock, block)
+    stream = _batches(pipeline, args, indices, total, seeds, ahead, checkpoints, is_main(), events, clock, block,
+                      stepped)
     return stream if args.deterministic is False else _deterministic(stream, args.deterministic)
 
 
@@ -288,7 +290,7 @@ def _targets(reset: Any) -> tuple:
 def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | None, seeds: tuple[int, bool],
              ahead: bool, checkpoints: RunCheckpoints | None, main: bool = True,
              events: TrainingRun | None = None, clock: EpochClock | None = None,
-             block: tuple[int, int] | None = None) -> Iterator[Any]:
+             block: tuple[int, int] | None = None, stepped: list | None = None) -> Iterator[Any]:
     # Only `pipeline` is kept here, never its state: next_batch passes a weak proxy, so that the iterator its state
     # holds does not keep the pipeline (and the prefetch workers) alive once the user drops it.
     in_processes = args.in_processes
@@ -332,6 +334,8 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
             # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
             yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None,
                                   checkpoints, seeds, events, signals)
+            if stepped:         # every rank ends the sharded run alike (a last batch skipped on some ranks only)
+                stepped[0].end_run()
         except BaseException as error:
             if events is not None and not isinstance(error, GeneratorExit):     # a gen_batch loop left early
                 events.error = error

@@ -118,3 +118,24 @@ def test_cast_rounded_leaves_half_precision_and_autograd_to_torch():
     assert torch.equal(images_data.cast_rounded(half, torch.uint8), torch.tensor([1, 255], dtype=torch.uint8))
     tracked = torch.tensor([3.0, 4.0], requires_grad=True)
     assert torch.equal(images_data.cast_rounded(tracked, torch.int16), torch.tensor([3, 4], dtype=torch.int16))
+
+
+def test_dump_keeps_the_folders_of_relative_ids_and_never_overwrites_a_file(tmp_path):
+    image_module = pytest.importorskip('PIL.Image')
+    from flowpipe import ImagesBatch
+    from flowpipe.data import FilesIndex
+    images = random_images(n=2)
+    for folder, image in zip(('cat', 'dog'), images):
+        (tmp_path / 'src' / folder).mkdir(parents=True)
+        image_module.fromarray(image).save(tmp_path / 'src' / folder / '001.png')
+    index = FilesIndex(path=str(tmp_path / 'src' / '*' / '*.png'), ids='relative')
+    batch = ImagesBatch(index).load(fmt='image')
+    batch.dump(tmp_path / 'out')
+    for folder, image in zip(('cat', 'dog'), images):
+        assert np.array_equal(np.asarray(image_module.open(tmp_path / 'out' / folder / '001.png.png')), image)
+    (tmp_path / 'out' / 'dog' / '001.png.png').write_bytes(b'a file of the user')
+    with pytest.raises(FileExistsError, match='overwrite=True'):
+        batch.dump(tmp_path / 'out')
+    assert (tmp_path / 'out' / 'dog' / '001.png.png').read_bytes() == b'a file of the user'
+    batch.dump(tmp_path / 'out', overwrite=True)
+    assert np.array_equal(np.asarray(image_module.open(tmp_path / 'out' / 'dog' / '001.png.png')), images[1])

@@ -175,3 +175,24 @@ def train_refused(per_rank):
     except ValueError as error:
         return str(error)
     return None
+
+
+class TiedNetwork(torch.nn.Module):
+    """``embed`` and ``out`` share one weight (tied input and output weights), ``mid`` between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(N_FEATURES, N_CLASSES, bias=False)
+        self.mid = torch.nn.Linear(N_CLASSES, N_FEATURES)
+        self.out = torch.nn.Linear(N_FEATURES, N_CLASSES)
+        self.out.weight = self.embed.weight
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.mid(torch.tanh(self.embed(x)))))
+
+
+def train_tied(sharding_units=None):
+    """Train ``TiedNetwork`` under ``'sharding': 'full'`` with ``sharding_units``."""
+    torch.manual_seed(0)
+    overrides = {'model': TiedNetwork().double(), 'sharding_units': sharding_units}
+    return train(4, sharding='full', n_epochs=1, overrides=overrides)

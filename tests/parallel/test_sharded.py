@@ -133,3 +133,13 @@ def test_a_sharded_model_validated_in_blocks_of_batches_is_refused_on_every_rank
         assert 'Expected Validate(..., shard=False) for a sharded model' in message
     losses = launch(sharded_jobs.validate_sharded, 2, args=(False,), timeout=TIMEOUT)
     assert losses[0] == losses[1] and np.isfinite(losses[0])
+
+
+def test_tied_weights_in_different_units_are_refused_on_every_rank_with_the_fix_and_one_unit_trains():
+    from flowpipe import LaunchError
+    with pytest.raises(LaunchError, match='Expected every parameter in one sharding unit') as info:
+        launch(sharded_jobs.train_tied, 2, timeout=TIMEOUT, env={'FLOWPIPE_DIST_TIMEOUT': 60})
+    assert info.value.kind == 'ValueError'
+    assert 'tied parameters embed.weight, out.weight' in str(info.value) and 'sharding_units=None' in str(info.value)
+    ranks = launch(sharded_jobs.train_tied, 2, args=(10 ** 9,), timeout=TIMEOUT)    # no unit below the root holds them
+    assert all(np.isfinite(rank['loss']).all() and len(rank['loss']) == 6 for rank in ranks)

@@ -104,3 +104,19 @@ def test_make_sharding_without_a_world_keeps_the_group_unchecked_and_none_is_no_
     assert make_sharding(None) is None and make_sharding(False) is None
     assert make_sharding('hybrid', group=3) == Sharding('hybrid', group=3)      # checked once the world is known
     assert make_sharding('full', units=(nn.Linear, nn.Conv2d)).units == (nn.Linear, nn.Conv2d)
+
+
+def test_tied_weights_split_over_units_are_refused_naming_them_and_the_fix():
+    from flowpipe.parallel.engines.sharded import check_tied
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.mid, self.out = nn.Linear(5, 3, bias=False), nn.Linear(3, 5), nn.Linear(5, 3)
+            self.out.weight = self.embed.weight
+    net = Tied()
+    with pytest.raises(ValueError, match=r'tied parameters embed\.weight, out\.weight in different units under '
+                                         r'sharding_units=None\. Choose sharding_units'):
+        check_tied(net, sharding_units(net, None), None)
+    check_tied(net, sharding_units(net, 10 ** 9), 10 ** 9)        # the root holds them both
+    check_tied(net, sharding_units(net, (nn.Linear,))[1:2], (nn.Linear,))     # only `mid` is a unit

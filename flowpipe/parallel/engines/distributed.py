@@ -108,6 +108,10 @@ def _from_rank_0(flat: torch.Tensor) -> torch.Tensor:
     return flat
 
 
+#: the batch number a rank exchanges when its sharded run has ended (``end_run``)
+_RUN_ENDED = -2
+
+
 class DistributedEngine(Engine):
     """Runs every step on ``module`` wrapped in ``DistributedDataParallel``, on the plan's one device.
 
@@ -240,23 +244,41 @@ class DistributedEngine(Engine):
         local = int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 0
         shard = current_shard()
         self._batch = -1 if shard is None else shard.batch
+        if shard is not None and shard.stepped is not None and not any(e is self for e in shard.stepped):
+            shard.stepped.append(self)          # the run's first engine to step checks that the ranks end alike
+        rows = self._gather_rows(local, self._batch, normalizer or 0.0)
+        self._phase = 'the gradient all-reduce'
+        return tuple(int(count) for count, _, _ in rows), tuple(value for _, _, value in rows)
+
+    def _gather_rows(self, local: int, batch: int, normalizer: float) -> list[list[float]]:
+        """Every rank's ``[count, batch, normalizer]`` (one all-gather on the count group); an error on every rank
+        when the ranks are on different global batches, or some ended the run (``_RUN_ENDED``) while others train."""
         self._phase = 'the exchange of item counts'
         # float64 holds counts and batch numbers exactly (below 2 ** 53) beside a normalizer that may be fractional
-        mine = torch.tensor([local, self._batch, normalizer or 0.0], dtype=torch.float64)
+        mine = torch.tensor([local, batch, normalizer], dtype=torch.float64)
         every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
         _kept(mine, *every)
         dist.all_gather(every, mine, group=self._counts_group)
         rows = torch.stack(every).tolist()
-        self._phase = 'the gradient all-reduce'
         batches = [int(batch) for _, batch, _ in rows]
         if len(set(batches)) > 1:
-            on = ', '.join(f'global batch {batch} on rank {rank}' for rank, batch in enumerate(batches))
+            on = ', '.join(f'the end of the run on rank {rank}' if batch == _RUN_ENDED else
+                           f'global batch {batch} on rank {rank}' for rank, batch in enumerate(batches))
             raise RuntimeError(f'Expected every rank to train on the same global batch in training step {self.steps}. '
                                f'Received: {on} (batches of the run, from 0). A rank skipped a batch the others train '
                                f'on: raise SkipBatch (or StopPipeline) alike on every rank, deciding from values every '
                                f'rank shares (the global batch, a value reduced or broadcast over the ranks), never '
                                f'from one rank\'s shard alone.')
-        return tuple(int(count) for count, _, _ in rows), tuple(value for _, _, value in rows)
+        return rows
+
+    def end_run(self) -> None:
+        """At the normal end of a sharded run (this engine the run's first to step): one more exchange of item
+        counts, with the run's end for the batch, so that a rank still training on a last batch the others
+        skipped, and the ranks that skipped it, fail with the cause instead of waiting for the timeout."""
+        self.steps, self._batch = self.steps + 1, -1
+        with distributed.collective(self._where):
+            self._gather_rows(0, _RUN_ENDED, 0.0)
+        self.steps -= 1
 
     def groups(self, batch_size: int) -> dict[int, tuple[Piece, ...]]:
         """This rank's pieces (its shard cut into micro-batch chunks), each weighted by its share of the global

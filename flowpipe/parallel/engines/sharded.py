@@ -39,7 +39,7 @@ from .base import StepResult
 from .distributed import DistributedEngine, _coalesced, _from_rank_0, _kept
 from .tensors import BatchTensors, concat, device_of, evaluating, local_shard, move, to_device
 
-__all__ = ['ShardedEngine', 'sharding_units']
+__all__ = ['ShardedEngine', 'check_tied', 'sharding_units']
 
 
 def sharding_units(module: nn.Module, units: tuple[type, ...] | int | None) -> list[nn.Module]:
@@ -65,6 +65,28 @@ def sharding_units(module: nn.Module, units: tuple[type, ...] | int | None) -> l
             found.append(sub)
             owned.update(id(p) for p in free)
     return found
+
+
+def check_tied(module: nn.Module, units: list[nn.Module], setting: Any = None) -> None:
+    """Refuse a parameter held by modules in different FSDP units (``units``, inside the root ``module``): tied
+    weights, such as input and output embeddings, must be gathered by one unit. Every rank raises it alike, before
+    any collective."""
+    owners: dict[int, dict[str, nn.Module]] = {}
+    chosen = {id(unit) for unit in units}
+
+    def visit(sub: nn.Module, prefix: str, unit: nn.Module) -> None:
+        unit = sub if id(sub) in chosen else unit
+        for name, parameter in sub.named_parameters(recurse=False):
+            owners.setdefault(id(parameter), {})[prefix + name] = unit
+        for name, child in sub.named_children():
+            visit(child, f'{prefix}{name}.', unit)
+    visit(module, '', module)
+    for names in owners.values():
+        if len({id(unit) for unit in names.values()}) > 1:
+            raise ValueError(f"Expected every parameter in one sharding unit. Received: tied parameters "
+                             f"{', '.join(sorted(names))} in different units under sharding_units={setting!r}. Choose sharding_units so that one unit encloses every module "
+                             f"sharing the weight (a module class enclosing them, or an int above their parameter "
+                             f"count, which leaves them to the root), or untie the weights.")
 
 
 def _post_order(module: nn.Module) -> Iterable[nn.Module]:
@@ -103,6 +125,8 @@ class ShardedEngine(DistributedEngine):
         from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy
         from torch.distributed.fsdp import fully_shard
         sharding: Sharding = self.plan.sharding
+        units = sharding_units(module, sharding.units)
+        check_tied(module, units, sharding.units)
         self.skeleton = sharded_state.skeleton(module)      # what a model file stores of a network in the config
         shape = sharding.mesh_shape(self.plan.world.size)
         self.mesh = init_device_mesh(device.type, shape,
@@ -114,7 +138,7 @@ class ShardedEngine(DistributedEngine):
                                                       reduce_dtype=torch.float32, output_dtype=torch.float32)
                                  if cuda and self.plan.amp else MixedPrecisionPolicy()),
                    'offload_policy': CPUOffloadPolicy() if cuda and sharding.offload else OffloadPolicy()}
-        for unit in sharding_units(module, sharding.units):
+        for unit in units:
             fully_shard(unit, **options)
         fully_shard(module, **options)
         for sub in module.modules():
