@@ -1,13 +1,13 @@
 """The run's events: ``TrainingRun`` calls the callbacks, keeps the epoch's log and their state for checkpoints.
 
-It is the one place the run loop tells callbacks what happened: ``start`` before the first batch, ``batch_end``
-after each batch of the first stage (its stateful actions done), which also announces the epochs that batch ends
-(``EpochClock``), and ``end``. ``train/loss`` is the mean of the losses of the epoch's training steps taken: while
-callbacks listen, ``train_model`` adds each step's loss (``TorchModel.last_loss``, a tensor) to
-``pipeline.state.train_losses``, read as a float at the batch's end (a read per step, which a model's default
-``nonfinite_loss`` check already waits for), or ``None`` for a step skipped for a non-finite loss
-(``nonfinite_loss='skip'``), counted in ``train/skipped_steps`` instead (logged from the first epoch with such a
-step on).
+It is the one place the run loop tells callbacks what happened, each hook with its ``logs``: ``start`` before
+the first batch, ``batch_end`` after each batch of the first stage (its stateful actions done), which also
+announces the epochs that batch ends (``EpochClock``), and ``end``. ``train/loss`` is the mean of the losses of the
+epoch's training steps taken: ``train_model`` adds each step's loss (``TorchModel.last_loss``, a tensor) to the
+batch's logs (``Context.logs['steps']``), which the runner of the batch's stateful steps hands to ``collect``;
+they are read as floats at the batch's end (a read per step, which a model's default ``nonfinite_loss`` check
+already waits for). ``None`` stands for a step skipped for a non-finite loss (``nonfinite_loss='skip'``), counted
+in ``train/skipped_steps`` instead (logged from the first epoch with such a step on).
 """
 from __future__ import annotations
 
@@ -77,14 +77,18 @@ class TrainingRun:
         #: inside a batch's callbacks: a checkpoint taken now would hold some of them only
         self.busy = False
         self._loss_sum, self._loss_count, self._skipped = 0.0, 0, 0
+        self._steps: list = []                      # the step losses of the batches not yet announced
         self._next_end = clock.end_step(0)
 
     def stop(self) -> None:
         """End the run after the current batch: no later batch reaches a stateful action."""
         self.stopped = True
 
+    def collect(self, logs: dict) -> None:
+        """Take a batch's logs from the runner of its stateful steps (in the caller's thread, in batch order)."""
+        self._steps.extend(logs.get('steps', ()))
+
     def start(self) -> None:
-        self.pipeline.state.train_losses = []
         for hook, takes in self._hooks['on_run_start']:
             _call(hook, takes, self.logs, self)
 
@@ -92,7 +96,7 @@ class TrainingRun:
         """Announce a completed batch (and the epochs it ends); whether the run is to stop now."""
         self.busy = True
         seq, self.step = self.step, self.step + 1
-        losses, taken = self.pipeline.state.train_losses, []
+        losses, taken = self._steps, []
         if losses:
             taken = [float(loss) for loss in losses if loss is not None]
             self._loss_sum, self._loss_count = self._loss_sum + sum(taken), self._loss_count + len(taken)
@@ -130,7 +134,6 @@ class TrainingRun:
             self.write(summary_line(self.logs, self.clock.n_epochs))
 
     def end(self) -> None:
-        self.pipeline.state.train_losses = None
         for hook, takes in self._hooks['on_run_end']:
             _call(hook, takes, self.logs, self)
 

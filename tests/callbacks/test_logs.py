@@ -101,3 +101,20 @@ def test_a_model_s_callbacks_share_the_step_s_logs():
 def test_a_model_only_callback_in_a_run_is_refused():
     with pytest.raises(TypeError, match="model's training steps only.*model config's 'callbacks'"):
         cases.pipeline().run(**cases.RUN, callbacks=[LogCallback(stream=print)])
+
+
+def test_the_loss_a_run_logs_is_its_own_steps_even_when_another_run_of_the_pipeline_trains_meanwhile():
+    pipeline, seen = cases.pipeline(devices=('CPU',), microbatch=None, augment=False), Seen()
+    with_callbacks = pipeline.gen_batch(cases.BATCH, n_epochs=1, callbacks=[seen])
+    without = pipeline.gen_batch(cases.BATCH, n_epochs=1)
+    for _ in range(cases.N_ITEMS // cases.BATCH):          # the two runs' steps alternate
+        next(with_callbacks)
+        next(without)
+    assert next(with_callbacks, None) is None and next(without, None) is None
+    losses = pipeline.v('loss')
+    assert len(losses) == 2 * cases.N_ITEMS // cases.BATCH
+    batches = [logs['train/loss'] for kind, logs, *_ in seen.events if kind == 'batch']
+    assert batches == pytest.approx(losses[0::2])           # the other run's losses are not the callbacks' run's
+    epoch = [logs for kind, logs, *_ in seen.events if kind == 'epoch'][0]
+    assert epoch['train/loss'] == pytest.approx(np.mean(losses[0::2]))
+    pipeline.m('net').close()
