@@ -45,27 +45,7 @@ class EarlyStopping(BaseCallback):
 
     def __init__(self, monitor: str | None = None, mode: str | None = None, patience: int | None = None,
                  min_delta: float | None = None, cooldown: int | None = None, stream: Any = None):
-        if monitor in BATCHFLOW_MODES:
-            raise TypeError(f"Expected EarlyStopping's first argument as monitor=, the logged value to watch. "
-                            f"Received: monitor={monitor!r}, one of batchflow's plateau modes. Pass it by name: "
-                            f"EarlyStopping(mode={monitor!r}, patience=...).")
-        if monitor is not None and not isinstance(monitor, str):
-            raise TypeError(f"Expected monitor as the name of a logged value (a str). Received: monitor={monitor!r}")
-        if mode is not None and mode not in _MODES:
-            raise ValueError(f"Expected mode= one of {_MODES}. Received: mode={mode!r}")
-        if mode == 'max' and monitor is None:
-            raise ValueError(f"Expected mode in {('min', *BATCHFLOW_MODES)} for a loss (with no monitor=, "
-                             f"EarlyStopping watches 'val/loss' in a run, the step's 'loss' in a model). Received: "
-                             f"mode='max'. Pass the value that grows too: monitor='val/accuracy', mode='max'.")
-        for name, value in (('patience', patience), ('cooldown', cooldown)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
-                raise TypeError(f"Expected {name} as an int. Received: {name}={value!r}")
-            if value is not None and value < 0:
-                raise ValueError(f"Expected {name} as an int >= 0. Received: {name}={value!r}")
-        if min_delta is not None:
-            min_delta = check_number('EarlyStopping', 'min_delta', min_delta)
-        if mode in BATCHFLOW_MODES:
-            _check_window(mode, _DEFAULTS['batchflow']['patience'] if patience is None else patience)
+        min_delta = _checked(monitor, mode, patience, min_delta, cooldown)
         self.given = {'monitor': monitor, 'mode': mode, 'patience': patience, 'min_delta': min_delta,
                       'cooldown': cooldown}
         self.level: str | None = None               # 'run' or 'model', once the callback is used
@@ -209,6 +189,30 @@ def _check_window(mode: str, patience: int) -> None:
     if patience < low:
         raise ValueError(f"Expected patience >= {low} for mode={mode!r} (the window of values the rule compares). "
                          f"Received: patience={patience}.")
+
+
+def _checked(monitor: Any, mode: Any, patience: Any, min_delta: Any, cooldown: Any) -> float | None:
+    """Refuse arguments no rule takes; ``min_delta`` as a float (``None`` when not given)."""
+    if monitor in BATCHFLOW_MODES:
+        raise TypeError(f"Expected EarlyStopping's first argument as monitor=, the logged value to watch. "
+                        f"Received: monitor={monitor!r}, one of batchflow's plateau modes. Pass it by name: "
+                        f"EarlyStopping(mode={monitor!r}, patience=...).")
+    if monitor is not None and not isinstance(monitor, str):
+        raise TypeError(f"Expected monitor as the name of a logged value (a str). Received: monitor={monitor!r}")
+    if mode is not None and mode not in _MODES:
+        raise ValueError(f"Expected mode= one of {_MODES}. Received: mode={mode!r}")
+    if mode == 'max' and monitor is None:
+        raise ValueError(f"Expected mode in {('min', *BATCHFLOW_MODES)} for a loss (with no monitor=, "
+                         f"EarlyStopping watches 'val/loss' in a run, the step's 'loss' in a model). Received: "
+                         f"mode='max'. Pass the value that grows too: monitor='val/accuracy', mode='max'.")
+    for name, value in (('patience', patience), ('cooldown', cooldown)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise TypeError(f"Expected {name} as an int. Received: {name}={value!r}")
+        if value is not None and value < 0:
+            raise ValueError(f"Expected {name} as an int >= 0. Received: {name}={value!r}")
+    if mode in BATCHFLOW_MODES:
+        _check_window(mode, _DEFAULTS['batchflow']['patience'] if patience is None else patience)
+    return None if min_delta is None else check_number('EarlyStopping', 'min_delta', min_delta)
 
 
 def nan_step(callback: Any, value: float) -> None:
