@@ -172,8 +172,23 @@ class EarlyStopping(BaseCallback):
         self.stopped_iteration = state.get('stopped_iteration')
 
     def arguments(self) -> dict:
-        given = {name: value for name, value in self.given.items() if value is not None}
-        return {**given, **({'stream': self.stream} if self.stream is not None else {})}
+        """The arguments, as the earlier run-level (``monitor=`` given) and model-level (a batchflow ``mode``)
+        classes wrote them, so that a checkpoint of theirs finds its callbacks; else those given. The same
+        before and after the callback is placed."""
+        given = self.given
+        if given['monitor'] is not None and given['mode'] not in BATCHFLOW_MODES:
+            keras = _DEFAULTS['keras']
+            return {'monitor': given['monitor'], 'mode': given['mode'] or 'min',
+                    **{name: keras[name] if given[name] is None else given[name] for name in keras},
+                    **({'stream': self.stream} if self.stream is not None else {})}
+        if given['monitor'] is None and given['mode'] in BATCHFLOW_MODES:
+            batchflow = _DEFAULTS['batchflow']
+            patience = batchflow['patience'] if given['patience'] is None else given['patience']
+            return {'mode': given['mode'], 'patience': patience,
+                    'min_delta': batchflow['min_delta'] if given['min_delta'] is None else given['min_delta'],
+                    'cooldown': patience if given['cooldown'] is None else given['cooldown'], 'stream': self.stream}
+        named = {name: value for name, value in given.items() if value is not None}
+        return {**named, **({'stream': self.stream} if self.stream is not None else {})}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

@@ -115,3 +115,15 @@ def test_a_reduce_lr_in_a_run_and_a_model_skip_and_count_alike():
     plateau = run_callbacks.ReduceLROnPlateau('net', patience=0, factor=0.5)
     feed(plateau, [1.0, 1.0, math.nan, 1.0], run=run)
     assert plateau.rule.bad == 0 and run.pipeline.m('net').optimizer.param_groups[0]['lr'] == 0.25
+
+
+def test_the_description_is_the_earlier_classes_so_their_checkpoints_find_their_callbacks():
+    # what run checkpoints (the callbacks' descriptions) and model configs recorded before the classes were one
+    assert repr(EarlyStopping('val/loss', patience=2, min_delta=0.01)) == \
+        "EarlyStopping(monitor='val/loss', mode='min', patience=2, min_delta=0.01)"
+    assert repr(model_callbacks.EarlyStopping(mode='complex', patience=6, min_delta=0.01)) == \
+        "EarlyStopping(mode='complex', patience=6, min_delta=0.01, cooldown=6, stream=None)"
+    placed = EarlyStopping(patience=3)
+    before = repr(placed)
+    feed(placed, [1.0])
+    assert repr(placed) == before == 'EarlyStopping(patience=3)'
