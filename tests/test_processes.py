@@ -1,0 +1,72 @@
+"""flowpipe.processes: one stop sequence (ask, grace, SIGTERM, grace, SIGKILL), children that end with their caller,
+no semaphore left behind."""
+import gc
+import os
+import signal
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flowpipe.processes import Forked, Spawned, Spec, stop
+
+from . import process_jobs
+from .killed_caller import worker_ends_with_killed_caller
+
+ROOT = Path(__file__).resolve().parents[1]
+READY_SECONDS = 600           # a spawned child imports flowpipe: only a broken start takes that long
+GRACE = 0.5                   # for children that never end by themselves
+
+
+class Polite(Spawned):
+    """Spawned workers that keep SIGTERM's default action (it ends them)."""
+    ignore = ()
+
+
+def _start(launcher, target):
+    context = launcher.context()
+    tasks, ready = context.Queue(), context.Event()
+    child = launcher.start(Spec(target, (tasks, ready), 'flowpipe-test-child', ask=lambda: tasks.put(None),
+                                channels=(tasks,)))
+    assert ready.wait(READY_SECONDS), 'the child did not start'
+    return child, tasks
+
+
+def _semaphores(channel):
+    return {f"sem.{lock._semlock.name.lstrip('/')}" for lock in (channel._rlock, channel._wlock, channel._sem)}
+
+
+@pytest.mark.parametrize('launcher, target, grace, code', [
+    (Spawned(), process_jobs.obey, READY_SECONDS, 0),               # asked: it ends by itself
+    (Spawned(), process_jobs.hang, GRACE, -signal.SIGKILL),         # deaf to the asking, ignores SIGTERM: killed
+    (Polite(), process_jobs.hang, GRACE, -signal.SIGTERM),          # deaf to the asking: SIGTERM ends it
+], ids=['obeys', 'ignores-everything', 'ignores-the-asking'])
+def test_the_stop_sequence_asks_then_terminates_then_kills(launcher, target, grace, code):
+    child, tasks = _start(launcher, target)
+    semaphores = _semaphores(tasks)
+    del tasks
+    assert child.alive and child.exitcode is None
+    child.stop(grace)
+    assert not child.alive and child.exitcode == code
+    gc.collect()                         # the stopped child, still held, holds no queue: its semaphores are gone
+    assert not semaphores & set(os.listdir('/dev/shm'))
+
+
+def test_stop_now_skips_the_asking_and_stops_several_children_together():
+    children = [_start(Spawned(), process_jobs.obey)[0], _start(Polite(), process_jobs.obey)[0]]
+    stop(children, GRACE, now=True)
+    assert [child.exitcode for child in children] == [-signal.SIGKILL, -signal.SIGTERM]
+    stop(children, GRACE)                # idempotent: nothing left to ask, nothing to release
+    assert [child.exitcode for child in children] == [-signal.SIGKILL, -signal.SIGTERM]
+
+
+@pytest.mark.slow     # a fresh interpreter and its child: in CI or with FLOWPIPE_SLOW=1
+@pytest.mark.parametrize('kind', ['Spawned()', "Forked(('flowpipe.processes',))"])
+def test_a_child_ends_with_its_killed_caller(tmp_path, kind):
+    assert worker_ends_with_killed_caller(tmp_path, textwrap.dedent(f'''
+        from flowpipe.processes import Forked, Spawned, Spec
+        from tests.process_jobs import hang_writing
+
+        if __name__ == '__main__':
+            {kind}.start(Spec(hang_writing, ({str(tmp_path / 'pids')!r},))).join()
+    '''))
