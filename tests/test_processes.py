@@ -1,9 +1,12 @@
 """flowpipe.processes: one stop sequence (ask, grace, SIGTERM, grace, SIGKILL), children that end with their caller,
-no semaphore left behind."""
+no semaphore left behind, and workers that leave the stop signals to their caller's run."""
 import gc
 import os
 import signal
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -70,3 +73,39 @@ def test_a_child_ends_with_its_killed_caller(tmp_path, kind):
         if __name__ == '__main__':
             {kind}.start(Spec(hang_writing, ({str(tmp_path / 'pids')!r},))).join()
     '''))
+
+
+@pytest.mark.slow     # a fresh interpreter and its workers: in CI or with FLOWPIPE_SLOW=1
+@pytest.mark.parametrize('name', ['SIGTERM', 'SIGUSR1'])
+def test_a_signal_to_the_whole_process_group_stops_a_run_in_worker_processes_gracefully(tmp_path, name):
+    """Slurm signals every process of a job step, a terminal's Ctrl-C every process of its group: the workers of a
+    ``target='processes'`` run leave the signal to the caller, which finishes its batch, writes its checkpoint and
+    exits with 128 + the signal's number; the run resumed from it yields the batches the run never stopped yields."""
+    number = getattr(signal, name)
+    checkpoints, marks, reference = tmp_path / 'checkpoints', tmp_path / 'marks', tmp_path / 'reference'
+    for folder in (marks, reference / 'marks'):
+        folder.mkdir(parents=True)
+    env = {**os.environ, 'PYTHONPATH': f'{ROOT}{os.pathsep}{os.environ.get("PYTHONPATH", "")}'}
+    script = [sys.executable, process_jobs.__file__]
+    whole = subprocess.run([*script, str(reference / 'checkpoints'), str(reference / 'marks')], env=env,
+                           check=True, capture_output=True, text=True).stdout.splitlines()
+    child = subprocess.Popen([*script, str(checkpoints), str(marks)], env=env, stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + READY_SECONDS
+        while not (marks / 'began-3').exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(child.pid, number)
+        out, _ = child.communicate(timeout=READY_SECONDS)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 128 + number
+    first = out.splitlines()
+    files = os.listdir(checkpoints)
+    assert len(files) == 1 and 0 < len(first) < len(whole)
+    assert files == [f'checkpoint-{len(first):09d}.flowpipe']          # the last batch yielded
+    rest = subprocess.run([*script, str(checkpoints), str(marks)], env=env, check=True, capture_output=True,
+                          text=True).stdout.splitlines()
+    assert first + rest == whole
