@@ -35,7 +35,6 @@ __all__ = ['Child', 'Forked', 'Launcher', 'STOP_SIGNALS', 'Spawned', 'Spec', 'hi
 
 #: the signals a run with a checkpoint stops on (those the platform has); worker processes ignore them
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ('SIGTERM', 'SIGUSR1', 'SIGINT') if hasattr(signal, name))
-_POLL_SECONDS = 0.05
 _START_LOCK = threading.Lock()
 
 
@@ -56,7 +55,7 @@ class Spec:
 
 
 class Child:
-    """One started process: ``pid``, ``name``, ``alive``, ``exitcode``, ``sentinel``, ``join``, ``stop``."""
+    """One started process: ``pid``, ``name``, ``alive``, ``exitcode``, ``join``, ``stop``."""
 
     def __init__(self, process: Any, spec: Spec, ignored: tuple[int, ...]):
         self.process = process
@@ -81,11 +80,6 @@ class Child:
         """``None`` while it runs; its exit code, or minus the signal that ended it."""
         return self.process.exitcode
 
-    @property
-    def sentinel(self) -> int:
-        """A handle that ``multiprocessing.connection.wait`` sees ready once the process has ended."""
-        return self.process.sentinel
-
     def join(self, timeout: float | None = None) -> None:
         self.process.join(timeout)
 
@@ -93,14 +87,14 @@ class Child:
         """:func:`stop` for this process alone."""
         stop([self], grace, now)
 
-    def steps(self, now: bool) -> list[int | None]:
+    def _steps(self, now: bool) -> list[int | None]:
         """The stop sequence's requests, in order: ``None`` (``ask``), SIGTERM, SIGKILL."""
         steps: list[int | None] = [] if now else [None if self.ask else signal.SIGTERM]
         if signal.SIGTERM not in self.ignored and signal.SIGTERM not in steps:
             steps.append(signal.SIGTERM)
         return [*steps, signal.SIGKILL]
 
-    def request(self, step: int | None) -> None:
+    def _request(self, step: int | None) -> None:
         """Send one request of the stop sequence (a process never started or already ended gets none)."""
         if self.pid is None or self.exitcode is not None:
             return
@@ -119,14 +113,14 @@ def stop(children: Iterable[Child], grace: float, now: bool = False) -> None:
     The children wait together: ``grace`` bounds each step of the sequence, not each child.
     """
     children = list(children)
-    plans = {id(child): child.steps(now) for child in children}
+    plans = {id(child): child._steps(now) for child in children}
     for number in range(max((len(plan) for plan in plans.values()), default=0)):
         running = [child for child in children if child.pid is not None and child.exitcode is None]
         if not running:
             break
         for child in running:
             plan = plans[id(child)]
-            child.request(plan[min(number, len(plan) - 1)])
+            child._request(plan[min(number, len(plan) - 1)])
         last = all(number >= len(plans[id(child)]) - 1 for child in running)
         _wait_ended(running, None if last else grace)
     for child in children:

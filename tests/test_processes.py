@@ -21,11 +21,6 @@ READY_SECONDS = 600           # a spawned child imports flowpipe: only a broken 
 GRACE = 0.5                   # for children that never end by themselves
 
 
-class Polite(Spawned):
-    """Spawned workers that keep SIGTERM's default action (it ends them)."""
-    ignore = ()
-
-
 def _start(launcher, target):
     context = launcher.context()
     tasks, ready = context.Queue(), context.Event()
@@ -42,7 +37,7 @@ def _semaphores(channel):
 @pytest.mark.parametrize('launcher, target, grace, code', [
     (Spawned(), process_jobs.obey, READY_SECONDS, 0),               # asked: it ends by itself
     (Spawned(), process_jobs.hang, GRACE, -signal.SIGKILL),         # deaf to the asking, ignores SIGTERM: killed
-    (Polite(), process_jobs.hang, GRACE, -signal.SIGTERM),          # deaf to the asking: SIGTERM ends it
+    (Forked(), process_jobs.hang, GRACE, -signal.SIGTERM),          # a rank deaf to the asking: SIGTERM ends it
 ], ids=['obeys', 'ignores-everything', 'ignores-the-asking'])
 def test_the_stop_sequence_asks_then_terminates_then_kills(launcher, target, grace, code):
     child, tasks = _start(launcher, target)
@@ -56,7 +51,7 @@ def test_the_stop_sequence_asks_then_terminates_then_kills(launcher, target, gra
 
 
 def test_stop_now_skips_the_asking_and_stops_several_children_together():
-    children = [_start(Spawned(), process_jobs.obey)[0], _start(Polite(), process_jobs.obey)[0]]
+    children = [_start(Spawned(), process_jobs.obey)[0], _start(Forked(), process_jobs.obey)[0]]
     stop(children, GRACE, now=True)
     assert [child.exitcode for child in children] == [-signal.SIGKILL, -signal.SIGTERM]
     stop(children, GRACE)                # idempotent: nothing left to ask, nothing to release

@@ -23,7 +23,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable
-from typing import Any, Iterator
+from typing import Any
 
 import dill
 
