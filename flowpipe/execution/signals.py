@@ -15,7 +15,9 @@ runs ``scontrol requeue <job id>`` on rank 0 once the checkpoint is written; the
 Handlers are installed when the run starts and the previous ones put back when it ends (a handler installed over
 flowpipe's in the meantime is left in place). A previous handler that is a Python callable (submitit's, an outer
 run's) is called too, after the checkpoint. Signal handlers can be set in the main thread only: a run in another
-thread warns and runs without them.
+thread warns and runs without them. The worker processes of ``target='processes'`` ignore these signals
+(``flowpipe.processes``): one sent to the whole process group or Slurm job step leaves them to finish the batches
+the run still needs.
 """
 from __future__ import annotations
 
@@ -28,11 +30,10 @@ import warnings
 from typing import Any, Callable
 
 from ..errors import RunStopped
+from ..processes import STOP_SIGNALS
 
 __all__ = ['GracefulStop', 'REQUEUE_SIGNALS', 'agree', 'requeue', 'slurm_job_id']
 
-#: the signals a run with a checkpoint stops on (those the platform has)
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ('SIGTERM', 'SIGUSR1', 'SIGINT') if hasattr(signal, name))
 #: the signals ``Checkpoint(requeue=...)`` may name
 REQUEUE_SIGNALS = ('SIGUSR1', 'SIGTERM')
 
