@@ -241,7 +241,9 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
         if world is None:
             return drawn
         # a block's earlier batches are drawn and dropped: no item of theirs is loaded
-        return shard_batches(drawn, world.rank, world.size, stepped) if block is None else itertools.islice(drawn, *block)
+        agreement = None if checkpoints is None else checkpoints.agreement
+        return (shard_batches(drawn, world.rank, world.size, stepped, agreement) if block is None
+                else itertools.islice(drawn, *block))
     try:
         indices = IndexSource(batches)
     except TypeError as error:
@@ -323,7 +325,7 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
         try:
             if checkpoints is not None:
                 checkpoints.check(stream)
-                checkpoints.events = events
+                checkpoints.events, checkpoints.signals = events, signals
                 checkpoints.restore(stream)
             if events is not None:
                 events.start()
