@@ -13,7 +13,7 @@ numerator is 0 too); the F1 score and IoU of a class absent from both targets an
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -30,6 +30,22 @@ METRIC_ALIASES = {'sensitivity': 'true_positive_rate', 'recall': 'true_positive_
                   'dor': 'diagnostics_odds_ratio', 'dice': 'f1_score', 'f1s': 'f1_score', 'iou': 'jaccard',
                   'jac': 'jaccard'}
 _MULTICLASS = (None, 'micro', 'macro', 'mean')
+
+
+def _count_method(column: str, what: str) -> Callable[..., Any]:
+    def count(self: ClassificationMetrics, label: Any = None, **kwargs: Any) -> Any:
+        return self._count(column, label)
+    count.__doc__ = (f"{what} per item and class (``label``: one class or a list; by default the reported "
+                     "classes).")
+    return count
+
+
+def _rate_method(top: str, bottom: str, empty: tuple[float, float], doc: str) -> Callable[..., Any]:
+    def rate(self: ClassificationMetrics, label: Any = None, multiclass: str | None = 'macro',
+             when_zero: tuple[float, float] = empty, **kwargs: Any) -> np.ndarray:
+        return self._rate(top, bottom, when_zero, label, multiclass)
+    rate.__doc__ = doc + " ``when_zero``: the values where the denominator is 0 (numerator > 0, numerator 0)."
+    return rate
 
 
 class ClassificationMetrics(Metrics):
@@ -152,30 +168,14 @@ class ClassificationMetrics(Metrics):
             values = values[:, 0]
         return values[0] if len(values) == 1 else values
 
-    def true_positive(self, label: Any = None, **kwargs: Any) -> Any:
-        """Counts per item and class (``label``: one class or a list; by default the reported classes)."""
-        return self._count('tp', label)
-
-    def false_positive(self, label: Any = None, **kwargs: Any) -> Any:
-        return self._count('fp', label)
-
-    def true_negative(self, label: Any = None, **kwargs: Any) -> Any:
-        return self._count('tn', label)
-
-    def false_negative(self, label: Any = None, **kwargs: Any) -> Any:
-        return self._count('fn', label)
-
-    def condition_positive(self, label: Any = None, **kwargs: Any) -> Any:
-        return self._count('cp', label)
-
-    def condition_negative(self, label: Any = None, **kwargs: Any) -> Any:
-        return self._count('cn', label)
-
-    def prediction_positive(self, label: Any = None, **kwargs: Any) -> Any:
-        return self._count('pp', label)
-
-    def prediction_negative(self, label: Any = None, **kwargs: Any) -> Any:
-        return self._count('pn', label)
+    true_positive = _count_method('tp', 'True positives')
+    false_positive = _count_method('fp', 'False positives')
+    true_negative = _count_method('tn', 'True negatives')
+    false_negative = _count_method('fn', 'False negatives')
+    condition_positive = _count_method('cp', 'Target values of the class')
+    condition_negative = _count_method('cn', 'Target values of other classes')
+    prediction_positive = _count_method('pp', 'Values predicted the class')
+    prediction_negative = _count_method('pn', 'Values predicted another class')
 
     def total_population(self, *args: Any, **kwargs: Any) -> Any:
         """The number of values per item."""
@@ -207,50 +207,15 @@ class ClassificationMetrics(Metrics):
         """The rate of every class, one column each."""
         return self._fraction(self._column(top), self._column(bottom), range(self.num_classes), None, when_zero)
 
-    def true_positive_rate(self, label: Any = None, multiclass: str | None = 'macro', when_zero=(0, 1),
-                           **kwargs: Any) -> np.ndarray:
-        """Recall, sensitivity: ``tp / (tp + fn)``."""
-        return self._rate('tp', 'cp', when_zero, label, multiclass)
-
-    def false_positive_rate(self, label: Any = None, multiclass: str | None = 'macro', when_zero=(1, 0),
-                            **kwargs: Any) -> np.ndarray:
-        """Fall-out: ``fp / (fp + tn)``."""
-        return self._rate('fp', 'cn', when_zero, label, multiclass)
-
-    def false_negative_rate(self, label: Any = None, multiclass: str | None = 'macro', when_zero=(1, 0),
-                            **kwargs: Any) -> np.ndarray:
-        """Miss rate: ``fn / (tp + fn)``."""
-        return self._rate('fn', 'cp', when_zero, label, multiclass)
-
-    def true_negative_rate(self, label: Any = None, multiclass: str | None = 'macro', when_zero=(0, 1),
-                           **kwargs: Any) -> np.ndarray:
-        """Specificity: ``tn / (tn + fp)``."""
-        return self._rate('tn', 'cn', when_zero, label, multiclass)
-
-    def prevalence(self, label: Any = None, multiclass: str | None = 'macro', when_zero=(0, 0),
-                   **kwargs: Any) -> np.ndarray:
-        """The share of values of the class: ``(tp + fn) / total``."""
-        return self._rate('cp', 'total', when_zero, label, multiclass)
-
-    def positive_predictive_value(self, label: Any = None, multiclass: str | None = 'macro', when_zero=(0, 1),
-                                  **kwargs: Any) -> np.ndarray:
-        """Precision: ``tp / (tp + fp)``."""
-        return self._rate('tp', 'pp', when_zero, label, multiclass)
-
-    def false_discovery_rate(self, label: Any = None, multiclass: str | None = 'macro', when_zero=(1, 0),
-                             **kwargs: Any) -> np.ndarray:
-        """``fp / (tp + fp)``."""
-        return self._rate('fp', 'pp', when_zero, label, multiclass)
-
-    def false_omission_rate(self, label: Any = None, multiclass: str | None = 'macro', when_zero=(1, 0),
-                            **kwargs: Any) -> np.ndarray:
-        """``fn / (fn + tn)``."""
-        return self._rate('fn', 'pn', when_zero, label, multiclass)
-
-    def negative_predictive_value(self, label: Any = None, multiclass: str | None = 'macro', when_zero=(0, 1),
-                                  **kwargs: Any) -> np.ndarray:
-        """``tn / (fn + tn)``."""
-        return self._rate('tn', 'pn', when_zero, label, multiclass)
+    true_positive_rate = _rate_method('tp', 'cp', (0, 1), 'Recall, sensitivity: ``tp / (tp + fn)``.')
+    false_positive_rate = _rate_method('fp', 'cn', (1, 0), 'Fall-out: ``fp / (fp + tn)``.')
+    false_negative_rate = _rate_method('fn', 'cp', (1, 0), 'Miss rate: ``fn / (tp + fn)``.')
+    true_negative_rate = _rate_method('tn', 'cn', (0, 1), 'Specificity: ``tn / (tn + fp)``.')
+    prevalence = _rate_method('cp', 'total', (0, 0), 'The share of values of the class: ``(tp + fn) / total``.')
+    positive_predictive_value = _rate_method('tp', 'pp', (0, 1), 'Precision: ``tp / (tp + fp)``.')
+    false_discovery_rate = _rate_method('fp', 'pp', (1, 0), '``fp / (tp + fp)``.')
+    false_omission_rate = _rate_method('fn', 'pn', (1, 0), '``fn / (fn + tn)``.')
+    negative_predictive_value = _rate_method('tn', 'pn', (0, 1), '``tn / (fn + tn)``.')
 
     def positive_likelihood_ratio(self, label: Any = None, multiclass: str | None = 'macro',
                                   when_zero=(np.inf, 0), **kwargs: Any) -> np.ndarray:
