@@ -1,6 +1,10 @@
 """Segmentation metrics by pixels and by instances, batchflow's rates, averages and undefined values."""
+import time
+
 import numpy as np
 import pytest
+
+from flowpipe import B, Dataset, V
 
 from flowpipe.models.metrics import (ClassificationMetrics, SegmentationMetricsByInstances,
                                      SegmentationMetricsByPixels, connected_components)
@@ -140,3 +144,22 @@ def test_gathering_masks_over_batches():
     assert instances.true_positive().shape == (4, 2)
     with pytest.raises(ValueError, match='3 classes'):
         whole.update(SegmentationMetricsByPixels(TARGETS, PREDICTED, fmt='labels', num_classes=4))
+
+
+def _late_first(predicted, indices):
+    """The first batch of every four finishes last under prefetch."""
+    time.sleep(0.05 if indices[0] % 16 == 0 else 0.0)
+    return predicted
+
+
+def test_masks_gathered_under_prefetch_keep_the_batch_order():
+    generator = np.random.default_rng(0)
+    masks, predicted = generator.integers(0, 3, (32, 6, 6)), generator.integers(0, 3, (32, 6, 6))
+    dataset = Dataset(32, preloaded={'masks': masks, 'predicted': predicted})
+    whole = SegmentationMetricsByPixels(masks, predicted, 'labels', 3).evaluate('iou', agg=None, multiclass=None)
+    for prefetch in (0, 3):
+        pipeline = (dataset.p.init_variable('metrics')
+                    .call(_late_first, B.predicted, B.indices, save_to=B.late)
+                    .gather_metrics('mask', B.masks, B.late, 'labels', 3, save_to=V('metrics', mode='u')))
+        pipeline.run(4, prefetch=prefetch)
+        assert np.array_equal(pipeline.v('metrics').evaluate('iou', agg=None, multiclass=None), whole)
