@@ -163,3 +163,12 @@ def test_masks_gathered_under_prefetch_keep_the_batch_order():
                     .gather_metrics('mask', B.masks, B.late, 'labels', 3, save_to=V('metrics', mode='u')))
         pipeline.run(4, prefetch=prefetch)
         assert np.array_equal(pipeline.v('metrics').evaluate('iou', agg=None, multiclass=None), whole)
+
+
+def test_torch_tensors_with_grad_and_bfloat16():
+    torch = pytest.importorskip('torch')
+    logits = torch.tensor(np.moveaxis(np.eye(3)[PREDICTED], -1, 1) * 4.0, requires_grad=True)
+    by_labels = SegmentationMetricsByPixels(TARGETS, PREDICTED, fmt='labels', num_classes=3)
+    for scores in (logits, logits.detach().to(torch.bfloat16)):
+        metrics = SegmentationMetricsByPixels(torch.as_tensor(TARGETS), scores, fmt='logits', axis=1)
+        assert (metrics._confusion_matrix == by_labels._confusion_matrix).all()
