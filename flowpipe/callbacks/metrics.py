@@ -10,7 +10,8 @@ A metric named by a string reads the validation pipeline's variables after the r
 ``'accuracy'`` and ``'top<k>'`` are means over items; ``'loss'`` is the mean of the batch losses weighted by the
 items of each batch (the mean over items when the model's loss is one over its batch's items, as torch's default
 ``reduction='mean'``); ``'precision'``, ``'recall'`` and ``'f1'`` are macro averages over the classes found among
-predictions and targets (a class never predicted has precision 0). A ``torchmetrics.Metric`` is updated once per
+predictions and targets (a class never predicted has precision 0); ``'auc'`` is the exact ROC AUC of the scores
+(one-vs-rest, macro, over softmax probabilities for class scores). A ``torchmetrics.Metric`` is updated once per
 validation batch with that batch's predictions and targets and computed at the end (its own sync across ranks).
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 PREDICTIONS, TARGETS, LOSSES = 'predictions', 'targets', 'losses'
-NAMES = ('accuracy', 'top<k>', 'loss', 'precision', 'recall', 'f1')
+NAMES = ('accuracy', 'top<k>', 'loss', 'precision', 'recall', 'f1', 'auc')
 _TOP = re.compile(r'top([1-9][0-9]*)$')
 
 _SAVE = {PREDICTIONS: "predict_model(..., fetches='predictions', save_to=V('predictions', mode='e'))",
@@ -74,7 +75,7 @@ def builtin_kind(name: str) -> tuple[str, int]:
     top = _TOP.match(name)
     if top:
         return 'top', int(top.group(1))
-    if name in ('accuracy', 'loss', 'precision', 'recall', 'f1'):
+    if name in ('accuracy', 'loss', 'precision', 'recall', 'f1', 'auc'):
         return name, 1
     raise ValueError(f"Expected a built-in metric name: {', '.join(NAMES)}. Received: {name!r}. Pass a function "
                      f"fn(pipeline) -> float in a dict for any other metric.")
@@ -88,6 +89,8 @@ def compute_builtin(name: str, variables: Mapping[str, Any], sizes: Sequence[int
     scores, targets = _scores_and_targets(variables, name)
     if targets.size == 0:
         return float('nan')
+    if kind == 'auc':
+        return _auc(scores, targets, variables)
     if kind == 'top':
         if scores is None:
             raise ValueError(f"Expected class scores (logits or probabilities) in variable 'predictions' for "
@@ -146,6 +149,21 @@ def _macro(kind: str, labels: np.ndarray, targets: np.ndarray) -> float:
                  'f1': (np.sum(predicted) + np.sum(actual)) / 2}[kind]
         values.append(hits / float(below) if below else 0.0)
     return float(np.mean(values))
+
+
+def _auc(scores: np.ndarray | None, targets: np.ndarray, variables: Mapping[str, Any]) -> float:
+    """The exact ROC AUC: of one score per item (a binary task), else one-vs-rest over softmax probabilities
+    (the scores as they are when they already are probabilities), macro-averaged; class 1's for two classes."""
+    from ..models.metrics import roc_auc_score
+    if scores is None:
+        return roc_auc_score(targets, _labels(variables, 'auc').astype(float))
+    scores = scores.astype(float)
+    if not (np.all((scores >= 0) & (scores <= 1)) and np.allclose(scores.sum(axis=1), 1)):
+        scores = np.exp(scores - scores.max(axis=1, keepdims=True))
+        scores = scores / scores.sum(axis=1, keepdims=True)
+    if scores.shape[1] == 2:
+        return roc_auc_score(targets, scores[:, 1])
+    return roc_auc_score(targets, scores, axis=1)
 
 
 def update_torchmetrics(metrics: Sequence[Any], variables: Mapping[str, Any], sizes: Sequence[int]) -> None:

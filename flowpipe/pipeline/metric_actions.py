@@ -7,20 +7,24 @@ from ..expr import assign
 from ..expr.context import Context
 from .registry import builtin
 
-__all__ = ['gather_metrics', 'metrics_class']
+__all__ = ['KINDS', 'gather_metrics', 'metrics_class']
 
-_KINDS = ('class', 'classification')
+# batchflow's names of the metrics kinds; a part of one name picks it too ('class', 'seg', 'regr')
+KINDS = {'classification': 'ClassificationMetrics', 'segmentation': 'SegmentationMetricsByPixels',
+         'mask': 'SegmentationMetricsByPixels', 'instance': 'SegmentationMetricsByInstances',
+         'regression': 'RegressionMetrics', 'loss': 'Loss'}
 
 
 def metrics_class(kind: Any) -> type:
-    """The metrics class for ``kind``: ``'class'``/``'classification'`` or a class of your own."""
+    """The metrics class for ``kind``: a name of ``KINDS`` (or a part of exactly one) or a class of your own."""
     if isinstance(kind, str):
-        if kind not in _KINDS:
-            raise ValueError(f"Expected gather_metrics('classification', ...) or a metrics class. Received: {kind!r}"
-                             "; segmentation-by-instance and regression metrics are not part of flowpipe: pass a "
-                             "class of your own")
-        from ..models.metrics import ClassificationMetrics
-        return ClassificationMetrics
+        matches = [name for name in KINDS if kind == name] or [name for name in KINDS if kind and kind in name]
+        if len(matches) != 1:
+            raise ValueError(f"Expected gather_metrics' kind among {sorted(KINDS)} (or a part of exactly one), or "
+                             f"a metrics class. Received: {kind!r}" + (f", which matches {matches}" if matches
+                                                                       else ""))
+        from ..models import metrics
+        return getattr(metrics, KINDS[matches[0]])
     if not callable(kind):
         raise TypeError(f"Expected a metrics kind (a str) or class. Received: {kind!r}")
     return kind

@@ -61,6 +61,26 @@ def test_labels_give_accuracy_and_macro_rates_but_not_top_k():
         Validate(val, batch_size=3, metrics=['top2']).validate()
 
 
+def _pairs_ordered_right(positive, scores):
+    """The ROC AUC by its definition: the share of (positive, negative) pairs scored in order, ties as halves."""
+    above, below = scores[positive][:, None], scores[~positive][None, :]
+    return float(np.mean((above > below) + 0.5 * (above == below)))
+
+
+def test_auc_is_exact_for_class_scores_logits_and_one_score_per_item():
+    values = Validate(_scored(), batch_size=3, metrics=['auc']).validate()
+    expected = np.mean([_pairs_ordered_right(LABELS == cls, SCORES[:, cls]) for cls in range(3)])
+    assert values == pytest.approx({'val/auc': expected}, rel=1e-12)
+    # two classes as logits: softmax's class-1 probability orders items as logit1 - logit0 does
+    logits = np.array([[2.0, 1.0], [0.0, 3.0], [1.0, 1.0], [4.0, -1.0], [0.5, 0.0]])
+    targets = np.array([0, 1, 1, 0, 1])
+    data = Dataset(5, preloaded={'logits': logits, 'y': targets, 'one': logits[:, 1] - logits[:, 0]})
+    for column in ('logits', 'one'):
+        val = (Pipeline().update(V('predictions', mode='e'), B(column)).update(V('targets', mode='e'), B.y)) << data
+        value = Validate(val, batch_size=2, metrics=['auc']).validate()['val/auc']
+        assert value == pytest.approx(_pairs_ordered_right(targets == 1, logits[:, 1] - logits[:, 0]), rel=1e-12)
+
+
 def test_names_and_variables_that_do_not_fit_are_errors_naming_the_fix():
     with pytest.raises(ValueError, match=r"built-in metric name: accuracy, top<k>.*Received: 'top0'"):
         Validate(_scored(), metrics=['top0'])

@@ -60,4 +60,4 @@ def test_gather_metrics_over_a_run_with_prefetch():
     last.run(2)
     assert last.v('m').evaluate('accuracy') == 0.5
     with pytest.raises(ValueError, match="'classification'"):
-        dataset.p.gather_metrics('instance')
+        dataset.p.gather_metrics('detection')
