@@ -85,7 +85,8 @@ def _check_split(split: Any, stages: int) -> tuple[str, ...] | None:
 
 def cut(children: Sequence[tuple[str, Any]], pipelining: Pipelining) -> list[list[str]]:
     """The names of each stage's children: ``children`` (``(name, module)`` in call order) cut at
-    ``pipelining.split``, or into consecutive runs of about equal parameter bytes (each stage at least one child).
+    ``pipelining.split``, or into consecutive runs balancing parameter (and buffer) bytes as ``device_map='auto'``
+    does (``model_parallel.balanced_groups``: the largest stage as small as it can be; each at least one child).
 
     Raises:
         ValueError: fewer children than stages, or a split name that is not a child (or out of order).
@@ -101,23 +102,11 @@ def cut(children: Sequence[tuple[str, Any]], pipelining: Pipelining) -> list[lis
         if -1 in starts or starts != sorted(starts) or 0 in starts:
             raise ValueError(f'Expected pipeline_split to name top-level children after the first, in call order. '
                              f'Received: pipeline_split={list(pipelining.split)!r}; the children are {names}.')
-    else:
-        sizes = [sum(p.numel() * p.element_size() for p in module.parameters()) for _, module in children]
-        starts = _balanced_starts(sizes, stages)
+    else:         # as device_map='auto' balances parts: the largest stage as small as it can be
+        from .model_parallel import balanced_groups
+        sizes = [sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+                 for _, module in children]
+        groups = balanced_groups(sizes, stages)
+        starts = [index for index in range(1, len(groups)) if groups[index] != groups[index - 1]]
     bounds = [0, *starts, len(names)]
     return [names[bounds[i]:bounds[i + 1]] for i in range(stages)]
-
-
-def _balanced_starts(sizes: Sequence[int], stages: int) -> list[int]:
-    """Where stages 2.. start: each cut where the running total first reaches the stage's share, every stage keeping
-    at least one child."""
-    total, starts, running = sum(sizes) or 1, [], 0
-    for index, size in enumerate(sizes):
-        stage = len(starts) + 1
-        if stage == stages:
-            break
-        left = len(sizes) - index            # children from here on, this one included
-        if index and (running >= total * stage / stages or left == stages - stage):
-            starts.append(index)
-        running += size
-    return starts
