@@ -30,7 +30,7 @@ from .next_iteration import NextIteration
 from .nodes import DeferredStage, IndexSource, MapStage
 from .prefetch import TARGETS, Prefetcher
 from ..data.shards import WHOLE_BATCHES, balanced_bounds, run_mesh, run_world, shard_batches
-from ..pipeline.model_actions import pipeline_stages
+from ..pipeline.stages import pipeline_stages
 from .processes import InProcess, check_processes, reattach
 from .profile import Profiler
 from .rebatch import RebatchStage

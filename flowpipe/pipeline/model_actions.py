@@ -27,8 +27,7 @@ from ..expr.context import Context, Store
 from .registry import builtin
 
 __all__ = ['PLACEMENT_KEYS', 'PendingModel', 'declared_model', 'import_model', 'init_model', 'load_model',
-           'loaded_files', 'mark_loaded', 'model_seed', 'network_class_as_model', 'pipeline_stages', 'predict_model',
-           'save_model',
+           'loaded_files', 'mark_loaded', 'model_seed', 'network_class_as_model', 'predict_model', 'save_model',
            'step_seed', 'train_model']
 
 MODES = ('dynamic', 'static')
@@ -123,35 +122,6 @@ def declared_model(records: Any, name: str, context: Context) -> Any:
                 return static.model
             return PendingModel(name, record.kwargs['model_class'], record.kwargs['config'], context)
     return None
-
-
-def pipeline_stages(records: Any, context: Context | None = None) -> int | None:
-    """The number of pipeline stages (``'pipeline'``) the models that ``init_model`` declares among ``records`` ask
-    for, ``None`` when none asks; the run's data side splits batches over the pipelines it gives (one value for every
-    pipelined model of a run: its ranks read the same items).
-
-    Raises:
-        ValueError: two models asking for different numbers of stages.
-    """
-    found: dict[str, Any] = {}
-    for record in records:
-        if getattr(record, 'name', None) != 'init_model':
-            continue
-        static, config = record.kwargs.get('static'), record.kwargs.get('config')
-        if static is not None:
-            stages = getattr(static.model.plan.pipeline, 'stages', None)
-        else:
-            from ..config import Config
-            flat = Config(config) if isinstance(config, Mapping) else Config({})
-            stages = flat.get('pipeline')
-            if contains_expressions(stages):
-                stages = evaluate(stages, context if context is not None else Context())
-        if stages not in (None, False, 1):
-            found[record.kwargs.get('name')] = stages
-    if len(set(found.values())) > 1:
-        raise ValueError(f"Expected one number of pipeline stages for every pipelined model of a run (their ranks "
-                         f"read the same items). Received: {found}. Give the models the same 'pipeline'.")
-    return next(iter(found.values()), None)
 
 
 class StaticModel:

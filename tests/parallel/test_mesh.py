@@ -10,7 +10,8 @@ from flowpipe.models.torch.config import TOP_KEYS
 from flowpipe.parallel import make_plan
 from flowpipe.parallel.distributed import World
 from flowpipe.parallel.mesh import Mesh, make_mesh
-from flowpipe.pipeline.model_actions import PLACEMENT_KEYS, pipeline_stages
+from flowpipe.pipeline.model_actions import PLACEMENT_KEYS
+from flowpipe.pipeline.stages import pipeline_stages
 from flowpipe.plan_keys import PLAN_KEYS
 
 CONFIG = {'inputs/x/shape': (4,), 'inputs/y/classes': 3}
@@ -88,3 +89,9 @@ def test_the_run_reads_the_stage_count_of_its_pipelined_models_and_refuses_two_c
             .init_model('b', MLP, config={**CONFIG, 'pipeline': 4})).all_records()
     with pytest.raises(ValueError, match='one number of pipeline stages'):
         pipeline_stages(both)
+
+
+def test_the_run_reads_the_stages_of_an_imported_pipelined_model():
+    source = Pipeline().init_model('static', MLP, 'a', config={**CONFIG, 'pipeline': 2})
+    assert pipeline_stages(Pipeline().import_model('a', source).all_records()) == 2
+    assert pipeline_stages(Pipeline().import_model('missing', source).all_records()) is None

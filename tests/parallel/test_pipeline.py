@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from flowpipe import LaunchError
 from flowpipe.models.torch import TorchModel
 from flowpipe.parallel import launch
 from flowpipe.parallel.engines.stage_placement import check_chain
@@ -22,7 +23,7 @@ TWO = [('1f1b', {'batch_size': 5, 'microbatch': 2}),     # chunks [2, 2, 1]; the
        ('ignore', {'batch_size': 6, 'microbatch': 4, 'loss': IGNORE, 'split': ['3']}),   # [4, 2]; the last [4, 1]
        ('whole', {'batch_size': 8, 'n_epochs': 1})]
 FOUR = [('1f1b', {'batch_size': 7, 'microbatch': 2, 'loss': IGNORE}),   # parts [4, 3]; the last batch: [1, 1]
-        ('gpipe', {'batch_size': 9, 'microbatch': 2, 'schedule': 'gpipe', 'n_epochs': 1})]
+        ('gpipe', {'batch_size': 11, 'microbatch': 2, 'schedule': 'gpipe'})]     # the last batch of 1: [1, 0]
 STAGES = [['0.bias', '0.weight'], ['2.bias', '2.weight', '4.bias', '4.weight']]         # by parameter bytes
 SPLIT_AT_3 = [['0.bias', '0.weight', '2.bias', '2.weight'], ['4.bias', '4.weight']]
 TIMEOUT = 900     # a job's limit: only a hang reaches it, however loaded the machine
@@ -50,6 +51,7 @@ def _check(ranks, reference, stage_of, stages=STAGES):
             assert _rel(value, reference['params'][name]) < 1e-10, name
         np.testing.assert_allclose(result['loss'], reference['loss'], rtol=1e-10)
         assert _rel(result['predictions'], reference['predictions']) < 1e-10
+        np.testing.assert_allclose(result['predicted_losses'], reference['predicted_losses'], rtol=1e-10)
 
 
 @pytest.mark.slow       # processes: run in CI or with FLOWPIPE_SLOW=1
@@ -117,3 +119,19 @@ def test_a_network_that_is_not_a_chain_of_its_children_is_refused_naming_the_bre
         check_chain(Skip(), [torch.zeros(2, 3)])
     with pytest.raises(ValueError, match=r"its forward calls \['second', 'first'\]"):
         check_chain(Reversed(), [torch.zeros(2, 3)])
+
+
+@pytest.mark.slow
+def test_a_run_checkpoint_of_a_pipelined_model_resumes_the_same_trajectory(tmp_path):
+    kwargs = {'batch_size': 5, 'microbatch': 2}
+    ranks = launch(pipeline_jobs.checkpointed, 2, args=(str(tmp_path / 'checkpoints'), 6), kwargs=kwargs,
+                   timeout=TIMEOUT)
+    _check(ranks, pipeline_jobs.train(**kwargs), lambda rank: rank)
+    assert len(ranks[0]['loss']) == 10         # the losses of the batches before the stop came back with the state
+    assert [result['resumed_batches'] for result in ranks] == [4, 4]      # batches 6..9 of 10, after the stop
+
+
+@pytest.mark.slow
+def test_ranks_of_a_pipeline_given_different_items_are_refused_at_the_first_step():
+    with pytest.raises(LaunchError, match='Expected the ranks of a pipeline'):
+        launch(pipeline_jobs.hidden_stages, 2, timeout=TIMEOUT)

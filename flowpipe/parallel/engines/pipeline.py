@@ -20,6 +20,7 @@ A schedule with fewer micro-batches than stages (a short last batch) runs as GPi
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Callable, Sequence
 
@@ -27,6 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ...data.shards import current_shard
 from .. import distributed
 from ..losses import ITEM_SHARES, PLAIN_SUM, StepLoss, normalized, weighting
 from ..plan import DevicePlan
@@ -75,7 +77,7 @@ class PipelineEngine(Engine):
         self.skeleton = skeleton(module)       # what a model file stores of a network given in the config
         self.placement = StagePlacement(module, plan.pipeline, plan.mesh, device)
         super().__init__(plan, [self.placement.chain], [device], precision)
-        self._network, self._checked = module, False
+        self._network, self._checked, self._meta_network = module, False, None
         mesh = plan.mesh
         self._pp = _my_group(mesh.groups('pp'), dist.get_rank())
         self._dp = _my_group(mesh.groups('dp'), dist.get_rank()) if mesh.data_size > 1 else None
@@ -163,7 +165,7 @@ class PipelineEngine(Engine):
         weighted = step['loss'].weigh(self.precision.convert_loss(loss), piece)
         step['losses'][piece.start] = weighted.detach()
         if step['keep']:
-            step['outputs'][piece.start] = _detached(kept)
+            step['outputs'][piece.start] = _mapped(kept, torch.Tensor.detach)
         return self.precision.scale(weighted)
 
     # training
@@ -174,25 +176,19 @@ class PipelineEngine(Engine):
                    sam: Any = None) -> StepResult:
         """One optimizer step of every stage on the global batch (see the module docstring)."""
         if sam is not None:
-            raise ValueError("Expected no sam_rho with 'pipeline' (not supported yet). Received: a SAM step.")
+            raise ValueError("Expected no sam_rho with 'pipeline' (not supported yet). Received: a SAM step. Drop sam_rho.")
         max_norm, clip_value = check_max_norm(clip_grad_norm), check_clip_value(clip_grad_value)
         with distributed.collective(lambda: 'a pipelined training step'):
             batch = self.prepare(as_batch(inputs, 'inputs'), as_batch(targets, 'targets'))
             self._check(batch)
-            form = normalized(loss_fn)
-            total, normalizer = self._exchange(batch, form)
-            rule = weighting(form)
-            step_loss = StepLoss(loss_fn) if rule == ITEM_SHARES else StepLoss(
-                form.sum, 1 if rule == PLAIN_SUM else normalizer)
-            pieces = tuple(Piece(p.chunk, 0, p.start, p.stop, p.size / total)
-                           for p in split_batch(batch.size, 1, self.plan.microbatch)) if batch.size else ()
+            step_loss, pieces = self._pieces(batch, loss_fn)
             set_mode(self.replicas, True)
             self.zero_grad(optimizer)
             self._step = {'batch': batch, 'loss': step_loss, 'keep': return_outputs}
             if pieces:
                 self._run_schedule(batch, pieces, training=True)
             loss = self._reduce(optimizer)
-            outputs = self._outputs(return_outputs)
+            outputs = self._outputs(return_outputs, batch)
             stepped = not (self.skip_nonfinite and self.nonfinite(loss, optimizer))
             if stepped:
                 self.optimizer_step(optimizer, max_norm, clip_value)
@@ -200,7 +196,33 @@ class PipelineEngine(Engine):
                 self.zero_grad(optimizer)
             return StepResult(loss, outputs, stepped)
 
+    def _pieces(self, batch: Any, loss_fn: Callable) -> tuple[StepLoss, tuple[Piece, ...]]:
+        """What each micro-batch's loss is (``losses.StepLoss``, as every engine weighs it: a sum over the global
+        normalizer, or a mean weighted by the micro-batch's share of the global batch) and the micro-batches."""
+        form = normalized(loss_fn)
+        total, normalizer = self._exchange(batch, form)
+        rule = weighting(form)
+        step_loss = StepLoss(loss_fn) if rule == ITEM_SHARES else StepLoss(form.sum,
+                                                                            1 if rule == PLAIN_SUM else normalizer)
+        pieces = tuple(Piece(p.chunk, 0, p.start, p.stop, p.size / total)
+                       for p in split_batch(batch.size, 1, self.plan.microbatch)) if batch.size else ()
+        return step_loss, pieces
+
     def _check(self, batch: Any) -> None:
+        """At every step, that the ranks of the pipeline hold the same items (one small all-reduce over the
+        pipeline: a run that did not read the model's ``'pipeline'`` before its first batch splits them, and the
+        stages would wait for each other); at the first, that the network is a chain of its children."""
+        shard = current_shard()
+        start = -1 if shard is None else shard.start
+        values = torch.tensor([batch.size, -batch.size, start, -start], dtype=torch.float64)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self._pp)
+        if values[0] != -values[1] or values[2] != -values[3]:
+            raise ValueError(f"Expected the ranks of a pipeline {list(self._pipeline_ranks)} to step on the same "
+                             f"items. Received: {batch.size} items from item {start} of the global batch on rank "
+                             f"{dist.get_rank()}, and between {int(-values[1])} and {int(values[0])} items on the "
+                             f"pipeline's ranks. Give 'pipeline' in the model config of init_model as a value or an "
+                             f"expression of the pipeline config (C(...)), which the run reads before its first "
+                             f"batch, and predict with a pipelined model in runs of pipelines that declare it.")
         if not self._checked and batch.size:
             check_chain(self._network, [t[:1] for t in batch.inputs], batch.dtype)
             self._checked = True
@@ -239,16 +261,26 @@ class PipelineEngine(Engine):
         dist.all_reduce(total)
         return total
 
-    def _outputs(self, wanted: bool) -> Any:
-        """The outputs of this pipeline's items on every rank of the pipeline (sent from the last stage)."""
+    def _outputs(self, wanted: bool, batch: Any) -> Any:
+        """The outputs of this pipeline's items on every rank of the pipeline (sent from the last stage), on this
+        rank's device; an idle pipeline's are empty, of the shape the network gives (traced on ``meta``)."""
         if not wanted:
             return None
-        last = self._pipeline_ranks[-1]
+        if not batch.size:
+            return self._empty_outputs(batch)
         outputs = self._step.get('outputs', {})
-        box = [concat([_to_cpu(out) for _, out in sorted(outputs.items())]) if self.placement.last and outputs
-               else None]
-        dist.broadcast_object_list(box, src=last, group=self._pp)
-        return box[0]
+        box = [concat([_mapped(out, torch.Tensor.cpu) for _, out in sorted(outputs.items())])
+               if self.placement.last else None]
+        dist.broadcast_object_list(box, src=self._pipeline_ranks[-1], group=self._pp)
+        return _mapped(box[0], lambda tensor: tensor.to(self.devices[0]))
+
+    def _empty_outputs(self, batch: Any) -> Any:
+        if self._meta_network is None:
+            self._meta_network = copy.deepcopy(self.skeleton).to('meta')
+        with torch.no_grad():
+            traced = self._meta_network(*[torch.empty(t.shape, device='meta', dtype=batch.dtype if (
+                t.is_floating_point() and batch.dtype) else t.dtype) for t in batch.inputs])
+        return _mapped(traced, lambda out: torch.empty(out.shape, dtype=out.dtype, device=self.devices[0]))
 
     def nonfinite(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
         """Whether the loss or any stage's gradient holds a nan or an inf (the same answer on every rank)."""
@@ -283,11 +315,29 @@ class PipelineEngine(Engine):
         pieces = split_batch(batch.size, 1, self.plan.microbatch) if batch.size else ()
         self._step = {'outputs': []}
         with torch.no_grad():
+            self._check(batch)
             if pieces:
-                self._check(batch)
                 output = self._run_schedule(batch, pieces, training=False)
                 self._step['outputs'] = {} if output is None else {0: output}
-        return self._outputs(True)
+        return self._outputs(True, batch)
+
+    def predicted_loss(self, loss_fn: Callable, outputs: Any, targets: Sequence[torch.Tensor]) -> float:
+        """The global batch's loss from every pipeline's part (one all-reduce of its sum and normalizer over the
+        ``dp`` group, every rank joins); a whole batch's own loss when the prediction is not on a part."""
+        if current_shard() is None or self._dp is None:
+            return super().predicted_loss(loss_fn, outputs, targets)
+        form = normalized(loss_fn)
+        rule, count = weighting(form), int(targets[0].shape[0]) if targets[0].dim() else 1
+        with torch.no_grad():
+            if rule == ITEM_SHARES:         # a mean over items: weighted by the part's items
+                total, normalizer = (float(loss_fn(outputs, *targets)) * count if count else 0.0), float(count)
+            else:
+                total = float(form.sum(outputs, *targets)) if count else 0.0
+                normalizer = (float(self.plan.mesh.data_rank == 0) if rule == PLAIN_SUM else
+                              float(form.normalizer(*targets)) if count else 0.0)
+        values = torch.tensor([total, normalizer], dtype=torch.float64)
+        dist.all_reduce(values, group=self._dp)
+        return float(values[0] / values[1]) if values[1] else math.nan
 
     def state_dict(self) -> dict:
         return self.placement.state_dict()
@@ -327,13 +377,8 @@ def _device_of(outputs: Any) -> torch.device:
     return outputs.device if isinstance(outputs, torch.Tensor) else _device_of(outputs[0])
 
 
-def _to_cpu(outputs: Any) -> Any:
+def _mapped(outputs: Any, function: Callable[[torch.Tensor], Any]) -> Any:
+    """``function`` of every tensor of ``outputs`` (a tensor or nested tuples and lists of them)."""
     if isinstance(outputs, torch.Tensor):
-        return outputs.cpu()
-    return type(outputs)(_to_cpu(out) for out in outputs)
-
-
-def _detached(outputs: Any) -> Any:
-    if isinstance(outputs, torch.Tensor):
-        return outputs.detach()
-    return type(outputs)(_detached(out) for out in outputs)
+        return function(outputs)
+    return type(outputs)(_mapped(out, function) for out in outputs)
