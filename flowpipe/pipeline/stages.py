@@ -10,7 +10,7 @@ from ..errors import ExpressionError
 from ..expr import contains_expressions, evaluate
 from ..expr.context import Context
 
-__all__ = ['pipeline_stages']
+__all__ = ['pipeline_stages', 'reading_ranks']
 
 
 def pipeline_stages(records: Any, context: Context | None = None) -> int | None:
@@ -30,7 +30,7 @@ def pipeline_stages(records: Any, context: Context | None = None) -> int | None:
                 model = source.m(name) if callable(getattr(source, 'm', None)) else source
             except ExpressionError:         # no such model: the action says so when it runs
                 continue
-            found[name] = getattr(getattr(getattr(model, 'plan', None), 'pipeline', None), 'stages', None)
+            found[name] = _stages_of(model)
             continue
         if action != 'init_model':
             continue
@@ -49,3 +49,22 @@ def pipeline_stages(records: Any, context: Context | None = None) -> int | None:
         raise ValueError(f"Expected one number of pipeline stages for every pipelined model of a run (their ranks "
                          f"read the same items). Received: {found}. Give the models the same 'pipeline'.")
     return next(iter(found.values()), None)
+
+
+def _stages_of(model: Any) -> Any:
+    """A model's stage count: a built model's plan's, a declared one's config key."""
+    placement = getattr(model, 'placement', None)
+    if callable(placement):             # a PendingModel: its placement keys, read before the first batch
+        return placement().get('pipeline')
+    return getattr(getattr(getattr(model, 'plan', None), 'pipeline', None), 'stages', None)
+
+
+def reading_ranks(records: Any, world: Any) -> list[int] | None:
+    """The ranks whose items count once in a run of ``records`` in ``world``: one per pipeline (its first stage), in
+    the order of their parts of each batch; ``None`` outside a distributed job (``Validate`` merges these ranks'
+    variables)."""
+    if world is None or world.size <= 1:
+        return None
+    from ..data.shards import run_mesh
+    mesh = run_mesh(world, pipeline_stages(records))
+    return [group[0] for group in mesh.groups('pp')]

@@ -109,3 +109,17 @@ def hidden_stages():
     pipeline = (Pipeline().init_model('net', config=C('model'))
                 .train_model('net', x=B.x, y=B.y)) << dataset() << {'model': config(2, 2)}
     pipeline.run(6, n_epochs=1)
+
+
+def validated(batch_size=5, stages=2):
+    """One epoch with a validation at its end of the items' ids and predictions (batches of 4); what every rank
+    holds of the validation's variables afterwards."""
+    from flowpipe.callbacks import Validate
+    train = _pipeline(config(stages, 2))
+    val = (Pipeline().import_model('net', train).init_variable('ids', []).init_variable('predictions', [])
+           .update(V('ids', mode='a'), B.indices)
+           .predict_model('net', x=B.x, save_to=V('predictions', mode='a'))) << dataset()
+    validate = Validate(val, batch_size=4, metrics={'items': lambda p: float(len(np.concatenate(p.v('ids'))))})
+    train.run(batch_size, n_epochs=1, shuffle=True, seed=11, callbacks=[validate])
+    return {'ids': np.concatenate(val.v('ids')), 'predictions': np.concatenate(val.v('predictions')),
+            'items': validate.values['val/items']}

@@ -135,3 +135,13 @@ def test_a_run_checkpoint_of_a_pipelined_model_resumes_the_same_trajectory(tmp_p
 def test_ranks_of_a_pipeline_given_different_items_are_refused_at_the_first_step():
     with pytest.raises(LaunchError, match='Expected the ranks of a pipeline'):
         launch(pipeline_jobs.hidden_stages, 2, timeout=TIMEOUT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('world', [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_validation_through_the_stages_counts_every_item_once(world):
+    reference = pipeline_jobs.validated()
+    for result in launch(pipeline_jobs.validated, world, timeout=TIMEOUT):
+        np.testing.assert_array_equal(result['ids'], np.arange(pipeline_jobs.N_ITEMS))
+        assert result['items'] == reference['items'] == pipeline_jobs.N_ITEMS
+        assert _rel(result['predictions'], reference['predictions']) < 1e-10
