@@ -64,17 +64,21 @@ class Validate(Callback):
         """One validation run; the metrics as ``{'val/<name>': value}``."""
         from ..execution.run import whole_batches
         from ..parallel import distributed
+        from ..pipeline.stages import reading_ranks
         self.pipeline.reset('variables')
         initial = {name: _snapshot(value) for name, value in self.pipeline.variables.items()}
         with whole_batches(split=self.shard):
             batches = self.pipeline.gen_batch(self.batch_size, n_epochs=1, shuffle=False, **self.run_kwargs)
             sizes = [len(batch) for batch in batches]
         sharded = self.shard and distributed.world_size() > 1
-        self._update_torchmetrics(sizes, sharded)
+        # the ranks of a pipelined model's pipeline validate the same items: each pipeline's first stage counts them
+        readers = reading_ranks(self.pipeline.all_records(), distributed.current()) if sharded else None
+        self._update_torchmetrics(sizes, sharded and (readers is None or distributed.rank() in readers))
         if sharded:
             mine = _written(initial, dict(self.pipeline.variables))
             starts = {name: items for name, (items, _) in initial.items() if items is not None}
             gathered = distributed.all_gather((mine, sizes))
+            gathered = gathered if readers is None else [gathered[rank] for rank in readers]
             for name, value in merge_variables(starts, [written for written, _ in gathered]).items():
                 self.pipeline.set_variable(name, value)
             sizes = [size for _, rank_sizes in gathered for size in rank_sizes]

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ['WHOLE_BATCHES', 'Shard', 'balanced_bounds', 'balanced_sizes', 'current_shard', 'run_world',
+__all__ = ['WHOLE_BATCHES', 'Shard', 'balanced_bounds', 'balanced_sizes', 'current_shard', 'run_mesh', 'run_world',
            'shard_batches', 'shard_of', 'stepping']
 
 _STEPPING: contextvars.ContextVar = contextvars.ContextVar('flowpipe_stepping', default=None)
@@ -74,6 +74,13 @@ def run_world() -> Any:
         return None
     from ..parallel import distributed
     return distributed.setup()
+
+
+def run_mesh(world: Any, stages: int | None = None) -> Any:
+    """The mesh of a distributed run (``flowpipe.parallel.mesh``): the world split into pipelines of ``stages``
+    ranks (``None``: one rank each); its ``data_rank`` and ``data_size`` say which part of every batch to read."""
+    from ..parallel.mesh import make_mesh
+    return make_mesh(world, pipeline=stages)
 
 
 def shard_batches(indices: Iterator[Any], rank: int, size: int, stepped: list | None = None,

@@ -29,7 +29,8 @@ from .locks import OrderedLocks
 from .next_iteration import NextIteration
 from .nodes import DeferredStage, IndexSource, MapStage
 from .prefetch import TARGETS, Prefetcher
-from ..data.shards import WHOLE_BATCHES, balanced_bounds, run_world, shard_batches
+from ..data.shards import WHOLE_BATCHES, balanced_bounds, run_mesh, run_world, shard_batches
+from ..pipeline.stages import pipeline_stages
 from .processes import InProcess, check_processes, reattach
 from .profile import Profiler
 from .rebatch import RebatchStage
@@ -230,7 +231,9 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
     # an index's gen_batch is given whole_epochs only when asked for: indices written before it keep working
     sampling = {'whole_epochs': True} if args.whole_epochs else {}
     total = dataset.index.n_batches(args.batch_size, n_iters, n_epochs, args.drop_last, **sampling)
-    block = None if world is None or whole is None else _block(total, world)
+    # the mesh says which part of every batch this rank reads: the ranks of one pipeline read the same items
+    mesh = None if world is None else run_mesh(world, pipeline_stages(pipeline.all_records()))
+    block = None if world is None or whole is None else _block(total, mesh)
     stepped: list | None = [] if world is not None and block is None else None     # the engines of a sharded run
     if checkpoints is not None and block is None:
         checkpoints.check_limit(total)
@@ -241,9 +244,10 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
         if world is None:
             return drawn
         # a block's earlier batches are drawn and dropped: no item of theirs is loaded
+        if block is not None:
+            return itertools.islice(drawn, *block)
         agreement = None if checkpoints is None else checkpoints.agreement
-        return (shard_batches(drawn, world.rank, world.size, stepped, agreement) if block is None
-                else itertools.islice(drawn, *block))
+        return shard_batches(drawn, mesh.data_rank, mesh.data_size, stepped, agreement)
     try:
         indices = IndexSource(batches)
     except TypeError as error:
@@ -265,12 +269,12 @@ def _deterministic(stream: Iterator[Any], mode: bool | str) -> Iterator[Any]:
         yield from stream
 
 
-def _block(total: int | None, world: Any) -> tuple[int, int]:
-    """This rank's block of a run's ``total`` batches, under ``whole_batches()``."""
+def _block(total: int | None, mesh: Any) -> tuple[int, int]:
+    """This rank's block of a run's ``total`` batches, under ``whole_batches()`` (its pipeline's, with one)."""
     if total is None:
         raise ValueError("Expected a run of a known number of batches to split into blocks over the ranks. "
                          "Received: an infinite run (no n_epochs, no n_iters). Pass n_epochs= or n_iters=.")
-    return balanced_bounds(total, world.size, world.rank)
+    return balanced_bounds(total, mesh.data_size, mesh.data_rank)
 
 
 def _root_seed(args: RunArgs) -> int:

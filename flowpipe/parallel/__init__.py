@@ -12,11 +12,12 @@ from .engines import Engine, StepResult
 from .factory import ENGINES, build_engine
 from .launcher import LaunchError, launch
 from .losses import NormalizedLoss, TorchLoss
+from .mesh import Mesh
 from .plan import DevicePlan, make_plan
 from .precision import MixedPrecision, Precision, make_precision
 from .split import Piece, chunk_sizes, shard_sizes, split_batch
 
-__all__ = ['DevicePlan', 'ENGINES', 'Engine', 'LaunchError', 'LogicalDevice', 'MixedPrecision', 'NormalizedLoss', 'Piece', 'Precision',
+__all__ = ['DevicePlan', 'ENGINES', 'Engine', 'LaunchError', 'LogicalDevice', 'Mesh', 'MixedPrecision', 'NormalizedLoss', 'Piece', 'Precision',
            'StepResult', 'TorchLoss', 'World', 'available_devices', 'build_engine', 'chunk_sizes', 'distributed', 'launch',
            'make_plan', 'make_precision', 'parse_devices', 'shard_sizes', 'split_batch']
 assert __all__ == sorted(__all__)

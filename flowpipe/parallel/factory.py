@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from .engines import DistributedEngine, Engine, ModelParallelEngine, ReplicaEngine, ShardedEngine, SingleEngine
-from .plan import DISTRIBUTED, MODEL_PARALLEL, REPLICAS, SHARDED, SINGLE, DevicePlan
+from .engines import (DistributedEngine, Engine, ModelParallelEngine, PipelineEngine, ReplicaEngine, ShardedEngine,
+                      SingleEngine)
+from .plan import DISTRIBUTED, MODEL_PARALLEL, PIPELINE, REPLICAS, SHARDED, SINGLE, DevicePlan
 from .precision import make_precision
 
 __all__ = ['ENGINES', 'build_engine']
@@ -20,6 +21,7 @@ ENGINES: dict[str, type[Engine]] = {
     MODEL_PARALLEL: ModelParallelEngine,
     DISTRIBUTED: DistributedEngine,
     SHARDED: ShardedEngine,
+    PIPELINE: PipelineEngine,
 }
 
 

@@ -12,28 +12,35 @@ execute it. Its ``engine`` field names the kind of engine that runs it, chosen h
 - ``'distributed'``: one replica per process of a distributed job (``world``), every global batch sharded over
   the ranks before it reaches the model;
 - ``'sharded'``: as ``'distributed'``, with the model's parameters, gradients and optimizer state sharded over the
-  ranks (``sharding``, see ``flowpipe.parallel.sharding``).
+  ranks (``sharding``, see ``flowpipe.parallel.sharding``);
+- ``'pipeline'``: the network cut into stages, one per rank of a pipeline (``pipeline``, see
+  ``flowpipe.parallel.stages``), pipelines replicated over the data-parallel ranks.
+
+Every plan holds its frozen :class:`~flowpipe.parallel.mesh.Mesh` (``plan.mesh``): the named axes (``dp``,
+``shard``, ``pp``) and where this process sits on them; the data side asks it which part of each batch to read.
 """
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from .devices import LogicalDevice, cuda_device_count, parse_devices
+from .devices import LogicalDevice, parse_devices
 from .distributed import World
+from .flags import check_microbatch, check_weights, parse_device_map, rank_device
 from .item_random import DEFAULT as DEFAULT_RANDOMNESS, check_randomness, describe_randomness
 from .losses import describe_loss
+from .mesh import Mesh, make_mesh
 from .sharding import Sharding, make_sharding
 from .speed import check_amp, check_compile, check_memory_format, check_pin_memory, describe_speed
 from .split import Piece, chunk_sizes, shard_sizes, split_batch
+from .stages import Pipelining, make_pipelining
 
 __all__ = ['DevicePlan', 'make_plan']
 
 AUTO = 'auto'
 SINGLE, REPLICAS, MODEL_PARALLEL, DISTRIBUTED = 'single', 'replicas', 'model_parallel', 'distributed'
-SHARDED = 'sharded'
+SHARDED, PIPELINE = 'sharded', 'pipeline'
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,10 @@ class DevicePlan:
             sharding asked for is kept here, and the one device holds the whole model; by keyword.
         randomness: how dropout draws its masks, ``'by_item'`` or ``'torch'`` (``flowpipe.parallel.item_random``);
             by keyword.
+        pipeline: the stages and schedule of a pipelined model (engine ``'pipeline'`` in a distributed job; kept,
+            changing nothing, in one process), or ``None``; by keyword.
+        mesh: the axes and this process's place on them (``make_plan`` sets it; ``None`` only for plans built by
+            hand); by keyword.
     """
 
     devices: tuple[LogicalDevice, ...]
@@ -73,15 +84,18 @@ class DevicePlan:
     world: World | None = field(default=None, kw_only=True)
     sharding: Sharding | None = field(default=None, kw_only=True)
     randomness: str = field(default=DEFAULT_RANDOMNESS, kw_only=True)
+    pipeline: Pipelining | None = field(default=None, kw_only=True)
+    mesh: Mesh | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, str) or not self.engine:
             raise TypeError(f'Expected engine as the name of an engine kind, such as {SINGLE!r}. '
                             f'Received: engine={self.engine!r}.')
         mismatch = ((self.engine == MODEL_PARALLEL) != (self.device_map is not None)
-                    or self.engine in (SINGLE, DISTRIBUTED, SHARDED) and len(self.devices) != 1
-                    or (self.engine in (DISTRIBUTED, SHARDED)) != (self.world is not None)
-                    or (self.engine == SHARDED) != (self.sharding is not None and self.world is not None))
+                    or self.engine in (SINGLE, DISTRIBUTED, SHARDED, PIPELINE) and len(self.devices) != 1
+                    or (self.engine in (DISTRIBUTED, SHARDED, PIPELINE)) != (self.world is not None)
+                    or (self.engine == SHARDED) != (self.sharding is not None and self.world is not None)
+                    or (self.engine == PIPELINE) != (self.pipeline is not None and self.world is not None))
         if mismatch:
             raise ValueError(f'Expected a plan whose engine fits its devices. Received: engine={self.engine!r} with '
                              f'{len(self.devices)} devices, device_map={self.device_map!r} and world={self.world}. '
@@ -121,9 +135,12 @@ class DevicePlan:
         """
         divisor, caveat = describe_loss(loss) if loss is not None else (None, None)
         lines = [f'DevicePlan: {self._placement()}']
+        if self.engine in (DISTRIBUTED, SHARDED) and self.mesh is not None:
+            lines.append(f'  {self.mesh.describe()}')
         if caveat is not None and (self.num_replicas > 1 or self.microbatch or self.world is not None):
             lines.append(f'  {caveat}')
         lines.extend(self._sharding_lines(rank_bytes))
+        lines.extend(self._pipeline_lines())
         lines.extend(self.shared_device_memory(parameter_bytes, buffer_bytes))
         lines.extend(describe_speed(self))
         lines.extend(describe_randomness(self.randomness, self.compile))
@@ -134,7 +151,7 @@ class DevicePlan:
             return '\n'.join(lines)
         local, lines = batch_size, lines + self._world_lines(batch_size)
         if self.world is not None:
-            local = shard_sizes(batch_size, self.world.size)[self.world.rank]
+            local = shard_sizes(batch_size, self.mesh.data_size)[self.mesh.data_rank]
         chunks = self.chunk_sizes(local) if local else ()
         if len(chunks) == 1:
             lines.append(f'  batch {local}: one chunk (no micro-batches)')
@@ -195,12 +212,24 @@ class DevicePlan:
             lines.append(f'  this rank holds: {held}')
         return lines
 
+    def _pipeline_lines(self) -> list[str]:
+        if self.pipeline is None:
+            return []
+        if self.engine != PIPELINE:
+            return [f'  pipeline of {self.pipeline.stages} stages asked for, in one process: nothing to pipeline '
+                    f'over, the device holds the whole model (stages are ranks of a distributed job)']
+        return self.pipeline.describe()
+
     def _world_lines(self, batch_size: int) -> list[str]:
         if self.world is None:
             return []
-        shards = shard_sizes(batch_size, self.world.size)
-        return [f'  global batch {batch_size} over {self.world.size} ranks: shards {list(shards)}, '
-                f'this rank (rank {self.world.rank}) computes {shards[self.world.rank]}']
+        mesh = self.mesh
+        shards = shard_sizes(batch_size, mesh.data_size)
+        if mesh.pp == 1:
+            return [f'  global batch {batch_size} over {self.world.size} ranks: shards {list(shards)}, '
+                    f'this rank (rank {self.world.rank}) computes {shards[self.world.rank]}']
+        return [f'  global batch {batch_size} over {mesh.data_size} pipelines: shards {list(shards)}, this rank\'s '
+                f'pipeline (ranks {list(mesh.group("pp"))}) computes {shards[mesh.data_rank]}']
 
     def _placement(self) -> str:
         names = ', '.join(d.name for d in self.devices)
@@ -210,6 +239,9 @@ class DevicePlan:
             world, kind = self.world, 'sharded data parallel' if self.engine == SHARDED else 'distributed'
             return (f'{kind}, rank {world.rank} of {world.size} (local rank {world.local_rank}), backend '
                     f'{world.backend or "not initialized"}, device {names}')
+        if self.engine == PIPELINE:
+            return (f'pipeline parallel, stage {self.mesh.coordinate("pp")} of {self.mesh.pp} on rank {self.world.rank} '
+                    f'(backend {self.world.backend or "not initialized"}), device {names}; {self.mesh.describe()}')
         if self.engine == MODEL_PARALLEL:
             if self.device_map == AUTO:
                 return f'model parallel, parts balanced by parameter bytes over {names}'
@@ -231,84 +263,21 @@ def _size(size: int) -> str:
     return _mib(size) if size >= 2 ** 20 else f'{size:,} bytes'
 
 
-def _check_microbatch(microbatch: Any) -> int | None:
-    if microbatch is None or microbatch is False:
-        return None
-    if isinstance(microbatch, bool) or not isinstance(microbatch, numbers.Integral):
-        raise TypeError(f'Expected microbatch as an int (items per micro-batch) or None/False to turn it off. '
-                        f'Received: {microbatch!r} of type {type(microbatch).__name__}.')
-    if microbatch < 1:
-        raise ValueError(f'Expected a positive microbatch (items per micro-batch). Received: {microbatch!r}. '
-                         f'Use None or False to turn micro-batches off.')
-    return int(microbatch)
-
-
-def _check_weights(weights: Any, devices: Sequence[LogicalDevice]) -> tuple[float, ...] | None:
-    if weights is None:
-        return None
-    if not isinstance(weights, (list, tuple)):
-        raise TypeError(f'Expected device_weights as a list of numbers, one per device. '
-                        f'Received: {weights!r} of type {type(weights).__name__}.')
-    bad = [w for w in weights if isinstance(w, bool) or not isinstance(w, numbers.Real)]
-    if bad:
-        raise TypeError(f'Expected device_weights to be numbers. Received: {weights!r} (not numbers: {bad!r}).')
-    if len(weights) != len(devices) or any(not w > 0 for w in weights):
-        raise ValueError(f'Expected one positive weight per device ({[d.name for d in devices]}). '
-                         f'Received: device_weights={list(weights)!r}.')
-    return tuple(float(w) for w in weights)
-
-
-def _parse_device_map(device_map: Mapping, device: Any, num_gpus: int | None):
-    if device is not None:
-        raise ValueError(f'Expected the devices of a model-parallel model in device_map only. Received: '
-                         f'device={device!r} together with device_map={dict(device_map)!r}. Drop device, or use '
-                         f"device_map='auto' to balance the model over device.")
-    if not device_map:
-        raise ValueError('Expected device_map to name at least one part. Received: an empty mapping.')
-    parts = []
-    for part, spec in device_map.items():
-        if not isinstance(part, str):
-            raise TypeError(f'Expected device_map keys to be child-module names. Received: {part!r}.')
-        found = parse_devices(spec, num_gpus)
-        if len(found) != 1:
-            raise ValueError(f'Expected one device per part in device_map. Received: {part!r}: {spec!r}, which '
-                             f'is {len(found)} devices ({[d.name for d in found]}).')
-        parts.append((part, found[0]))
-    devices = tuple(dict.fromkeys(dev for _, dev in parts))
-    return tuple(parts), devices
-
-
-def _rank_device(device: Any, world: World, num_gpus: int | None) -> LogicalDevice:
-    """This rank's one device: a CUDA spec names the GPUs the node's ranks share, the CPU is every rank's."""
-    devices = parse_devices(device, num_gpus)
-    cuda = [dev for dev in devices if dev.device.type == 'cuda']
-    if cuda and len(cuda) == len(devices) and not any('#' in dev.name for dev in devices):
-        if len(devices) == 1:       # one GPU named (or the default): each rank of the node takes its own
-            count = cuda_device_count() if num_gpus is None else num_gpus
-            return parse_devices(f'cuda:{world.local_rank % count}', count)[0]
-        return devices[world.local_rank % len(devices)]
-    if len(devices) == 1:
-        return devices[0]
-    raise ValueError(f'Expected one device per process in a distributed job ({world}): replicas inside a process '
-                     f'cannot be combined with ranks. Received: device={device!r}, which is '
-                     f'{[dev.name for dev in devices]}. Use device=\'cpu\', or \'GPU:*\' to give each rank its own '
-                     f'GPU, and start one process per replica instead.')
-
-
 def _distributed_plan(device: Any, chunk: int | None, device_weights: Any, device_map: Any, world: World,
                       num_gpus: int | None) -> DevicePlan:
     for name, value in (('device_map', device_map), ('device_weights', device_weights)):
         if value is not None:
             raise ValueError(f'Expected no {name} in a distributed job ({world}): every rank holds one whole replica '
                              f'and takes an equal shard. Received: {name}={value!r}. Drop {name}.')
-    return DevicePlan((_rank_device(device, world, num_gpus),), chunk, None, None, engine=DISTRIBUTED, world=world)
+    return DevicePlan((rank_device(device, world, num_gpus),), chunk, None, None, engine=DISTRIBUTED, world=world)
 
 
 def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = None, device_map: Any = None,
               amp: bool | str = False, *, memory_format: Any = None, compile: Any = None, pin_memory: Any = 'auto',
               num_gpus: int | None = None, world: World | None = None, sharding: Any = None,
               sharding_units: Any = None, sharding_group: Any = None, sharding_offload: Any = False,
-              randomness: Any = None) -> DevicePlan:
+              randomness: Any = None, pipeline: Any = None, pipeline_split: Any = None,
+              pipeline_schedule: Any = None) -> DevicePlan:
     """Turn the user's flags into a frozen :class:`DevicePlan`, the engine kind included.
 
     The kind: ``'sharded'`` in a distributed job (``world``) with ``sharding``, ``'distributed'`` in one without,
@@ -336,11 +305,14 @@ def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = 
         randomness: ``'by_item'`` (dropout masks keyed by item: the same on every layout) or ``'torch'`` (torch's
             generators, one stream per piece); ``None``: the default (``'torch'`` for a compiled model), see
             ``flowpipe.parallel.item_random.check_randomness``.
+        pipeline, pipeline_split, pipeline_schedule: cut the network into stages over the ranks of a distributed
+            job (kind ``'pipeline'``; see ``flowpipe.parallel.stages``); in one process kept in the plan, changing
+            nothing.
 
     Raises:
         TypeError, ValueError: malformed flags; ``DeviceError``: a device that is not available.
     """
-    chunk = _check_microbatch(microbatch)
+    chunk = check_microbatch(microbatch)
     plan = _placement(device, chunk, device_weights, device_map, num_gpus, world)
     shards = make_sharding(sharding, sharding_units, sharding_group, sharding_offload, world)
     options = {'amp': check_amp(amp, plan.devices), 'memory_format': check_memory_format(memory_format),
@@ -348,7 +320,21 @@ def make_plan(device: Any = None, microbatch: Any = None, device_weights: Any = 
     options['randomness'] = check_randomness(randomness, options['compile'])
     if shards is not None:
         options.update(_sharded(plan, shards, amp, options['amp']))
+    stages = make_pipelining(pipeline, pipeline_split, pipeline_schedule)
+    if stages is not None:
+        options.update(_pipelined(plan, stages, shards))
+    options['mesh'] = make_mesh(world, plan.num_replicas, stages and stages.stages,
+                                None if shards is None or world is None else shards.mesh_shape(world.size))
     return dataclasses.replace(plan, **options)
+
+
+def _pipelined(plan: DevicePlan, stages: Pipelining, shards: Sharding | None) -> dict[str, Any]:
+    """The plan's fields with a pipeline: its kind in a distributed job (one device per rank)."""
+    if plan.engine not in (SINGLE, DISTRIBUTED) or shards is not None and plan.engine == DISTRIBUTED:
+        what = f'sharding={shards.mode!r}' if shards is not None else f'{plan.engine} on {[d.name for d in plan.devices]}'
+        raise ValueError(f"Expected a pipeline in a distributed job (one device per process, no sharding) or one "
+                         f"process on one device. Received: pipeline={stages.stages} with {what}. Drop one of them.")
+    return {'engine': PIPELINE if plan.engine == DISTRIBUTED else plan.engine, 'pipeline': stages}
 
 
 def _sharded(plan: DevicePlan, shards: Sharding, amp: Any, checked_amp: bool | str) -> dict[str, Any]:
@@ -376,7 +362,7 @@ def _placement(device: Any, chunk: int | None, device_weights: Any, device_map: 
     if device_map is None:
         devices = parse_devices(device, num_gpus)
         kind = REPLICAS if len(devices) > 1 else SINGLE
-        return DevicePlan(devices, chunk, _check_weights(device_weights, devices), None, engine=kind)
+        return DevicePlan(devices, chunk, check_weights(device_weights, devices), None, engine=kind)
     if device_weights is not None:
         raise ValueError(f'Expected device_weights only with replicas. Received: device_weights={device_weights!r} '
                          f'with device_map={device_map!r}; a model-parallel model has one replica.')
@@ -387,5 +373,5 @@ def _placement(device: Any, chunk: int | None, device_weights: Any, device_map: 
     if not isinstance(device_map, Mapping):
         raise TypeError(f"Expected device_map as a mapping {{part: device}} or 'auto'. "
                         f'Received: {device_map!r} of type {type(device_map).__name__}.')
-    parts, devices = _parse_device_map(device_map, device, num_gpus)
+    parts, devices = parse_device_map(device_map, device, num_gpus)
     return DevicePlan(devices, chunk, None, parts, engine=MODEL_PARALLEL)

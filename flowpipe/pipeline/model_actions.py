@@ -21,6 +21,7 @@ import numpy as np
 
 from ..data.shards import shard_of, stepping
 from ..errors import ExpressionError
+from ..plan_keys import PLACEMENT_KEYS
 from ..expr import assign, contains_expressions, evaluate
 from ..expr.context import Context, Store
 from .registry import builtin
@@ -32,8 +33,6 @@ __all__ = ['PLACEMENT_KEYS', 'PendingModel', 'declared_model', 'import_model', '
 MODES = ('dynamic', 'static')
 
 
-PLACEMENT_KEYS = ('device', 'microbatch', 'device_weights', 'device_map', 'amp', 'memory_format', 'compile',
-                  'pin_memory')
 
 
 class PendingModel:

@@ -62,7 +62,8 @@ def test_build_engine_builds_the_registered_class_of_the_kind(flags, engine_clas
 def test_an_unknown_kind_is_a_clear_error():
     plan = dataclasses.replace(make_plan(num_gpus=0), engine='pipelined')
     with pytest.raises(ValueError, match=r"among the registered engine kinds \['distributed', 'model_parallel', "
-                                         r"'replicas', 'sharded', 'single'\]\. Received: engine='pipelined'.*ENGINES"):
+                                         r"'pipeline', 'replicas', 'sharded', 'single'\]\. Received: "
+                                         r"engine='pipelined'.*ENGINES"):
         build_engine(Net(), plan)
 
 

@@ -10,9 +10,10 @@ Keys read here (everything else is kept for the network classes, e.g. ``body/fil
 - ``clip_grad_value``, ``clip_grad_norm``, ``gradient_clipping``: see ``flowpipe.models.torch.clipping``
   (``TorchModel`` checks them, the engine clips).
 - ``callbacks``: batchflow's model callbacks, called after every training step (``flowpipe.models.torch.callbacks``).
-- ``device``, ``microbatch``, ``device_weights``, ``device_map``, ``amp``, ``memory_format``, ``compile``,
-  ``pin_memory``, ``sharding``, ``sharding_units``, ``sharding_group``, ``sharding_offload``, ``randomness``: passed
-  to ``flowpipe.parallel`` (sharding: ``flowpipe.parallel.sharding``; randomness: ``flowpipe.parallel.item_random``).
+- the placement keys of ``flowpipe.plan_keys.PLACEMENT_KEYS`` (``device``, ``microbatch``, ``device_weights``,
+  ``device_map``, ``amp``, ``memory_format``, ``compile``, ``pin_memory``, ``sharding*``, ``randomness``,
+  ``pipeline*``): passed to ``flowpipe.parallel`` (sharding: ``flowpipe.parallel.sharding``; randomness:
+  ``flowpipe.parallel.item_random``; pipeline: ``flowpipe.parallel.stages``).
 - ``model``: a ready ``nn.Module`` (or a class / zero-argument callable that makes one).
 - ``profile``: time every training step per torch operation (``TorchModel.show_profile_info``).
 - ``nonfinite_loss``: what a nan or inf training loss does (``flowpipe.models.torch.checks``).
@@ -36,15 +37,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...plan_keys import PLACEMENT_KEYS
+
 __all__ = ['TOP_KEYS', 'ModelSpec', 'as_dtype', 'flat_paths', 'get_path', 'nest', 'parse_config', 'unknown_keys']
 
 #: The top-level model config keys flowpipe reads, in one place: a key read by new code is added here.
-TOP_KEYS = ('amp', 'batch_norm', 'benchmark', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common',
-            'compile', 'decay', 'device', 'device_map', 'device_weights', 'dtype', 'gradient_clipping', 'head',
-            'init_weights', 'initial_block', 'inputs', 'loss', 'memory_format', 'microbatch', 'model', 'name',
-            'nonfinite_loss', 'optimizer', 'output', 'pin_memory', 'placeholder_batch_size', 'profile', 'randomness',
-            'sam_individual_norm', 'sam_rho', 'sharding', 'sharding_group', 'sharding_offload', 'sharding_units',
-            'swa', 'wa', 'weights_averaging')
+#: The placement keys come from ``flowpipe.plan_keys`` (the one list the plan's readers share).
+TOP_KEYS = tuple(sorted({'batch_norm', 'benchmark', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common',
+                         'decay', 'dtype', 'gradient_clipping', 'head', 'init_weights', 'initial_block', 'inputs', 'loss',
+                         'model', 'name', 'nonfinite_loss', 'optimizer', 'output', 'placeholder_batch_size', 'profile',
+                         'sam_individual_norm', 'sam_rho', 'swa', 'wa', 'weights_averaging', *PLACEMENT_KEYS}))
 #: Where a few keys that are often put at the top level belong.
 _KEY_HINTS = {'lr': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
               'learning_rate': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",

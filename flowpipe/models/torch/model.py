@@ -25,6 +25,7 @@ from torch import nn
 
 from ...parallel import build_engine, distributed, make_plan
 from ...parallel.engines.sam import make_sam
+from ...plan_keys import PLAN_KEYS
 from ...torchutils import to_tensor
 from . import batch_size as batch_size_module, export, io
 from .averaging import make_averaging
@@ -43,9 +44,6 @@ from .profiling import OpProfiler, profiled as _profiled
 
 __all__ = ['FETCHES', 'TorchModel', 'check_fetches']
 
-#: config keys passed to ``flowpipe.parallel.make_plan`` as they are
-_PLAN_KEYS = ('device', 'microbatch', 'device_weights', 'device_map', 'amp', 'memory_format', 'compile', 'sharding',
-              'sharding_units', 'sharding_group', 'sharding_offload', 'randomness')
 
 
 class TorchModel(HistoryPlots):
@@ -140,7 +138,7 @@ class TorchModel(HistoryPlots):
         self.averaging = make_averaging(self.spec.config, self.engine, self.optimizer)
 
     def _make_plan(self, world: Any = None) -> Any:
-        return make_plan(**{key: self.spec.get(key) for key in _PLAN_KEYS},
+        return make_plan(**{key: self.spec.get(key) for key in PLAN_KEYS},
                          pin_memory=self.spec.get('pin_memory', 'auto'), world=world)
 
     def _first_input(self) -> str:
