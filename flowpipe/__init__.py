@@ -15,6 +15,7 @@ from .execution.deterministic import deterministic
 from .expr import PP, B, C, D, F, I, L, M, P, R, V, W, PerItem, save_data_to
 from .gpus import set_gpus
 from .pipeline import Pipeline
+from .plotter import Plot, plot
 from .sampler import ConstantSampler, HistoSampler, NumpySampler, Sampler, ScipySampler
 from .progress import CPUMonitor, MemoryMonitor, Notifier, ResourceMonitor, notifier
 from .rank0 import is_main, print0
@@ -25,9 +26,9 @@ Monitor = ResourceMonitor  # batchflow's name for the resource monitor (flowpipe
 __all__ = ['B', 'Batch', 'C', 'CPUMonitor', 'Checkpoint', 'CheckpointError', 'Config', 'ConstantSampler', 'D',
            'Dataset', 'DatasetIndex', 'DeviceError', 'ExpressionError', 'F', 'FilesIndex', 'FolderInUseError',
            'HistoSampler', 'I', 'ImageFolder', 'ImagesBatch', 'L', 'LaunchError', 'M', 'MemoryMonitor',
-           'ModelFileError', 'Monitor', 'Normalizer', 'Notifier', 'NumpySampler', 'P', 'PP', 'PerItem', 'Pipeline', 'Quantizer', 'R',
+           'ModelFileError', 'Monitor', 'Normalizer', 'Notifier', 'NumpySampler', 'P', 'PP', 'PerItem', 'Pipeline', 'Plot', 'Quantizer', 'R',
            'ResourceMonitor', 'RunStopped', 'Sampler', 'ScipySampler', 'SkipBatch', 'StopPipeline',
            'UnknownActionError', 'UnsafeFileError', 'V', 'W', 'action', 'apply_parallel', 'deterministic', 'is_main',
-           'make_rng', 'notifier', 'print0', 'save_data_to', 'set_gpus']
+           'make_rng', 'notifier', 'plot', 'print0', 'save_data_to', 'set_gpus']
 assert __all__ == sorted(__all__)
 __version__ = '0.1.0'
