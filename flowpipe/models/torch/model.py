@@ -34,6 +34,7 @@ from .checks import BatchNormCheck, InputCheck, LossCheck
 from .clipping import read_clipping
 from .config import ModelSpec, as_dtype, flat_paths, nest, parse_config, unknown_keys
 from .decay import make_decay
+from .gradcam import GradCam
 from .history import History, HistoryPlots
 from .inputs import (DEFAULT_INPUT, FETCHES, as_list, by_name, check_fetches, check_output, fetch_value,
                      pick_fetches, require)
@@ -48,7 +49,7 @@ _PLAN_KEYS = ('device', 'microbatch', 'device_weights', 'device_map', 'amp', 'me
               'sharding_units', 'sharding_group', 'sharding_offload', 'randomness')
 
 
-class TorchModel(HistoryPlots):
+class TorchModel(HistoryPlots, GradCam):
     """A trainable PyTorch model configured by a dict with ``'/'`` keys (see ``docs/models.md``).
 
     Args:
