@@ -139,7 +139,8 @@ class Normalizer:
             else:
                 low, high = cls._need(stats, 'min', mode), cls._need(stats, 'max', mode)
             return low, high - low
-        low = cls._need(stats, 'mean', mode) if 'mean' in mode else cls._need(stats, 'min', mode) if mode == 'min' else 0
+        low = cls._need(stats, 'mean', mode) if 'mean' in mode else 0
+        low = cls._need(stats, 'min', mode) if mode == 'min' else low
         return low, cls._need(stats, 'std', mode) if 'std' in mode else 1
 
     @staticmethod

@@ -53,7 +53,7 @@ def parse_data(data: Any, combine: str) -> tuple[list[list[Any]], str]:
     if not data:
         raise ValueError("Expected data to plot. Received: an empty list. Pass an array or a list of arrays.")
     if any(isinstance(item, list) for item in data):
-        return [[_numpy(layer) for layer in item] if isinstance(item, list) else [_numpy(item)] for item in data], 'mixed'
+        return [[_numpy(layer) for layer in (item if isinstance(item, list) else [item])] for item in data], 'mixed'
     if combine == 'overlay':
         return [[_numpy(item) for item in data]], 'overlay'
     return [[_numpy(item)] for item in data], combine
