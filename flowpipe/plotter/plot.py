@@ -77,6 +77,11 @@ def check_keys(config: Mapping[str, Any]) -> None:
                         f"{[p + '_' for p in PREFIXES]}. Received: {unknown}. Check their spelling.")
 
 
+def _check_detach(detach: Any) -> None:
+    if detach not in (True, False, 'save'):
+        raise ValueError(f"Expected detach as True, False or 'save'. Received: detach={detach!r}.")
+
+
 def grid_shape(n: int, ncols: int | None, nrows: int | None, max_ncols: int) -> tuple[int, int]:
     """``(nrows, ncols)`` for ``n`` subplots: at most ``max_ncols`` columns unless told otherwise."""
     if ncols is None and nrows is None:
@@ -111,6 +116,9 @@ class Plot:
         path: save the figure there (``savepath`` is batchflow's name); without it, a backend that shows nothing
             (a script's Agg) gets a ``UserWarning`` naming ``path=``.
         show: ``False`` closes the figure after drawing (and saving): nothing shows it.
+        detach: batchflow's drawing or saving in a background thread (``True``, ``'save'``): accepted, and the
+            figure is drawn and saved in the calling thread (matplotlib's figures are not thread-safe), so the file
+            exists when the call returns.
         **kwargs: figure (``figsize``, ``ncols``, ``nrows``, ``max_ncols``, ``scale``, ``suptitle``, ``dpi``...),
             subplot (``title``, ``xlabel``, ``ylabel``, ``xlim``, ``ylim``, ``log``, ``colorbar``, ``grid``) and layer
             parameters (``cmap``, ``alpha``, ``vmin``, ``vmax``, ``vrange``, ``mask``, ``mask_color``, ``transpose``,
@@ -122,7 +130,8 @@ class Plot:
 
     def __init__(self, data: Any, mode: str = 'image', combine: str = 'overlay', axes: Any = None,
                  path: str | os.PathLike | None = None, savepath: str | os.PathLike | None = None, show: bool = True,
-                 **kwargs: Any) -> None:
+                 detach: bool | str = False, **kwargs: Any) -> None:
+        _check_detach(detach)
         if mode not in DRAW:
             raise ValueError(f"Expected mode as one of {sorted(DRAW)}. Received: mode={mode!r}.")
         check_keys(kwargs)
@@ -181,8 +190,10 @@ class Plot:
             self.figure.tight_layout()
 
     def save(self, path: str | os.PathLike | None = None, savepath: str | os.PathLike | None = None,
-             **kwargs: Any) -> None:
-        """Save the figure (format from the extension); ``kwargs`` go to matplotlib's ``savefig``."""
+             detach: bool = False, **kwargs: Any) -> None:
+        """Save the figure (format from the extension); ``kwargs`` go to matplotlib's ``savefig``. ``detach``
+        (batchflow's saving in a thread) is accepted; the file is written before ``save`` returns."""
+        _check_detach(detach)
         path = path if path is not None else savepath
         if path is None:
             raise TypeError("Expected the file to save the figure to. Received: no path. Pass save('plot.png').")

@@ -34,7 +34,8 @@ def test_one_array_is_one_subplot_saved_to_path(image, tmp_path):
     assert ax.images[0].get_cmap().name == 'viridis'
     assert np.array_equal(ax.images[0].get_array(), image)
     result.save(tmp_path / 'again.pdf')
-    plot(image, savepath=tmp_path / 'batchflow.png')
+    plot(image, savepath=tmp_path / 'batchflow.png', detach='save', show=False).save(tmp_path / 'b.png', detach=True)
+    assert (tmp_path / 'b.png').exists()
     assert (tmp_path / 'again.pdf').exists() and (tmp_path / 'batchflow.png').exists()
 
 
@@ -119,6 +120,8 @@ def test_errors(image):
         plot([image] * 3, combine='separate', ncols=1, nrows=2)
     with pytest.raises(ValueError, match="transpose"):
         plot(np.zeros((3, 8, 8)), show=False)
+    with pytest.raises(ValueError, match="detach"):
+        plot(image, detach='thread', show=False)
     with pytest.raises(ValueError, match="comparison"):
         plot(image, mask={'value': 1}, show=False)
     with pytest.raises(ValueError, match="colour map's name"):
