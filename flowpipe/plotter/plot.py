@@ -1,7 +1,7 @@
 """``plot``: batchflow's plotter of images (grids, titles, colour maps, masks over images), histograms, curves and
 losses, on matplotlib.
 
-The data says what goes where: an array is one subplot; a flat list is one subplot with the arrays one over
+The data says what goes where: an array (or a list of numbers) is one subplot; a flat list is one subplot with the arrays one over
 another (``combine='overlay'``, the default) or one subplot each (``combine='separate'``); a list holding lists
 (``combine='mixed'``, inferred) gives each inner list a subplot of its own, layered. A parameter given as a *list*
 takes one item per subplot and, within a subplot, one per layer, as the data is nested (give pairs such as
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from numbers import Number
 from typing import Any
 
 import numpy as np
@@ -48,8 +49,8 @@ def parse_data(data: Any, combine: str) -> tuple[list[list[Any]], str]:
     """The data as subplots of layers, and the combination it was read with."""
     if combine not in COMBINES:
         raise ValueError(f"Expected combine as one of {COMBINES}. Received: combine={combine!r}.")
-    if not isinstance(data, list):
-        return [[_numpy(data)]], 'overlay'
+    if not isinstance(data, list) or (data and all(isinstance(item, Number) for item in data)):
+        return [[_numpy(data)]], 'overlay'        # a list of numbers is one array (a curve's values)
     if not data:
         raise ValueError("Expected data to plot. Received: an empty list. Pass an array or a list of arrays.")
     if any(isinstance(item, list) for item in data):

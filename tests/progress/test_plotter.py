@@ -81,6 +81,8 @@ def test_histograms_curves_and_losses(tmp_path):
     result = plot([np.arange(5.0), (np.arange(3.0), np.arange(3.0) ** 2)], mode='curve', combine='separate',
                   label=['a', 'b'], xlabel='step', show=False)
     assert np.array_equal(result.axes[1].lines[0].get_ydata(), [0, 1, 4])
+    (ax,) = plot([3, 1, 2], mode='curve', show=False).axes       # a list of numbers is one curve
+    assert len(ax.lines) == 1 and ax.lines[0].get_ydata().tolist() == [3, 1, 2]
     assert [text.get_text() for text in result.axes[0].get_legend().get_texts()] == ['a']
     (ax,) = plot((np.linspace(1, 0, 50), np.full(50, 0.1)), mode='loss', window=10, path=tmp_path / 'loss.pdf').axes
     assert len(ax.lines) == 2 and (tmp_path / 'loss.pdf').exists()
