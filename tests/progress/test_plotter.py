@@ -69,9 +69,11 @@ def test_nested_lists_mix_overlays_and_separate_subplots(image, mask):
     assert len(result.figure.axes) == 4    # two subplots, a colour bar each
 
 
-def test_list_title_of_one_subplot_is_joined(image, mask):
-    (ax,) = plot([image, mask], title=['image', 'mask'], show=False).axes
+def test_list_title_of_one_subplot_is_joined_and_labels_make_a_legend(image, mask):
+    (ax,) = plot([image, mask], title=['image', 'mask'], label=[None, 'mask'], show=False).axes
     assert ax.get_title() == 'image, mask'
+    (handle,) = ax.get_legend().legend_handles
+    assert handle.get_facecolor()[:3] == matplotlib.colors.to_rgb('mediumseagreen')
 
 
 def test_histograms_curves_and_losses(tmp_path):
@@ -93,6 +95,11 @@ def test_value_masking_channels_and_tensors(image):
     torch = pytest.importorskip('torch')
     (ax,) = plot(torch.tensor(image), mask='<0.5', show=False).axes
     assert np.array_equal(np.ma.getmaskarray(ax.images[0].get_array()), image < 0.5)
+    (ax,) = plot(image, vmin='0.1', vmax=0.9, show=False).axes
+    assert np.allclose(ax.images[0].get_clim(), (np.quantile(image, 0.1), 0.9))
+    (ax,) = plot(image - 0.2, vrange=True, show=False).axes
+    low, high = ax.images[0].get_clim()
+    assert low == -high == -np.abs(image - 0.2).max()
     rgb = np.random.default_rng(2).random((3, 8, 8))
     (ax,) = plot(rgb, transpose=(1, 2, 0), show=False).axes
     assert ax.images[0].get_array().shape == (8, 8, 3)
