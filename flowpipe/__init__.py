@@ -15,18 +15,20 @@ from .execution.deterministic import deterministic
 from .expr import PP, B, C, D, F, I, L, M, P, R, V, W, PerItem, save_data_to
 from .gpus import set_gpus
 from .pipeline import Pipeline
+from .plotter import Plot, plot
 from .sampler import ConstantSampler, HistoSampler, NumpySampler, Sampler, ScipySampler
 from .progress import CPUMonitor, MemoryMonitor, Notifier, ResourceMonitor, notifier
 from .rank0 import is_main, print0
+from .transforms import Normalizer, Quantizer
 
 Monitor = ResourceMonitor  # batchflow's name for the resource monitor (flowpipe.progress.Monitor is the bar's)
 
 __all__ = ['B', 'Batch', 'C', 'CPUMonitor', 'Checkpoint', 'CheckpointError', 'Config', 'ConstantSampler', 'D',
            'Dataset', 'DatasetIndex', 'DeviceError', 'ExpressionError', 'F', 'FilesIndex', 'FolderInUseError',
            'HistoSampler', 'I', 'ImageFolder', 'ImagesBatch', 'L', 'LaunchError', 'M', 'MemoryMonitor',
-           'ModelFileError', 'Monitor', 'Notifier', 'NumpySampler', 'P', 'PP', 'PerItem', 'Pipeline', 'R',
+           'ModelFileError', 'Monitor', 'Normalizer', 'Notifier', 'NumpySampler', 'P', 'PP', 'PerItem', 'Pipeline', 'Plot', 'Quantizer', 'R',
            'ResourceMonitor', 'RunStopped', 'Sampler', 'ScipySampler', 'SkipBatch', 'StopPipeline',
            'UnknownActionError', 'UnsafeFileError', 'V', 'W', 'action', 'apply_parallel', 'deterministic', 'is_main',
-           'make_rng', 'notifier', 'print0', 'save_data_to', 'set_gpus']
+           'make_rng', 'notifier', 'plot', 'print0', 'save_data_to', 'set_gpus']
 assert __all__ == sorted(__all__)
 __version__ = '0.1.0'

@@ -33,5 +33,5 @@ def test_batchflow_modules_are_flowpipe_modules(alias):
 
 
 def test_missing_module_is_a_module_not_found_error(alias):
-    with pytest.raises(ModuleNotFoundError, match='flowpipe.plotter'):
-        import batchflow.plotter  # noqa: F401
+    with pytest.raises(ModuleNotFoundError, match='flowpipe.utils_telegram'):
+        import batchflow.utils_telegram  # noqa: F401

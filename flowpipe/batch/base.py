@@ -335,6 +335,21 @@ class Batch:
         apply_to_items(self, func, src, dst, p, args, kwargs, workers_for(target, workers), requires_rng)
         return self
 
+    def assemble(self, all_results: Sequence[Any], dst: str | Sequence[str] | None = None,
+                 src: str | Sequence[str] | None = None, dst_default: str | Sequence[str] | None = None) -> Batch:
+        """Put one result per item into components (batchflow's ``_assemble``); returns the batch.
+
+        The components are ``dst``, else ``src``, else ``dst_default`` (``'components'``: all of the batch's); for
+        several, each result holds one value per component. A failed item (an exception among the results) raises
+        ``RuntimeError``.
+        """
+        from .parallel import assemble
+        names = next((names for names in (dst, src, dst_default) if names is not None), None)
+        assemble(self, all_results, self.components if names == 'components' else names)
+        return self
+
+    _assemble = assemble
+
     def subset(self, positions: Any) -> Batch:
         """A new batch of the items at ``positions`` (same class, dataset and components)."""
         positions = np.asarray(positions, dtype=np.intp) if not isinstance(positions, slice) else positions

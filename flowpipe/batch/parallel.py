@@ -17,7 +17,7 @@ from flowpipe.data.arrays import object_array
 from flowpipe.expr import PerItem
 from flowpipe.expr.special import accepts_rng, draw_for_items
 
-__all__ = ['accepts_rng', 'apply_parallel', 'apply_to_items', 'collect', 'is_per_item', 'run_items',
+__all__ = ['accepts_rng', 'apply_parallel', 'apply_to_items', 'assemble', 'collect', 'is_per_item', 'run_items',
            'workers_for']
 
 _NUMBERS = (int, float, bool, complex, np.generic)
@@ -105,10 +105,33 @@ def _apply_pair(batch: Any, func: Callable, source: Any, target: Any, selected: 
     for name, values in zip(targets, outputs):
         if len(selected) != size:
             values = _fill_unselected(values, selected, columns, sources, targets, name, size)
-        if name in batch.components:
-            setattr(batch, name, collect(values))
-        else:
-            batch.add_components(name, collect(values))
+        _store(batch, name, values)
+
+
+def _store(batch: Any, name: str, values: list) -> None:
+    """Component ``name`` (added when new) set to ``values`` collected into one array."""
+    if name in batch.components:
+        setattr(batch, name, collect(values))
+    else:
+        batch.add_components(name, collect(values))
+
+
+def assemble(batch: Any, results: Sequence[Any], dst: str | Sequence[str] | None) -> None:
+    """Write per-item ``results`` into ``dst``: one component takes them as they are, several a tuple (or row)
+    per item, split. An exception among the results (a failed item) raises ``RuntimeError`` instead."""
+    failures = [result for result in results if isinstance(result, BaseException)]
+    if failures:
+        raise RuntimeError(f"Could not assemble the batch: {len(failures)} of {len(results)} items failed, the "
+                           f"first with {failures[0]!r}. Fix the per-item function.") from failures[0]
+    if dst is None:
+        raise ValueError("Expected the components to fill. Received: dst=None, src=None, dst_default=None. "
+                         "Pass dst='name' or dst=['a', 'b'].")
+    targets = [dst] if isinstance(dst, str) else list(dst)
+    if len(results) != len(batch):
+        raise ValueError(f"Expected one result per item ({len(batch)}). Received: {len(results)} results.")
+    outputs = [list(results)] if len(targets) == 1 else _unzip(results, len(targets))
+    for name, values in zip(targets, outputs):
+        _store(batch, name, values)
 
 
 class _Zipped:
@@ -165,7 +188,7 @@ def _item_call(batch: Any, func: Callable, items: Any, args: tuple, kwargs: dict
 
 def _unzip(results: list, count: int) -> list[list]:
     for result in results:
-        if not isinstance(result, (tuple, list)) or len(result) != count:
+        if not isinstance(result, (tuple, list, np.ndarray)) or len(result) != count:
             raise ValueError(f"Expected func to return {count} values per item, one per dst component. "
                              f"Received: {result!r:.80}")
     return [[result[k] for result in results] for k in range(count)]

@@ -203,3 +203,29 @@ def test_apply_parallel_decorator_makes_a_per_item_action():
     assert list(batch.scaled) == [1, 12, 23]
     assert list(batch.negate().negated) == [0, -1, -2]
     assert batch.scale(2).images[2, 1] == 10
+
+
+def test_assemble_puts_results_into_components():
+    batch = PairBatch(np.arange(3))
+    assert batch.assemble([np.zeros(2), np.ones(2), np.full(2, 2.0)], dst='new') is batch
+    assert batch.new.shape == (3, 2) and batch.new[2].tolist() == [2, 2]
+    batch.assemble([(1, 'a'), (2, 'b'), (3, 'c')], dst=['first', 'second'])
+    assert batch.first.tolist() == [1, 2, 3] and list(batch.second) == ['a', 'b', 'c']
+    batch.assemble(np.array([[5, 6], [7, 8], [9, 10]]), dst_default=['first', 'second'])
+    assert batch.first.tolist() == [5, 7, 9] and batch.second.tolist() == [6, 8, 10]
+    batch.assemble([4, 5, 6], src='first')
+    assert batch.first.tolist() == [4, 5, 6]
+
+
+def test_assemble_all_components_and_failures():
+    batch = PairBatch(np.arange(2))
+    batch.assemble([(0, 1), (2, 3)], dst_default='components')
+    assert [getattr(batch, name).tolist() for name in batch.components] == [[0, 2], [1, 3]]
+    with pytest.raises(RuntimeError, match='1 of 2 items failed.*boom'):
+        batch.assemble([ValueError('boom'), 1], dst='images')
+    with pytest.raises(ValueError, match='Expected the components to fill'):
+        batch.assemble([1, 2])
+    with pytest.raises(ValueError, match='one result per item'):
+        batch.assemble([1], dst='images')
+    with pytest.raises(ValueError, match='2 values per item'):
+        batch.assemble([(1,), (2,)], dst=['a', 'b'])

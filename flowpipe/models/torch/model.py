@@ -35,6 +35,7 @@ from .checks import BatchNormCheck, InputCheck, LossCheck
 from .clipping import read_clipping
 from .config import ModelSpec, as_dtype, flat_paths, nest, parse_config, unknown_keys
 from .decay import make_decay
+from .gradcam import GradCam
 from .history import History, HistoryPlots
 from .inputs import (DEFAULT_INPUT, FETCHES, as_list, by_name, check_fetches, check_output, fetch_value,
                      pick_fetches, require)
@@ -46,7 +47,7 @@ __all__ = ['FETCHES', 'TorchModel', 'check_fetches']
 
 
 
-class TorchModel(HistoryPlots):
+class TorchModel(HistoryPlots, GradCam):
     """A trainable PyTorch model configured by a dict with ``'/'`` keys (see ``docs/models.md``).
 
     Args:
