@@ -24,7 +24,8 @@ def make_data(root: str, classes: int, per_class: int) -> None:
     """Write Digits, resized to 32x32, as ``root/train/<digit>/<id>.png`` and ``root/val/<digit>/<id>.png``: the
     first ``per_class`` images of each of the first ``classes`` digits, into a new or empty folder."""
     if os.path.isdir(root) and os.listdir(root):
-        raise SystemExit(f"Expected a new or empty folder for --make-data. Received: {root!r}, which holds files.")
+        raise SystemExit(f"Expected a new or empty folder for --make-data. Received: {root!r}, which holds files; "
+                         "name a new folder.")
     digits = Digits()
     for part, name in ((digits.train, 'train'), (digits.test, 'val')):
         for label in range(classes):
