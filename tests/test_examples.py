@@ -1,4 +1,6 @@
-"""The ports in ``examples/`` run on small settings and end with ``accuracy=<share> steps=<optimizer steps>``."""
+"""The ports in ``examples/`` run on small settings and end with ``accuracy=<share> steps=<optimizer steps>``
+(``imagenet.py``: ``top1=<share> top5=<share> best=<share> steps=<optimizer steps>``). Its exact resume and
+``scripts/mnist_reference.py`` are slow-marked (run in CI)."""
 import math
 import os
 import re
@@ -7,18 +9,32 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from flowpipe.models.torch import ResNet18
 
 ROOT = Path(__file__).resolve().parents[1]
-LAST_LINE = re.compile(r'accuracy=(0\.\d+|1\.0+) steps=(\d+)')
+SHARE = r'(0\.\d+|1\.0+)'
+LAST_LINE = re.compile(rf'accuracy={SHARE} steps=(\d+)')
+IMAGENET_LINE = re.compile(rf'top1={SHARE} top5={SHARE} best={SHARE} steps=(\d+)')
+
+
+def run_script(path: Path, *args: str) -> list[str]:
+    """Run a script of this checkout as a user would, with this checkout's flowpipe; the lines it printed."""
+    env = {**os.environ, 'PYTHONPATH': f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()
+
+
+def launch(name: str, *args: str) -> str:
+    """Run ``examples/<name>``; its last printed line."""
+    return (run_script(ROOT / 'examples' / name, *args) or [''])[-1]
 
 
 def run_example(name: str, *args: str) -> tuple[float, int, str]:
-    """Run ``examples/<name>`` with this checkout's flowpipe; its test accuracy, optimizer steps and last line."""
-    env = {**os.environ, 'PYTHONPATH': f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, str(ROOT / 'examples' / name), *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    last = done.stdout.strip().splitlines()[-1]
+    """Run ``examples/<name>``; its test accuracy, optimizer steps and last line."""
+    last = launch(name, *args)
     match = LAST_LINE.fullmatch(last)
     assert match, f"unexpected last line {last!r}"
     return float(match[1]), int(match[2]), last
@@ -30,6 +46,20 @@ def test_pytorch_mnist_takes_dataloaders_steps_and_learns():
     accuracy, steps, _ = run_example('pytorch_mnist.py', '--epochs', '2', '--subset', '330', '--seed', '3')
     assert steps == 2 * math.ceil(330 / 64) == 12
     assert accuracy > 0.3         # chance is 0.1 over ten digits
+    # the variants docs/porting.md compares: one stream of batches cut across the epochs
+    _, steps, _ = run_example('pytorch_mnist.py', '--epochs', '2', '--subset', '330', '--seed', '3',
+                              '--no-whole-epochs', '--no-shuffle', '--randomness', 'torch')
+    assert steps == math.ceil(2 * 330 / 64) == 11
+
+
+@pytest.mark.slow
+def test_mnist_reference_loop_takes_dataloaders_steps_and_learns():
+    # scripts/mnist_reference.py: the original's loop in plain PyTorch, on all 1,437 training digits
+    lines = run_script(ROOT / 'scripts' / 'mnist_reference.py', '--epochs', '1', '--seeds', '2')
+    assert len(lines) == 1
+    match = re.fullmatch(rf'seed=2 accuracy={SHARE} steps=(\d+)', lines[0])
+    assert match, f"unexpected line {lines[0]!r}"
+    assert int(match[2]) == math.ceil(1437 / 64) == 23 and float(match[1]) > 0.3
 
 
 def test_keras_mlp_learns_and_gives_the_same_numbers_on_every_layout():
@@ -41,3 +71,60 @@ def test_keras_mlp_learns_and_gives_the_same_numbers_on_every_layout():
         assert steps == 3 * math.ceil(320 / 256) == 6
         assert accuracy > 0.2         # chance is 0.1
     assert lines['data'] == lines['single'] == lines['model']
+
+
+def run_imagenet(*args: str) -> tuple[dict[str, float], str]:
+    """Run ``examples/imagenet.py``; the numbers of its last line (top1, top5, best, steps) and the line."""
+    last = launch('imagenet.py', *args)
+    match = IMAGENET_LINE.fullmatch(last)
+    assert match, f"unexpected last line {last!r}"
+    return dict(zip(('top1', 'top5', 'best', 'steps'), map(float, match.groups()))), last
+
+
+def best_weights(folder: Path) -> tuple[str, dict]:
+    """The one model file ``ModelCheckpoint`` kept in ``folder/best``, loaded: its name and its weights."""
+    files = sorted((folder / 'best').glob('*.model'))
+    assert len(files) == 1, files
+    return files[0].name, ResNet18.from_file(str(files[0])).model.state_dict()
+
+
+SMALL = ('--image-size', '16', '--width', '8', '-b', '16', '--lr', '0.02', '--seed', '0')
+
+
+@pytest.fixture(scope='module')
+def imagenet(tmp_path_factory) -> tuple[Path, dict[str, float], str]:
+    """A Digits ImageFolder made by ``--make-data`` (6 classes of 8 images) and a 2-epoch run on it: the folder
+    (``data/``, ``whole/``: that run's checkpoints), the run's numbers and its last line."""
+    folder = tmp_path_factory.mktemp('imagenet')
+    launch('imagenet.py', '--make-data', str(folder / 'data'), '--classes', '6', '--per-class', '8')
+    numbers, line = run_imagenet('--data', str(folder / 'data'), *SMALL, '--epochs', '2',
+                                 '--checkpoints', str(folder / 'whole'))
+    return folder, numbers, line
+
+
+def test_imagenet_trains_on_a_made_imagefolder_and_keeps_the_best_model(imagenet):
+    folder, whole, _ = imagenet
+    assert sorted(path.name for path in (folder / 'data' / 'val').iterdir()) == [str(digit) for digit in range(6)]
+    # 48 training images in batches of 16: 3 steps per epoch
+    assert whole['steps'] == 2 * math.ceil(48 / 16) == 6
+    assert 0 <= whole['top1'] <= whole['top5'] <= 1 and whole['top1'] <= whole['best']
+    name, _ = best_weights(folder / 'whole')
+    # the best file validates to the best epoch's top-1
+    evaluated, _ = run_imagenet('--data', str(folder / 'data'), *SMALL,
+                                '--evaluate', str(folder / 'whole' / 'best' / name))
+    epoch = int(name.removeprefix('epoch-').removesuffix('.model'))
+    assert evaluated['top1'] == whole['best'] and evaluated['steps'] == 3 * (epoch + 1)
+
+
+@pytest.mark.slow
+def test_imagenet_resumes_a_shorter_run_to_the_uninterrupted_one(imagenet):
+    folder, _, whole_line = imagenet
+    common = ('--data', str(folder / 'data'), *SMALL, '--checkpoints', str(folder / 'resumed'))
+    shorter, _ = run_imagenet(*common, '--epochs', '1', '-j', '0')
+    assert shorter['steps'] == 3
+    _, resumed_line = run_imagenet(*common, '--epochs', '2', '--resume')
+    assert resumed_line == whole_line
+    name, weights = best_weights(folder / 'whole')
+    resumed_name, resumed_weights = best_weights(folder / 'resumed')
+    assert resumed_name == name and weights.keys() == resumed_weights.keys()
+    assert all(torch.equal(weights[key], resumed_weights[key]) for key in weights)

@@ -101,12 +101,14 @@ class ImagesBatch(GeometryActions, PixelActions, VisionActions):
         return merged
 
     @action
-    def resize(self, size: Sequence[int | None] | None = None, mode: str | None = None, src: str = 'images',
+    def resize(self, size: int | Sequence[int | None] | None = None, mode: str | None = None, src: str = 'images',
                dst: str | None = None, p: float | None = None, resample: str | int | None = None) -> ImagesBatch:
         """Resize images to ``size=(width, height)`` (PIL's order): ``resize((64, 32))`` gives 32 rows.
 
         Args:
-            size: ``(width, height)``, positional or keyword; one of them ``None`` keeps the aspect ratio.
+            size: ``(width, height)``, positional or keyword; one of them ``None`` keeps the aspect ratio. An int
+                is the shorter side, as torchvision's ``Resize(int)``: the longer one becomes
+                ``int(size * longer / shorter)`` (``resize(256)`` makes a 500x375 image 341x256).
             mode: ``'bilinear'`` (the default; antialiased when shrinking, within 1 grey level of Pillow),
                 ``'bicubic'`` (torch's sharper cubic kernel, a=-0.75) or ``'nearest'``.
             resample: batchflow's (PIL's) name for ``mode``; PIL's constants 0 (``NEAREST``), 2 (``BILINEAR``)
@@ -116,7 +118,11 @@ class ImagesBatch(GeometryActions, PixelActions, VisionActions):
             raise TypeError("Expected resize(size) with size=(width, height). Received: no size. "
                             "Call e.g. .resize((32, 32)).")
         mode = _resize_mode(mode, resample)
-        if isinstance(size, Sequence) and len(size) == 2 and (size[0] is None) != (size[1] is None):
+        if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+            if size <= 0:
+                raise ValueError(f"Expected size as (width, height) or a positive int (the shorter side). "
+                                 f"Received: size={size!r}. Pass e.g. size=256.")
+        elif isinstance(size, Sequence) and len(size) == 2 and (size[0] is None) != (size[1] is None):
             check_size(tuple(1 if v is None else v for v in size))
         else:
             check_size(size)
@@ -124,9 +130,7 @@ class ImagesBatch(GeometryActions, PixelActions, VisionActions):
 
         def kernel(images: Any, positions: np.ndarray) -> Any:
             height, width = images.shape[2:]
-            target = (size[0] or max(1, int(width * size[1] / height)),
-                      size[1] or max(1, int(height * size[0] / width)))
-            return resize(images, target, mode)
+            return resize(images, _target_size(size, width, height), mode)
         return self._apply(kernel, src, dst, p)
 
     @action
@@ -227,6 +231,14 @@ class ImagesBatch(GeometryActions, PixelActions, VisionActions):
                 os.makedirs(os.path.dirname(files[position]), exist_ok=True)
                 image_module.fromarray(image[..., 0] if image.shape[2] == 1 else image).save(files[position])
         return self
+
+
+def _target_size(size: Any, width: int, height: int) -> tuple[int, int]:
+    """The ``(width, height)`` that ``resize(size)`` gives an image of ``width`` x ``height``."""
+    if not isinstance(size, Sequence):                  # torchvision's Resize(int): the shorter side
+        longer = int(int(size) * max(width, height) / min(width, height))
+        return (int(size), longer) if width <= height else (longer, int(size))
+    return (size[0] or max(1, int(width * size[1] / height)), size[1] or max(1, int(height * size[0] / width)))
 
 
 def _dump_path(dst: str | os.PathLike, item: Any, fmt: str | None) -> str:

@@ -139,3 +139,17 @@ def test_dump_keeps_the_folders_of_relative_ids_and_never_overwrites_a_file(tmp_
     assert (tmp_path / 'out' / 'dog' / '001.png.png').read_bytes() == b'a file of the user'
     batch.dump(tmp_path / 'out', overwrite=True)
     assert np.array_equal(np.asarray(image_module.open(tmp_path / 'out' / 'dog' / '001.png.png')), images[1])
+
+
+@pytest.mark.parametrize('size', [4, np.int64(4)])
+def test_resize_with_an_int_sets_the_shorter_side_as_torchvisions_resize(size):
+    # torchvision's Resize(4): the shorter side becomes 4, the longer int(4 * longer / shorter)
+    out = make_batch(ragged((10, 15, 3), (15, 10, 3), (6, 6, 3))).resize(size).images
+    assert [item.shape for item in out] == [(4, 6, 3), (6, 4, 3), (4, 4, 3)]
+    assert make_batch(random_images(n=1, height=375, width=500)).resize(256).images.shape == (1, 256, 341, 3)
+
+
+@pytest.mark.parametrize('size', [0, -3])
+def test_resize_with_a_non_positive_int_names_the_shorter_side(size):
+    with pytest.raises(ValueError, match=rf'positive int \(the shorter side\)\. Received: size={size}'):
+        make_batch(random_images()).resize(size)
