@@ -16,10 +16,12 @@ from typing import IO, Any, Callable
 __all__ = ['dump_atomically', 'write_text_atomically']
 
 
-def dump_atomically(value: Any, path: str | os.PathLike) -> None:
-    """Pickle ``value`` with dill into ``path`` atomically (the folder is made when missing)."""
-    import dill
-    _write_atomically(path, lambda file: dill.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL))
+def dump_atomically(value: Any, path: str | os.PathLike, pickle_module: Any = None) -> None:
+    """Pickle ``value`` with dill (or ``pickle_module``, a module with pickle's ``dump``) into ``path`` atomically
+    (the folder is made when missing)."""
+    if pickle_module is None:
+        import dill as pickle_module
+    _write_atomically(path, lambda file: pickle_module.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def write_text_atomically(text: str, path: str | os.PathLike) -> None:

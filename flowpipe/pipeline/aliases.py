@@ -119,13 +119,16 @@ class PipelineAliases:
 
     def load_model_now(self, name: str, model_class: Any = None, mode: str = 'dynamic', path: Any = None,
                        config: Any = None, trusted: bool = False) -> None:
-        """Load the model ``name`` from ``path`` now (as the action ``load_model`` does on a batch)."""
+        """Load the model ``name`` from ``path`` now (as the action ``load_model`` does on a batch); named
+        expressions among the arguments (batchflow's ``C('model_class')``) take the pipeline's config."""
+        from ..expr.base import evaluate
         from ..expr.context import Context
         from .model_actions import load_model
         if path is None:
             raise TypeError("Expected load_model_now(name, path=...). Received: no path")
         context = Context(dataset=self.dataset, config=self._config, variables=self.variables, models=self.models,
                           pipeline=self)
+        model_class, path, config = (evaluate(value, context) for value in (model_class, path, config))
         load_model(context, name, *((path,) if model_class is None else (model_class, path)), config=config,
                    trusted=trusted)
 

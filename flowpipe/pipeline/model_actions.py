@@ -321,19 +321,17 @@ def save_model(ctx: Context, name: str, path: Any) -> None:
 
 
 @builtin()
-def load_model(ctx: Context, name: str, *args: Any, config: Mapping | None = None, trusted: bool = False) -> None:
-    """Load the model ``name``: ``(name, path)`` or ``(name, model_class, path)``, once; read safely unless
-    ``trusted`` (``TorchModel.from_file``).
+def load_model(ctx: Context, name: str, *args: Any, path: Any = None, config: Mapping | None = None,
+               trusted: bool = False) -> None:
+    """Load the model ``name``: ``(name, path)`` or ``(name, model_class, path)`` (or batchflow's ``(name,
+    model_class, 'dynamic', path=path)``), once; read safely unless ``trusted`` (``TorchModel.from_file``).
 
     With a path only, an existing built model loads the weights in place (keeping its devices); otherwise a new
     model is made from the file, its class and config, with ``config`` items (``device``...) overriding them.
     Like ``init_model``, the action loads once per pipeline: later batches and runs train on the loaded model,
     until ``reset('models')`` (or ``'all'``) forgets it or ``init_model``/``import_model`` register it anew.
     """
-    if len(args) not in (1, 2):
-        raise TypeError(f"Expected load_model(name, path) or load_model(name, model_class, path). "
-                        f"Received: {len(args) + 1} positional arguments.")
-    model_class, path = (None, args[0]) if len(args) == 1 else args
+    model_class, path = _load_arguments(args, path)
     source = os.path.abspath(os.fspath(path))
     if _is_loaded(ctx.models, name, source):
         return
@@ -348,6 +346,20 @@ def load_model(ctx: Context, name: str, *args: Any, config: Mapping | None = Non
             current = ctx.models[name] = io.load(path, model_class=model_class, trusted=trusted,
                                                  **dict(config or {}))
         _loads(ctx.models)[name] = (weakref.ref(current), source)
+
+
+def _load_arguments(args: tuple, path: Any) -> tuple[Any, Any]:
+    """``(model_class or None, path)`` of ``load_model``'s arguments, in flowpipe's or batchflow's form."""
+    if path is None and len(args) in (1, 2):
+        return (None, args[0]) if len(args) == 1 else args
+    if path is not None and len(args) == 2 and args[1] != 'dynamic':
+        raise ValueError(f"Expected load_model(name, model_class, 'dynamic', path=...) with a path keyword: flowpipe "
+                         f"loads a model at its first batch, as batchflow's 'dynamic' mode. Received: mode={args[1]!r}.")
+    if path is None or len(args) > 2:
+        raise TypeError(f"Expected load_model(name, path), load_model(name, model_class, path) or load_model(name, "
+                        f"model_class, 'dynamic', path=path). Received: {len(args) + 1} positional arguments and "
+                        f"path={path!r}.")
+    return (args[0] if args else None), path
 
 
 def _loads(models: Store) -> dict:

@@ -112,8 +112,8 @@ def test_bad_arguments_name_the_fix(tmp_path):
         model.save(tmp_path / 'net.pkl', ignore_attributes=('optimizer',))
     with pytest.raises(ValueError, match="fmt=None.*batch_size"):
         model.save(tmp_path / 'net.pkl', batch_size=4)
-    with pytest.raises(ValueError, match='pickle_module'):
-        model.save(tmp_path / 'net.pkl', pickle_module=__import__('pickle'))
+    with pytest.raises(ValueError, match='pickle_module=None, dill or pickle'):
+        model.save(tmp_path / 'net.pkl', pickle_module=__import__('json'))
     with pytest.raises(ValueError, match="opset_version only with fmt='onnx'"):
         model.save(tmp_path / 'net.pkl', fmt='export', opset_version=18)
     with pytest.raises(ValueError, match="jit='trace' or 'script'"):
@@ -141,3 +141,34 @@ def test_replicas_export_their_primary_and_a_bare_file_loads_by_fmt(tmp_path):
     for path, fmt in ((tmp_path / 'net.ts', 'torchscript'), (tmp_path / 'weights.bin', 'safetensors')):
         fresh = SimpleCNN({**CONFIG, 'batch_norm': False}).load(path, fmt=fmt)
         np.testing.assert_allclose(fresh.predict(images=images), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_batchflow_load_forms_pt_and_pickle_module(tmp_path):
+    import pickle
+
+    import dill
+    pytest.importorskip('safetensors')
+    model = _trained()
+    model.save(tmp_path / 'own.pkl')
+    model.save(tmp_path / 'meta.pkl', fmt='safetensors')
+    model.save(tmp_path / 'plain.pkl', pickle_module=pickle)
+    model.save(tmp_path / 'plain_meta.pkl', fmt='safetensors', pickle_module=pickle)
+    for name in ['plain.pkl', 'plain_meta.pkl']:        # written by pickle itself: its reader takes them
+        with open(tmp_path / name, 'rb') as file:
+            assert isinstance(pickle.load(file), dict)
+    for name in ['own.pkl', 'meta.pkl', 'plain.pkl', 'plain_meta.pkl']:   # batchflow's fmt='pt': a file of save
+        for pickle_module in [None, dill, pickle]:
+            fresh = SimpleCNN(CONFIG).load(tmp_path / name, fmt='pt', pickle_module=pickle_module)
+            np.testing.assert_array_equal(fresh.predict(images=_images()), model.predict(images=_images()))
+    for name in ['own.pkl', 'meta.pkl']:                # a model without a shape is built by the file's config
+        state = torch.random.get_rng_state()
+        bare = SimpleCNN({'loss': 'mse'}).load(tmp_path / name)
+        assert torch.equal(torch.random.get_rng_state(), state)
+        assert bare.spec.get('loss') == 'mse' and bare.config['inputs']['images']['shape'] == (1, 8, 8)
+        np.testing.assert_array_equal(bare.predict(images=_images()), model.predict(images=_images()))
+    with pytest.raises(ModelFileError, match='Load it with SimpleCNN'):
+        MLP().load(tmp_path / 'own.pkl')
+    with pytest.raises(ValueError, match='pickle_module=None, dill or pickle'):
+        SimpleCNN(CONFIG).load(tmp_path / 'own.pkl', pickle_module=__import__('json'))
+    with pytest.raises(ValueError, match=r"fmt as None \('pt'\)"):
+        SimpleCNN(CONFIG).load(tmp_path / 'own.pkl', fmt='openvino')

@@ -162,6 +162,25 @@ def test_save_and_load_actions(digits, tmp_path):
     assert in_place.m('net').iteration == 2
 
 
+def test_batchflow_forms_of_load_model_and_load_model_now(digits, tmp_path):
+    path = str(tmp_path / 'net.pkl')
+    trained = (_template('dynamic', SimpleCNN, 'net', config=CONFIG) << digits.train).save_model('net', path)
+    trained.run(16, n_iters=2, seed=0)
+    expected = trained.m('net').predict(images=np.ones((3, 1, 12, 12), 'float32'))
+    action = Pipeline().load_model('net', C('model_class'), 'dynamic', path=path) << digits.test
+    now = Pipeline() << digits.test << {'model_class': SimpleCNN}
+    now.load_model_now('net', C('model_class'), 'dynamic', path=path)
+    for pipeline in [action << {'model_class': SimpleCNN}, now]:
+        pipeline.next_batch(4)
+        assert type(pipeline.m('net')) is SimpleCNN
+        np.testing.assert_array_equal(pipeline.m('net').predict(images=np.ones((3, 1, 12, 12), 'float32')),
+                                      expected)
+    with pytest.raises(ValueError, match="'dynamic'"):
+        (Pipeline().load_model('net', SimpleCNN, 'static', path=path) << digits.test).next_batch(4)
+    with pytest.raises(TypeError, match='positional arguments and path='):
+        (Pipeline().load_model('net', SimpleCNN, 'dynamic', path, path=path) << digits.test).next_batch(4)
+
+
 @pytest.mark.parametrize('loader', [
     lambda path: Pipeline().load_model('net', MLP, path),
     lambda path: Pipeline().init_model('dynamic', SimpleCNN, 'net', config=CONFIG).load_model('net', path),

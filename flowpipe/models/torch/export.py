@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pickle
 import tempfile
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -55,12 +56,19 @@ def require(module: str, fmt: str) -> Any:
                           f"{error}. {_INSTALL}.") from error
 
 
+def check_pickle_module(pickle_module: Any) -> None:
+    """batchflow's ``pickle_module`` of ``save`` and ``load``: dill (flowpipe's, None) or pickle, whose streams
+    flowpipe's safe reader reads alike."""
+    if pickle_module not in (None, dill, pickle):
+        raise ValueError(f"Expected pickle_module=None, dill or pickle: flowpipe writes its files with one of them "
+                         f"and reads them with its own safe reader. Received: pickle_module={pickle_module!r}. "
+                         "Remove it.")
+
+
 def check_save_options(fmt: str | None, pickle_module: Any, ignore_attributes: Any, pickle_metadata: bool,
                        batch_size: int | None, opset_version: int | None, kwargs: dict) -> None:
     """Refuse batchflow's ``save`` arguments that would not do here what they do in batchflow."""
-    if pickle_module not in (None, dill):
-        raise ValueError(f"Expected pickle_module=None or dill: flowpipe writes its files with dill (and reads them "
-                         f"with it). Received: pickle_module={pickle_module!r}. Remove it.")
+    check_pickle_module(pickle_module)
     if ignore_attributes:
         raise ValueError(f"Expected no ignore_attributes: flowpipe's file always holds the optimizer and scheduler "
                          f"state, so that training resumes exactly. Received: ignore_attributes={ignore_attributes!r}."
@@ -78,9 +86,9 @@ def check_save_options(fmt: str | None, pickle_module: Any, ignore_attributes: A
 
 def export_file(model: 'TorchModel', path: str, fmt: str, batch_size: int | None = None,
                 opset_version: int | None = None, pickle_metadata: bool = True, jit: str = 'trace',
-                **kwargs: Any) -> str:
-    """Write the model's network to ``path`` in ``fmt`` (with the metadata file, see the module docstring);
-    returns the exported file's path. ``kwargs`` go to the exporter (``torch.onnx.export``, ``torch.export.export``,
+                pickle_module: Any = None, **kwargs: Any) -> str:
+    """Write the model's network to ``path`` in ``fmt`` (with the metadata file, pickled by dill or
+    ``pickle_module``, see the module docstring); returns the exported file's path. ``kwargs`` go to the exporter (``torch.onnx.export``, ``torch.export.export``,
     ``torch.jit.trace``/``script``; ``metadata=`` for safetensors)."""
     if fmt not in EXTENSIONS:
         raise ValueError(f"Expected fmt as None (flowpipe's own file) or one of {sorted(EXTENSIONS)}. Received: "
@@ -97,7 +105,7 @@ def export_file(model: 'TorchModel', path: str, fmt: str, batch_size: int | None
                          f"batch_size={batch_size!r}. Remove it.")
     _in_place(target, lambda temporary: writers[fmt](model, temporary, batch_size, **options, **kwargs))
     if pickle_metadata:
-        dump_atomically(_metadata(model, fmt, target, batch_size, opset_version), path)
+        dump_atomically(_metadata(model, fmt, target, batch_size, opset_version), path, pickle_module)
     return target
 
 
@@ -225,10 +233,12 @@ def _metadata(model: 'TorchModel', fmt: str, target: str, batch_size: int | None
 
 def file_format(path: str, fmt: str | None = None) -> str | None:
     """The format of a file to load: ``fmt`` if given, else from its extension; ``None`` for flowpipe's own file
-    (a model file or an export's metadata file)."""
+    (a model file or an export's metadata file), which batchflow's ``fmt='pt'`` also names."""
+    if fmt == 'pt':
+        return None
     if fmt is not None:
         if fmt not in EXTENSIONS:
-            raise ValueError(f"Expected fmt as None or one of {sorted(EXTENSIONS)}. Received: fmt={fmt!r}.")
+            raise ValueError(f"Expected fmt as None ('pt') or one of {sorted(EXTENSIONS)}. Received: fmt={fmt!r}.")
         return fmt
     path = os.fspath(path)
     return next((name for name, extension in EXTENSIONS.items() if path.endswith(extension)), None)
@@ -271,6 +281,8 @@ def load(model: 'TorchModel', path: str, fmt: str | None = None, trusted: bool =
     fmt = file_format(path, fmt)
     if fmt is None:
         contents = io.read(path, formats=(io.FORMAT, META_FORMAT), trusted=trusted)
+        if model.engine is None:
+            io.build_from(model, contents)
         if contents['format'] == io.FORMAT:
             io.load_into(model, contents)
             return

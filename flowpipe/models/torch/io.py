@@ -35,12 +35,13 @@ from ...atomic import dump_atomically
 from ...errors import ModelFileError, UnsafeFileError, add_note
 from ...parallel.model_parallel import remove_move_hooks
 from ...parallel.sharded_state import filled, materialize
+from .config import flat_paths, nest
 
 if TYPE_CHECKING:
     from .model import TorchModel
 
-__all__ = ['FORMAT', 'FORMAT_VERSION', 'check_class', 'from_payload', 'load', 'load_into', 'payload', 'read', 'restore',
-           'restore_pending', 'save', 'write']
+__all__ = ['FORMAT', 'FORMAT_VERSION', 'build_from', 'check_class', 'from_payload', 'load', 'load_into', 'payload',
+           'read', 'restore', 'restore_pending', 'save', 'write']
 
 FORMAT = 'flowpipe-model'
 FORMAT_VERSION = 1
@@ -105,16 +106,16 @@ def payload(model: 'TorchModel', tensors: bool = True) -> dict:
     }
 
 
-def save(model: 'TorchModel', path: str | os.PathLike) -> None:
+def save(model: 'TorchModel', path: str | os.PathLike, pickle_module: Any = None) -> None:
     """Write ``model`` to ``path``: a temporary file in the same folder, fsync, then ``os.replace``."""
-    write(payload(model), path)
+    write(payload(model), path, pickle_module)
 
 
-def write(contents: dict, path: str | os.PathLike) -> None:
-    """Write a model's ``payload`` to ``path`` atomically (as ``save``); a failed write (a full disk, a quota)
-    keeps its ``OSError`` with a note naming the file and what was kept."""
+def write(contents: dict, path: str | os.PathLike, pickle_module: Any = None) -> None:
+    """Write a model's ``payload`` to ``path`` atomically (as ``save``; with dill, or ``pickle_module``); a failed
+    write (a full disk, a quota) keeps its ``OSError`` with a note naming the file and what was kept."""
     try:
-        dump_atomically(contents, path)
+        dump_atomically(contents, path, pickle_module)
     except OSError as error:
         before = 'the file already there is unchanged' if os.path.exists(path) else 'no file was left'
         add_note(error, f"Expected to write the model file {os.fspath(path)!r}. Received: {error.strerror or error} "
@@ -211,15 +212,32 @@ def load(path: str | os.PathLike, model_class: type | None = None, trusted: bool
 
 def from_payload(contents: dict, model_class: type | None = None, **overrides: Any) -> 'TorchModel':
     """A new model from the contents of a model file (``payload``), as ``load`` makes it."""
+    cls = model_class or contents['model_class']
+    check_class(cls, contents['model_class'])
+    model = cls(_saved_config(contents), **overrides)
+    load_into(model, contents)
+    return model
+
+
+def _saved_config(contents: dict) -> dict:
     config = dict(contents['config'])
     if contents.get('module') is not None:
         # a sharded checkpoint's skeleton gets memory here, and its weights from the shards next
         config['model'] = materialize(copy.deepcopy(contents['module']))
-    cls = model_class or contents['model_class']
-    check_class(cls, contents['model_class'])
-    model = cls(config, **overrides)
-    load_into(model, contents)
-    return model
+    return config
+
+
+def build_from(model: 'TorchModel', contents: dict) -> None:
+    """Build ``model``, not built yet for want of an input shape, by the config of a file it loads (a model file
+    or an export's metadata file), its own config items on top: batchflow's ``VGG7().load(path)``."""
+    check_class(type(model), contents['model_class'])
+    config = {**flat_paths(_saved_config(contents)), **flat_paths(model.config)}
+    # the weights drawn are replaced by the file's: the caller's generator is left as it was; the file's config
+    # warned when its model was made
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        type(model).__init__(model, nest(config))
+    model.__dict__.pop('_pending_rng', None)
 
 
 def check_class(wanted: type, saved: type) -> None:

@@ -370,7 +370,7 @@ class TorchModel(HistoryPlots, GradCam):
              opset_version: int | None = None, pickle_metadata: bool = True, pickle_module: Any = None,
              ignore_attributes: Any = None, **kwargs: Any) -> None:
         """Write the model to ``path``: flowpipe's own file (``fmt=None``: network, optimizer, scheduler, config,
-        atomically, with dill) or, as batchflow's ``save(fmt=...)``, ``'onnx'``, ``'safetensors'``, ``'torchscript'``
+        atomically, with dill or batchflow's ``pickle_module=pickle``) or, as batchflow's ``save(fmt=...)``, ``'onnx'``, ``'safetensors'``, ``'torchscript'``
         or ``'export'`` (``flowpipe.models.torch.export``: ``batch_size`` fixes the exported batch size,
         ``opset_version`` the ONNX opset, ``pickle_metadata`` adds the metadata file, ``kwargs`` go to the exporter).
 
@@ -387,20 +387,24 @@ class TorchModel(HistoryPlots, GradCam):
         if engine.collective_state:
             contents = io.payload(self)         # every rank takes part in gathering; rank 0 receives the state
             if distributed.is_main():
-                io.write(contents, path)
+                io.write(contents, path, pickle_module)
         elif distributed.is_main():
             if fmt is None:
-                io.save(self, path)
+                io.save(self, path, pickle_module)
             else:
                 export.export_file(self, path, fmt, batch_size=batch_size, opset_version=opset_version,
-                                   pickle_metadata=pickle_metadata, **kwargs)
+                                   pickle_metadata=pickle_metadata, pickle_module=pickle_module, **kwargs)
         distributed.barrier()
 
-    def load(self, path: str, fmt: str | None = None, *, trusted: bool = False) -> 'TorchModel':
+    def load(self, path: str, fmt: str | None = None, *, trusted: bool = False,
+             pickle_module: Any = None) -> 'TorchModel':
         """Load a file's state into this model, keeping its own placement: a file of ``save`` (weights, optimizer
         and the rest), or the weights of a safetensors, TorchScript or ``torch.export`` file (or of an export's
-        metadata file); ``fmt`` names the format where the extension does not. A file of ``save`` is read
-        safely (``flowpipe.safe_pickle``); one that names other code needs ``trusted=True``, which runs it."""
+        metadata file); ``fmt`` names the format where the extension does not (batchflow's ``'pt'``: a file of
+        ``save``). A file of ``save`` is read safely (``flowpipe.safe_pickle``); one that names other code needs
+        ``trusted=True``, which runs it. ``pickle_module``, batchflow's, may be dill or pickle (the safe reader reads
+        both)."""
+        export.check_pickle_module(pickle_module)
         export.load(self, path, fmt, trusted=trusted)
         return self
 
