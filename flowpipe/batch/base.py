@@ -166,6 +166,13 @@ class Batch:
         from .items import BatchItem
         return (BatchItem(self, position) for position in range(len(self)))
 
+    def __getitem__(self, item_id: Any) -> Any:
+        """The item of id ``item_id`` (batchflow's ``batch[id]``): a view as ``for item in batch`` gives, or the
+        entry of the unnamed data of a batch loaded without components."""
+        from .items import BatchItem, raw_entry
+        position = int(self.index.get_pos(item_id))
+        return raw_entry(self._raw, position) if self._raw is not None else BatchItem(self, position)
+
     @property
     def size(self) -> int:
         """Number of items in the batch."""

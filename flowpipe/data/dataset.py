@@ -253,11 +253,11 @@ def _normalize_preloaded(preloaded: Any, batch_class: type, size: int) -> dict |
         return None
     if isinstance(preloaded, tuple):
         names = getattr(batch_class, 'components', None)
-        if not names or len(names) != len(preloaded):
-            raise ValueError(f"Expected a tuple of {len(names) if names else 'named'} arrays matching "
+        if not names or len(names) < len(preloaded):
+            raise ValueError(f"Expected a tuple of at most {len(names) if names else 'named'} arrays matching "
                              f"{batch_class.__name__}.components={names!r}. Received a tuple of {len(preloaded)}; "
                              "pass a dict {component: array} instead")
-        preloaded = dict(zip(names, preloaded))
+        preloaded = dict(zip(names, preloaded))     # as batchflow: the first components; the others are None
     if not isinstance(preloaded, dict):
         raise TypeError("Expected preloaded to be a dict {component: array} or a tuple of arrays. "
                         f"Received: {type(preloaded).__name__}")

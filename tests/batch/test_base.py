@@ -248,6 +248,29 @@ class TestBatchflowForms:
         assert [list(row) for row in batch] == [[300, 301, 302], [400, 401, 402]]
         assert np.array_equal(batch.subset([1]).data, data[[4]])
 
+    def test_batchflow_sources_tuples_frames_and_dicts_by_id(self):
+        pd = pytest.importorskip('pandas')
+        ids = np.array(['b', 'c'])
+        frame = pd.DataFrame({'images': [1, 2, 3], 'labels': [4, 5, 6]}, index=['a', 'b', 'c'])
+        unnamed = Batch(ids).load(src=frame)            # kept a DataFrame, as batchflow's unnamed data
+        assert list(unnamed.data['labels']) == [5, 6] and list(unnamed['c']) == [3, 6]
+        pair = Batch([1, 2]).load(src=(np.arange(4), np.arange(4) * 10))
+        assert [list(values) for values in pair.data] == [[1, 2], [10, 20]] and pair[2] == (2, 20)
+        columns = PairBatch(ids).load(src=frame, dst=('images',))
+        assert list(columns.images) == [2, 3] and columns.labels is None
+        by_id = PairBatch(ids).load(src={'images': {'a': 0, 'b': 7, 'c': 8}}, dst='images')
+        assert list(by_id.images) == [7, 8]
+        with pytest.raises(KeyError, match="without \\['c'\\]"):
+            PairBatch(ids).load(src={'images': {'b': 7}}, dst='images')
+        first = PairBatch([3, 0]).load(src=(np.arange(5) * 10,))   # a short tuple fills the first components
+        assert list(first.images) == [30, 0] and first.labels is None
+        item = first[0]                                 # batchflow's batch[id]: the item of that id
+        assert item.images == 0 and item.labels is None
+        item.images = 5
+        assert list(first.images) == [30, 5]
+        with pytest.raises(ValueError, match='unknown ids'):
+            first[7]
+
     def test_load_errors_name_the_fix(self):
         with pytest.raises(ValueError, match='tuple or a dict src'):
             PairBatch([0]).load(src=np.zeros(3))

@@ -96,10 +96,12 @@ def test_mismatched_lengths():
 
 
 def test_tuple_needs_declared_components():
-    with pytest.raises(ValueError, match='tuple of 2 arrays.*Received a tuple of 1'):
-        Dataset(3, batch_class=PairBatch, preloaded=(np.zeros(3),))
+    with pytest.raises(ValueError, match='at most 2 arrays.*Received a tuple of 3'):
+        Dataset(3, batch_class=PairBatch, preloaded=(np.zeros(3),) * 3)
     with pytest.raises(ValueError, match='named'):
         Dataset(3, preloaded=(np.zeros(3),))
+    batch = Dataset(3, batch_class=PairBatch, preloaded=(np.arange(3) * 10,)).next_batch(2, shuffle=False)
+    assert list(batch.images) == [0, 10] and batch.labels is None     # batchflow's: the first components
 
 
 def test_bad_preloaded_type():
