@@ -22,8 +22,10 @@ class Dataset:
         index: a ``DatasetIndex`` (or a ``FilesIndex``), a number of items, an array of ids, or a callable
             returning one of those.
         batch_class: the class of batches made by ``create_batch`` (``flowpipe.batch.Batch`` by default).
-        preloaded: data held in memory, aligned with ``index``: a dict ``{component: array}``, or a tuple matched
-            to ``batch_class.components``. Splits share it whole; ``component(name)`` gives a split's own values.
+        preloaded: data held in memory, aligned with ``index``: a dict ``{component: array}``, a tuple matched
+            to ``batch_class.components`` (or a DataFrame, by its columns); for a batch class without components,
+            batchflow's unnamed data (an array, a tuple of them or a DataFrame) that batches hold as their ``data``.
+            Splits share it whole; ``component(name)`` gives a split's own values.
         **attributes: become attributes of the dataset and its splits (``D.num_classes``).
 
     Attributes:
@@ -55,7 +57,7 @@ class Dataset:
             setattr(self, name, value)
 
     def __repr__(self) -> str:
-        components = tuple(self.preloaded) if self.preloaded else None
+        components = tuple(self.preloaded) if isinstance(self.preloaded, dict) and self.preloaded else None
         return f"{type(self).__name__}(size={len(self)}, batch_class={self.batch_class.__name__}, " \
                f"components={components})"
 
@@ -87,10 +89,12 @@ class Dataset:
         Raises:
             KeyError: no preloaded component ``name``.
         """
-        names = tuple(self.preloaded or ())
+        names = tuple(self.preloaded) if isinstance(self.preloaded, dict) else ()
         if name not in names:
+            note = ('' if names else ' (this dataset has no preloaded data)' if self.preloaded is None
+                    else ' (its preloaded data is unnamed: batches hold it as their data)')
             raise KeyError(f"Expected a component name among {names!r}. Received: {name!r}; use one of those names"
-                           f"{'' if names else ' (this dataset has no preloaded data)'}")
+                           f"{note}")
         values = self.preloaded[name]
         positions = self._data_index.get_pos(self.indices)
         if len(positions) and np.array_equal(positions, np.arange(positions[0], positions[0] + len(positions))):
@@ -113,7 +117,7 @@ class Dataset:
         """
         sub = dataset.create_subset(index)
         if batch_class is not None and batch_class is not sub.batch_class:
-            if sub.preloaded:
+            if isinstance(sub.preloaded, dict) and sub.preloaded:
                 batch_class.check_component_names(tuple(sub.preloaded))
             sub.batch_class = batch_class
         return sub
@@ -203,6 +207,10 @@ class Dataset:
         if self.preloaded is not None:
             trusted = self._data_root is not None and index._origin is self._data_root
             positions = self._data_index.get_pos(index.indices, check=not trusted)
+            if not isinstance(self.preloaded, dict):        # unnamed data: the batch's ``data``
+                batch = self.batch_class(index, dataset=self, check=False)
+                batch._raw = _rows(self.preloaded, positions)
+                return batch
             data = {name: values[positions] for name, values in self.preloaded.items()}
         return self.batch_class(index, data=data, dataset=self, check=False)
 
@@ -248,9 +256,30 @@ def _is_fold(name: str) -> bool:
     return name.startswith('cv') and name[2:].isdigit()
 
 
-def _normalize_preloaded(preloaded: Any, batch_class: type, size: int) -> dict | None:
+def _rows(values: Any, positions: np.ndarray) -> Any:
+    if isinstance(values, tuple):
+        return tuple(_rows(item, positions) for item in values)
+    return values.iloc[positions] if hasattr(values, 'iloc') else values[positions]
+
+
+def _unnamed(preloaded: Any, size: int) -> Any:
+    """batchflow's unnamed data of a dataset whose batches declare no components, checked for its length."""
+    values = preloaded if isinstance(preloaded, tuple) else (preloaded,)
+    values = [item if hasattr(item, 'iloc') else as_item_array(item, name='preloaded') for item in values]
+    lengths = {len(item) for item in values}
+    if lengths != {size}:
+        raise ValueError(f"Expected preloaded data with one entry per item ({size}). Received lengths "
+                         f"{sorted(lengths)}; give the data aligned with the index")
+    return tuple(values) if isinstance(preloaded, tuple) else values[0]
+
+
+def _normalize_preloaded(preloaded: Any, batch_class: type, size: int) -> Any:
     if preloaded is None:
         return None
+    if not getattr(batch_class, 'components', None) and not isinstance(preloaded, dict):
+        return _unnamed(preloaded, size)
+    if hasattr(preloaded, 'iloc') and hasattr(preloaded, 'columns'):
+        preloaded = {name: preloaded[name].to_numpy() for name in preloaded.columns}
     if isinstance(preloaded, tuple):
         names = getattr(batch_class, 'components', None)
         if not names or len(names) < len(preloaded):

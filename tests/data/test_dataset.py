@@ -95,18 +95,35 @@ def test_mismatched_lengths():
         Dataset(10, preloaded={'images': np.zeros(10), 'labels': np.zeros(9)})
 
 
-def test_tuple_needs_declared_components():
+def test_a_tuple_fills_the_declared_components_first():
     with pytest.raises(ValueError, match='at most 2 arrays.*Received a tuple of 3'):
         Dataset(3, batch_class=PairBatch, preloaded=(np.zeros(3),) * 3)
-    with pytest.raises(ValueError, match='named'):
-        Dataset(3, preloaded=(np.zeros(3),))
     batch = Dataset(3, batch_class=PairBatch, preloaded=(np.arange(3) * 10,)).next_batch(2, shuffle=False)
     assert list(batch.images) == [0, 10] and batch.labels is None     # batchflow's: the first components
 
 
 def test_bad_preloaded_type():
     with pytest.raises(TypeError, match='preloaded to be a dict'):
-        Dataset(3, preloaded=np.zeros(3))
+        Dataset(3, batch_class=PairBatch, preloaded=np.zeros(3))
+
+
+def test_unnamed_preloaded_data_of_batches_without_components():
+    pd = pytest.importorskip('pandas')
+    array = Dataset(4, preloaded=np.arange(4) * 10)
+    assert list(array.next_batch(2, shuffle=False).data) == [0, 10]
+    assert list(array.next_batch(2, shuffle=False).data) == [20, 30]
+    pair = Dataset(4, preloaded=(np.arange(4), np.arange(4) + 100)).create_batch([3, 1])
+    assert [list(values) for values in pair.data] == [[3, 1], [103, 101]] and pair[1] == (1, 101)
+    frame = pd.DataFrame({'a': [1, 2, 3], 'b': [4, 5, 6]}, index=['x', 'y', 'z'])
+    batch = Dataset(frame.index.to_numpy(), preloaded=frame).create_batch(['z', 'x'])
+    assert list(batch.data['b']) == [6, 4] and list(batch['x']) == [1, 4]
+    named = Dataset(frame.index.to_numpy(), batch_class=PairBatch, preloaded=frame.rename(columns={'a': 'images'}))
+    assert list(named.create_batch(['y']).images) == [2] and list(named.create_batch(['y']).b) == [5]
+    assert repr(array) == 'Dataset(size=4, batch_class=Batch, components=None)'
+    with pytest.raises(KeyError, match='unnamed'):
+        array.component('x')
+    with pytest.raises(ValueError, match=r'one entry per item \(4\)'):
+        Dataset(4, preloaded=(np.zeros(4), np.zeros(3)))
 
 
 @pytest.mark.parametrize('name', ['split', 'p', 'indices', 'train'])
