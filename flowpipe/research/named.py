@@ -4,7 +4,8 @@
 ``EC('name')`` a config value (``EC()`` the config without ``device``/``repetition``/``updates``, ``EC(full=True)``
 all of it), ``O('unit')`` a unit's last output, ``S()`` the experiment's storage (``update_variable``), ``EP()`` the
 experiment's folder, ``R()`` the research's results. Attribute access, indexing and calls chain lazily:
-``E().outputs['sum']``, ``E('ppl').v('loss')``, ``O('root')[0]``.
+``E().outputs['sum']``, ``E('ppl').v('loss')``, ``O('root')[0]``; batchflow's ``E('ppl').pipeline`` is the
+pipeline itself.
 """
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ import os
 from typing import Any
 
 __all__ = ['E', 'EC', 'EP', 'O', 'R', 'S', 'eval_expr']
+
+
+def _is_pipeline(value: Any) -> bool:
+    from flowpipe.pipeline import Pipeline     # research's expressions load before pipelines are needed
+    return isinstance(value, Pipeline)
 
 
 class E:
@@ -36,6 +42,8 @@ class E:
 
     def _apply(self, value: Any) -> Any:
         for kind, *args in self._ops:
+            if kind == 'attr' and args[0] == 'pipeline' and _is_pipeline(value):
+                continue            # batchflow's E('ppl').pipeline: its E('ppl') is the unit, flowpipe's the pipeline
             if kind == 'attr':
                 value = getattr(value, args[0])
             elif kind == 'item':

@@ -94,3 +94,24 @@ def test_gather_metrics_of_masks_regression_and_loss_over_a_run():
     assert pipeline.v('objects').evaluate('precision', agg=None).tolist() == [1.0, 1.0, 1.0, 0.0]
     assert pipeline.v('reg').evaluate('mae') == 1.0
     assert pipeline.v('loss').evaluate('loss') == pytest.approx(np.mean(np.arange(4.0) + [0, 1, 0, 3]))
+
+
+def test_research_get_metrics_evaluates_a_pipeline_variable():
+    from flowpipe.research import get_metrics
+    data = np.arange(10.0)
+    pipeline = (Dataset(10, preloaded={'x': data}).p.init_variable('m')
+                .gather_metrics('loss', loss=B.x.mean(), batch_len=B.x.shape[0], save_to=V('m', mode='a')))
+    pipeline.run(4, n_epochs=1, shuffle=False)
+    assert get_metrics(pipeline, 'm', 'loss') == pytest.approx(data.mean())
+    assert get_metrics(pipeline, 'm', ['loss']) == pytest.approx(data.mean())
+    assert get_metrics(pipeline, 'm', ['loss', 'loss'], agg='batchwise')[1].tolist() == pytest.approx([1.5, 5.5, 8.5])
+    assert [part.evaluate('loss') for part in pipeline.v('m')] == pytest.approx([1.5, 5.5, 8.5])   # kept as they were
+    updated = (Dataset(10, preloaded={'x': data}).p.init_variable('m')
+               .gather_metrics('loss', loss=B.x.mean(), batch_len=B.x.shape[0], save_to=V('m', mode='u')))
+    updated.run(4, n_epochs=1, shuffle=False)
+    assert get_metrics(updated, 'm', 'loss') == pytest.approx(data.mean())
+    pipeline.set_variable('m', 3)
+    with pytest.raises(TypeError, match="variable 'm' to hold a metrics object"):
+        get_metrics(pipeline, 'm', 'loss')
+    with pytest.raises(ValueError, match='one metric name'):
+        get_metrics(pipeline, 'm', [])

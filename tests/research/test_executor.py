@@ -83,6 +83,18 @@ def test_pipeline_unit_uses_config():
     assert [r.results['total'][5] for r in runs] == [15, 150]
 
 
+def test_batchflow_get_metrics_unit_reads_the_pipeline_by_e_unit_pipeline():
+    from flowpipe.research import get_metrics
+    ppl = (Pipeline().init_variable('m')
+           .gather_metrics('loss', loss=B().indices.mean() * 1.0, batch_len=B.size, save_to=V('m', mode='a'))
+           ) << Dataset(6)
+    experiment = (Experiment().add_pipeline('ppl', ppl.run_later(4, n_epochs=1, shuffle=False), when='last', run=True)
+                  .add_callable(get_metrics, pipeline=E('ppl').pipeline, metrics_var='m', metrics_name='loss',
+                                save_to='loss', when='last'))
+    [running] = Executor(experiment, target='f', n_iters=1).run()
+    assert running.exception is None and running.results['loss'] == {0: pytest.approx(2.5)}
+
+
 def test_a_variable_a_pipeline_appends_to_is_recorded_as_it_is_at_each_iteration():
     ppl = (Pipeline().init_variable('sizes', []).update(V('sizes', mode='a'), B.size)) << Dataset(6)
     experiment = Experiment().add_pipeline('ppl', ppl.run_later(2, n_epochs=None), variables='sizes')
