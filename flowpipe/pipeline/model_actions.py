@@ -353,8 +353,9 @@ def _load_arguments(args: tuple, path: Any) -> tuple[Any, Any]:
     if path is None and len(args) in (1, 2):
         return (None, args[0]) if len(args) == 1 else args
     if path is not None and len(args) == 2 and args[1] != 'dynamic':
-        raise ValueError(f"Expected load_model(name, model_class, 'dynamic', path=...) with a path keyword: flowpipe "
-                         f"loads a model at its first batch, as batchflow's 'dynamic' mode. Received: mode={args[1]!r}.")
+        raise ValueError(f"Expected load_model(name, model_class, 'dynamic', path=...) with a path keyword: "
+                         f"flowpipe loads a model at its first batch, as batchflow's 'dynamic' mode. Received: "
+                         f"mode={args[1]!r}.")
     if path is None or len(args) > 2:
         raise TypeError(f"Expected load_model(name, path), load_model(name, model_class, path) or load_model(name, "
                         f"model_class, 'dynamic', path=path). Received: {len(args) + 1} positional arguments and "

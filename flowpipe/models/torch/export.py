@@ -88,8 +88,9 @@ def export_file(model: 'TorchModel', path: str, fmt: str, batch_size: int | None
                 opset_version: int | None = None, pickle_metadata: bool = True, jit: str = 'trace',
                 pickle_module: Any = None, **kwargs: Any) -> str:
     """Write the model's network to ``path`` in ``fmt`` (with the metadata file, pickled by dill or
-    ``pickle_module``, see the module docstring); returns the exported file's path. ``kwargs`` go to the exporter (``torch.onnx.export``, ``torch.export.export``,
-    ``torch.jit.trace``/``script``; ``metadata=`` for safetensors)."""
+    ``pickle_module``, see the module docstring); returns the exported file's path. ``kwargs`` go to the exporter
+    (``torch.onnx.export``, ``torch.export.export``, ``torch.jit.trace``/``script``; ``metadata=`` for
+    safetensors)."""
     if fmt not in EXTENSIONS:
         raise ValueError(f"Expected fmt as None (flowpipe's own file) or one of {sorted(EXTENSIONS)}. Received: "
                          f"fmt={fmt!r}.")

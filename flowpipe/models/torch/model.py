@@ -370,9 +370,10 @@ class TorchModel(HistoryPlots, GradCam):
              opset_version: int | None = None, pickle_metadata: bool = True, pickle_module: Any = None,
              ignore_attributes: Any = None, **kwargs: Any) -> None:
         """Write the model to ``path``: flowpipe's own file (``fmt=None``: network, optimizer, scheduler, config,
-        atomically, with dill or batchflow's ``pickle_module=pickle``) or, as batchflow's ``save(fmt=...)``, ``'onnx'``, ``'safetensors'``, ``'torchscript'``
-        or ``'export'`` (``flowpipe.models.torch.export``: ``batch_size`` fixes the exported batch size,
-        ``opset_version`` the ONNX opset, ``pickle_metadata`` adds the metadata file, ``kwargs`` go to the exporter).
+        atomically, with dill or batchflow's ``pickle_module=pickle``) or, as batchflow's ``save(fmt=...)``,
+        ``'onnx'``, ``'safetensors'``, ``'torchscript'`` or ``'export'`` (``flowpipe.models.torch.export``:
+        ``batch_size`` fixes the exported batch size, ``opset_version`` the ONNX opset, ``pickle_metadata`` adds the
+        metadata file, ``kwargs`` go to the exporter).
 
         In a distributed job every rank calls it and rank 0 writes, after every rank has arrived (replicas hold
         the same weights; a sharded engine's ranks first gather the whole state on rank 0), and every rank returns
