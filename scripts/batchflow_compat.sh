@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Runs batchflow 0.10.1's own core test files against flowpipe through an import alias and prints passed/failed
-# per file and the total. Downloads the batchflow wheel (for its test files only) into a temporary folder; no
-# batchflow code is imported: scripts/batchflow_alias.py maps every `batchflow[.x]` import onto `flowpipe[.x]`.
-# Not part of the default suite (it needs the package index). Usage: bash scripts/batchflow_compat.sh [-v]
-# (-v also lists every failing test with the first line of its error).
+# Runs batchflow 0.10.1's own test files against flowpipe through an import alias and prints, per file, how many of
+# the tests batchflow itself passes on this machine pass on flowpipe, and the total. Downloads the batchflow wheel
+# (for its test files only) into a temporary folder; no batchflow code is imported: scripts/batchflow_alias.py maps
+# every `batchflow[.x]` import onto `flowpipe[.x]`. The tests batchflow passes are listed in
+# scripts/batchflow_tests_reference.json (made with --reference VENV: the same files run on batchflow itself).
+# Not part of the default suite (it needs the package index).
+# Usage: bash scripts/batchflow_compat.sh [-v] [--core | --models]
+#   --core: the pipeline core and Research files only; --models: the networks, layers, metrics, components,
+#   transforms and save/load files only; -v also lists, per file, each reason of failure (the first line of the
+#   error) with the number of tests it fails.
 # bash scripts/batchflow_compat.sh --notebooks instead runs the code cells of batchflow's examples/ notebooks (from
 # its source distribution) on flowpipe, imports aliased and data swapped for Digits (scripts/batchflow_notebooks.py),
 # and compares with the cells that run on batchflow itself (scripts/batchflow_notebooks_reference.json).
@@ -12,7 +17,26 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
 VERSION=0.10.1
-FILES="config config_basic dataset datasetindex common_index filesindex named_expr rebatch save_to research"
+CORE="config config_basic dataset datasetindex common_index filesindex named_expr rebatch save_to research"
+MODELS="torch_layers torch_models torch_models_compile model_save_load metrics regression_metrics components
+components_batch assemble transforms detachable test_loss apply_parallel"
+FILES="core: $CORE models: $MODELS"
+VERBOSE=""
+REFERENCE=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -v) VERBOSE=-v ;;
+        --core) FILES="core: $CORE" ;;
+        --models) FILES="models: $MODELS" ;;
+        --notebooks) break ;;
+        --reference) REFERENCE=$2; shift ;;
+        *) echo "Expected -v, --core, --models, --notebooks or --reference VENV. Received: $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+FILES=$(echo $FILES)
+NAMES=""                                # the file names, without the group labels
+for f in $FILES; do case "$f" in *:) ;; *) NAMES="$NAMES $f" ;; esac; done
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -42,7 +66,7 @@ if ! $PIP download --no-deps --only-binary :all: "batchflow==$VERSION" -d "$TMP/
     exit 1
 fi
 mkdir "$TMP/tests"
-"$PY" - "$TMP" "$FILES" <<'PY'
+"$PY" - "$TMP" "$NAMES" <<'PY'
 import glob, sys, zipfile
 tmp, files = sys.argv[1], sys.argv[2].split()
 wanted = {f'batchflow/tests/{name}_test.py' for name in files} | {'batchflow/tests/conftest.py'}
@@ -65,8 +89,17 @@ if ! "$PY" -c "import psutil" 2>/dev/null; then
 fi
 
 cd "$TMP/tests"
+TESTS=$(for f in $NAMES; do echo "${f}_test.py"; done)
+if [ -n "$REFERENCE" ]; then
+    # batchflow itself (installed in the environment REFERENCE, without the alias) on the same files
+    "$REFERENCE/bin/python" -m pytest -q -p no:cacheprovider -o timeout=1800 --continue-on-collection-errors \
+        --junitxml="$TMP/report.xml" $TESTS >"$TMP/pytest.log" 2>&1 || true
+    "$PY" "$ROOT/scripts/batchflow_report.py" --reference "$ROOT/scripts/batchflow_tests_reference.json" \
+        "$TMP/report.xml"
+    exit 0
+fi
 # $ROOT first: the checkout's own flowpipe, whatever flowpipe the environment has installed
-PYTHONPATH="$ROOT:$ROOT/scripts$EXTRA" "$PY" -m pytest -q -p batchflow_alias -p no:cacheprovider -o timeout=120 \
-    --continue-on-collection-errors --junitxml="$TMP/report.xml" $(for f in $FILES; do echo "${f}_test.py"; done) \
-    >"$TMP/pytest.log" 2>&1 || true
-"$PY" "$ROOT/scripts/batchflow_report.py" "$TMP/report.xml" "$FILES" "${1:-}"
+PYTHONPATH="$ROOT:$ROOT/scripts$EXTRA" "$PY" -m pytest -q -p batchflow_alias -p no:cacheprovider -o timeout=600 \
+    --continue-on-collection-errors --junitxml="$TMP/report.xml" $TESTS >"$TMP/pytest.log" 2>&1 || true
+"$PY" "$ROOT/scripts/batchflow_report.py" "$TMP/report.xml" "$ROOT/scripts/batchflow_tests_reference.json" "$FILES" \
+    $VERBOSE
