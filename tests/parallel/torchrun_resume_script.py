@@ -5,7 +5,8 @@ log), and writes each rank's final state.
 Usage: ``torchrun ... tests/parallel/torchrun_resume_script.py CHECKPOINTS OUT_DIR`` (the repository root on
 ``PYTHONPATH``). With ``KILL_RANK`` and ``KILL_AT`` set, that rank kills itself with ``SIGKILL`` at that batch in the
 job's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0); torchrun then restarts every rank. ``SHARDING`` (``'full'``,
-``'grad_op'``) shards the model; ``SHARDED_CHECKPOINT=1`` writes the checkpoints one shard per rank.
+``'grad_op'``) shards the model; ``SHARDED_CHECKPOINT=1`` writes the checkpoints one shard per rank;
+``DEFAULT_DTYPE`` (``'float32'``, ``'float64'``) is torch's default dtype.
 """
 import os
 import signal
@@ -21,9 +22,16 @@ from tests.parallel import dist_jobs
 
 
 def die(number):
-    """SIGKILL this process at the batch ``KILL_AT`` says, in the rank ``KILL_RANK`` says, on the first attempt."""
-    first = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') == '0'
-    if first and str(number) == os.environ.get('KILL_AT') and str(distributed.rank()) == os.environ.get('KILL_RANK'):
+    """SIGKILL this process at the batch ``KILL_AT`` says, in the rank ``KILL_RANK`` says, on the first attempt. With
+    ``LOSE_NODE`` (a folder) in its agent's environment, in a job of 2 ranks, this node goes away instead: the rank
+    leaves ``lost-rank<R>`` in that folder and kills its agent (its parent) and itself."""
+    if os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') != '0' or str(number) != os.environ.get('KILL_AT'):
+        return
+    if os.environ.get('LOSE_NODE') and distributed.world_size() == 2:
+        open(os.path.join(os.environ['LOSE_NODE'], f'lost-rank{distributed.rank()}'), 'w').close()
+        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if str(distributed.rank()) == os.environ.get('KILL_RANK'):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -60,10 +68,14 @@ def train(folder, out):
     model = pipeline.m('net')
     return {'params': [whole(p).detach().numpy().copy() for p in model.model.parameters()], 'loss': pipeline.v('loss'),
             'ids': [ids.tolist() for ids in pipeline.v('ids')], 'attempt': os.environ.get('TORCHELASTIC_RESTART_COUNT'),
+            'world': distributed.world_size(),
             'lrs': [group['lr'] for group in model.optimizer.param_groups], 'best': os.path.basename(best.best_path)}
 
 
 if __name__ == '__main__':
+    if os.environ.get('DEFAULT_DTYPE'):
+        import torch
+        torch.set_default_dtype(getattr(torch, os.environ['DEFAULT_DTYPE']))
     result = train(sys.argv[1], sys.argv[2])
     with open(os.path.join(sys.argv[2], f'rank{os.environ["RANK"]}.pkl'), 'wb') as file:
         dill.dump(result, file)
