@@ -11,6 +11,7 @@ job's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0); torchrun then restarts e
 import os
 import signal
 import sys
+import time
 
 import dill
 import numpy as np
@@ -23,13 +24,18 @@ from tests.parallel import dist_jobs
 
 def die(number):
     """SIGKILL this process at the batch ``KILL_AT`` says, in the rank ``KILL_RANK`` says, on the first attempt. With
-    ``LOSE_NODE`` (a folder) in its agent's environment, in a job of 2 ranks, this node goes away instead: the rank
-    leaves ``lost-rank<R>`` in that folder and kills its agent (its parent) and itself."""
+    ``LOSE_NODE`` (a folder) in its agent's environment, in a job of 2 nodes, this node goes away instead: each of
+    its ranks leaves ``lost-rank<R>`` in that folder and, once all of them have, kills itself, local rank 0 its agent
+    (its parent) first."""
     if os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') != '0' or str(number) != os.environ.get('KILL_AT'):
         return
-    if os.environ.get('LOSE_NODE') and distributed.world_size() == 2:
-        open(os.path.join(os.environ['LOSE_NODE'], f'lost-rank{distributed.rank()}'), 'w').close()
-        os.kill(os.getppid(), signal.SIGKILL)
+    if os.environ.get('LOSE_NODE') and os.environ.get('GROUP_WORLD_SIZE') == '2':
+        folder = os.environ['LOSE_NODE']
+        open(os.path.join(folder, f'lost-rank{distributed.rank()}'), 'w').close()
+        while len(os.listdir(folder)) < int(os.environ['LOCAL_WORLD_SIZE']):
+            time.sleep(0.01)
+        if os.environ.get('LOCAL_RANK') == '0' and os.getppid() > 1:
+            os.kill(os.getppid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
     if str(distributed.rank()) == os.environ.get('KILL_RANK'):
         os.kill(os.getpid(), signal.SIGKILL)
