@@ -6,9 +6,10 @@ best checkpoint and logged rows of the uninterrupted run (to float reordering, 1
 promises for another world size); rank 0 holds every item of the batches before the loss once, merged in rank
 order, and the ranks share the later batches.
 
-The node that hosts the rendezvous store (``is_host=1``) survives: with the c10d backend the job ends with it. Which
-ranks the lost node had follows the start order (the rendezvous numbers its nodes by process id): started after the
-host, the last ones; before it, the first ones, rank 0 (which writes the checkpoints) among them."""
+The node that hosts the rendezvous store (``is_host=1``) survives: with the c10d backend the job ends with it (the
+last test: the other node's rank names the lost peer, and its agent ends at once with an error). Which ranks the
+lost node had follows the start order (the rendezvous numbers its nodes by process id): started after the host,
+the last ones; before it, the first ones, rank 0 (which writes the checkpoints) among them."""
 import csv
 import os
 import re
@@ -121,3 +122,24 @@ def test_a_lost_node_restarts_the_job_on_fewer_ranks_which_ends_as_the_uninterru
         assert sum((got[0]['ids'][rank * stop + batch] for rank in range(2 * nproc)), []) == want['ids'][batch]
     shares = [got[0]['ids'][before:]] + [result['ids'] for result in got[1:]]
     assert [sum(parts, []) for parts in zip(*shares)] == want['ids'][stop:]
+
+
+def test_losing_the_node_that_hosts_the_rendezvous_ends_the_other_node_with_an_error(tmp_path, default_dtype):
+    endpoint, folder, out, lose = f'127.0.0.1:{_free_port()}', tmp_path / 'ckpt', tmp_path / 'out', tmp_path / 'lost'
+    out.mkdir()
+    lose.mkdir()
+    common = {'endpoint': endpoint, 'nproc': 1, 'folder': folder, 'out': out,
+              'dtype': str(default_dtype).removeprefix('torch.')}
+    agents = [_agent(host=True, lose=lose, **common), _agent(host=False, **common)]
+    try:
+        log = [agent.communicate(timeout=TIMEOUT)[0] for agent in agents][1]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+    assert os.listdir(lose) == ['lost-rank0'] and agents[0].returncode == -9
+    assert agents[1].returncode == 1, log[-4000:]
+    assert re.search(r'Received: rank 1 lost a peer \(', log), log[-4000:]        # its rank named the loss
+    assert 'RendezvousConnectionError: The connection to the C10d store has failed' in log
+    assert not [name for name in os.listdir(out) if name.endswith('.pkl')]       # no rank finished
