@@ -138,12 +138,18 @@ def _log(tmp_path):
     return (tmp_path / 'research' / 'research.log').read_text()
 
 
-def test_a_killed_worker_s_experiment_runs_again_on_the_other_worker(cluster, tmp_path, reference):
+def _two_running(cluster, tmp_path):
+    """Workers w1 and w2, the caller, and the experiments held: ``(folder, caller)`` once 2 of them run."""
     cluster.add_worker('w1')
     cluster.add_worker('w2')
     folder = _held(tmp_path)
     caller = _caller(cluster, tmp_path, folder)
     _until(lambda: len(dask_jobs.executions(folder)) == 2, '2 experiments running', caller)
+    return folder, caller
+
+
+def test_a_killed_worker_s_experiment_runs_again_on_the_other_worker(cluster, tmp_path, reference):
+    folder, caller = _two_running(cluster, tmp_path)
     lost, victim = dask_jobs.executions(folder)[0]
     survivor = 'w2' if victim == 'w1' else 'w1'
     cluster.kill(victim)
@@ -154,11 +160,7 @@ def test_a_killed_worker_s_experiment_runs_again_on_the_other_worker(cluster, tm
 
 
 def test_a_restarted_caller_runs_only_the_experiments_it_had_not_recorded(cluster, tmp_path, reference):
-    cluster.add_worker('w1')
-    cluster.add_worker('w2')
-    folder = _held(tmp_path)
-    caller = _caller(cluster, tmp_path, folder)
-    _until(lambda: len(dask_jobs.executions(folder)) == 2, '2 experiments running', caller)
+    folder, caller = _two_running(cluster, tmp_path)
     first = dask_jobs.executions(folder)[0][0]
     _release(folder, first)            # it ends and is recorded before a third experiment is handed out
     _until(lambda: len(dask_jobs.executions(folder)) == 3, 'a third experiment running', caller)
