@@ -48,27 +48,33 @@ def _agent(endpoint, host, nproc, folder, out, dtype, lose=None):
     return subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _elastic_job(tmp_path, nproc, lost_first, dtype):
-    """The job of 2 nodes of ``nproc`` ranks whose node started first (``lost_first``) or second goes away at batch
-    ``KILL_AT``: the survivors' log and the lost ranks."""
-    endpoint, folder, out, lose = f'127.0.0.1:{_free_port()}', tmp_path / 'ckpt', tmp_path / 'out', tmp_path / 'lost'
-    out.mkdir()
-    lose.mkdir()
-    common = {'endpoint': endpoint, 'nproc': nproc, 'folder': folder, 'out': out, 'dtype': dtype}
-    agents = {}
-    for name in (['lost', 'survivor'] if lost_first else ['survivor', 'lost']):      # started first: ranks 0...
-        agents[name] = _agent(host=name == 'survivor', lose=lose if name == 'lost' else None, **common)
+def _run(tmp_path, nproc, dtype, order, host):
+    """Start the agents named in ``order`` (started first: ranks 0...; ``host``: the one hosting the rendezvous;
+    ``'lost'``: the one whose node goes away at batch ``KILL_AT``) and wait for them: ``(agents, logs)``."""
+    for name in ('out', 'lost'):
+        (tmp_path / name).mkdir()
+    common = {'endpoint': f'127.0.0.1:{_free_port()}', 'nproc': nproc, 'folder': tmp_path / 'ckpt',
+              'out': tmp_path / 'out', 'dtype': dtype}
+    agents = {name: _agent(host=name == host, lose=tmp_path / 'lost' if name == 'lost' else None, **common)
+              for name in order}
     try:
-        logs = {name: agent.communicate(timeout=TIMEOUT)[0] for name, agent in agents.items()}
+        return agents, {name: agent.communicate(timeout=TIMEOUT)[0] for name, agent in agents.items()}
     finally:
         for agent in agents.values():
             if agent.poll() is None:
                 agent.kill()
                 agent.wait()
+
+
+def _elastic_job(tmp_path, nproc, lost_first, dtype):
+    """The job of 2 nodes of ``nproc`` ranks whose node started first (``lost_first``) or second goes away at batch
+    ``KILL_AT``: the survivors' log and ranks."""
+    order = ['lost', 'survivor'] if lost_first else ['survivor', 'lost']
+    agents, logs = _run(tmp_path, nproc, dtype, order, host='survivor')
     assert agents['survivor'].returncode == 0, logs['survivor'][-4000:]
     assert agents['lost'].returncode == -9, logs['lost'][-4000:]
     lost = list(range(nproc)) if lost_first else list(range(nproc, 2 * nproc))
-    assert sorted(os.listdir(lose)) == [f'lost-rank{rank}' for rank in lost]
+    assert sorted(os.listdir(tmp_path / 'lost')) == [f'lost-rank{rank}' for rank in lost]
     return logs['survivor'], [rank for rank in range(2 * nproc) if rank not in lost]
 
 
@@ -125,21 +131,11 @@ def test_a_lost_node_restarts_the_job_on_fewer_ranks_which_ends_as_the_uninterru
 
 
 def test_losing_the_node_that_hosts_the_rendezvous_ends_the_other_node_with_an_error(tmp_path, default_dtype):
-    endpoint, folder, out, lose = f'127.0.0.1:{_free_port()}', tmp_path / 'ckpt', tmp_path / 'out', tmp_path / 'lost'
-    out.mkdir()
-    lose.mkdir()
-    common = {'endpoint': endpoint, 'nproc': 1, 'folder': folder, 'out': out,
-              'dtype': str(default_dtype).removeprefix('torch.')}
-    agents = [_agent(host=True, lose=lose, **common), _agent(host=False, **common)]
-    try:
-        log = [agent.communicate(timeout=TIMEOUT)[0] for agent in agents][1]
-    finally:
-        for agent in agents:
-            if agent.poll() is None:
-                agent.kill()
-                agent.wait()
-    assert os.listdir(lose) == ['lost-rank0'] and agents[0].returncode == -9
-    assert agents[1].returncode == 1, log[-4000:]
+    dtype = str(default_dtype).removeprefix('torch.')
+    agents, logs = _run(tmp_path, 1, dtype, ['lost', 'other'], host='lost')
+    assert os.listdir(tmp_path / 'lost') == ['lost-rank0'] and agents['lost'].returncode == -9
+    log = logs['other']
+    assert agents['other'].returncode == 1, log[-4000:]
     assert re.search(r'Received: rank 1 lost a peer \(', log), log[-4000:]        # its rank named the loss
     assert 'RendezvousConnectionError: The connection to the C10d store has failed' in log
-    assert not [name for name in os.listdir(out) if name.endswith('.pkl')]       # no rank finished
+    assert not [name for name in os.listdir(tmp_path / 'out') if name.endswith('.pkl')]       # no rank finished
