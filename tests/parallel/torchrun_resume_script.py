@@ -26,9 +26,11 @@ def die(number):
     """SIGKILL this process at the batch ``KILL_AT`` says, in the rank ``KILL_RANK`` says, on the first attempt. With
     ``LOSE_NODE`` (a folder) in its agent's environment, in a job of 2 nodes, this node goes away instead: each of
     its ranks leaves ``lost-rank<R>`` in that folder and, once all of them have, kills itself, local rank 0 its agent
-    (its parent) first."""
+    (its parent) first. With ``HOLD`` (a file) in a job of one node, the rank waits at that batch (``hold``)."""
     if os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') != '0' or str(number) != os.environ.get('KILL_AT'):
         return
+    if os.environ.get('HOLD') and os.environ.get('GROUP_WORLD_SIZE') == '1':
+        hold(os.environ['HOLD'])
     if os.environ.get('LOSE_NODE') and os.environ.get('GROUP_WORLD_SIZE') == '2':
         folder = os.environ['LOSE_NODE']
         open(os.path.join(folder, f'lost-rank{distributed.rank()}'), 'w').close()
@@ -39,6 +41,15 @@ def die(number):
         os.kill(os.getpid(), signal.SIGKILL)
     if str(distributed.rank()) == os.environ.get('KILL_RANK'):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hold(path):
+    """Create ``path`` and wait while it exists, until the run is told to stop (SIGTERM, as torchrun's agent sends
+    when a node joins): the batch then completes and the run writes its checkpoint and stops."""
+    open(path, 'w').close()
+    stop = getattr(signal.getsignal(signal.SIGTERM), '__self__', None)       # the run's GracefulStop
+    while os.path.exists(path) and not (stop is not None and stop.received):
+        time.sleep(0.01)
 
 
 def config():
