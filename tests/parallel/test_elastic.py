@@ -40,7 +40,7 @@ def _free_port():
 
 def _agent(endpoint, host, nproc, folder, out, dtype, **env):
     """One elastic torchrun agent of the job with ``nproc`` ranks (``host``: it hosts the rendezvous store), ``env``
-    in its environment (``LOSE_NODE``, ``HOLD``: see torchrun_resume_script.py)."""
+    in its environment (``LOSE_NODE``, ``HOLD``, ``WAIT_NODES``: see torchrun_resume_script.py)."""
     env = {**os.environ, 'PYTHONPATH': ROOT, 'GLOO_SOCKET_IFNAME': 'lo', 'FLOWPIPE_DIST_TIMEOUT': '120',
            'TORCH_DISABLE_SHARE_RDZV_TCP_STORE': '1', 'DEFAULT_DTYPE': dtype, 'KILL_AT': str(KILL_AT),
            **{key: str(value) for key, value in env.items()}}
@@ -69,12 +69,13 @@ def _wait(agents):
 
 def _run(tmp_path, nproc, dtype, order, host):
     """Start the agents named in ``order`` (started first: ranks 0...; ``host``: the one hosting the rendezvous;
-    ``'lost'``: the one whose node goes away at batch ``KILL_AT``) and wait for them: ``(agents, logs)``."""
+    ``'lost'``: the one whose node goes away at batch ``KILL_AT``) and wait for them: ``(agents, logs)``. A job that
+    formed with one node, the other late, waits for it before its first batch."""
     for name in ('out', 'lost'):
         (tmp_path / name).mkdir()
     common = _common(tmp_path, nproc, dtype)
-    agents = {name: _agent(host=name == host, **({'LOSE_NODE': tmp_path / 'lost'} if name == 'lost' else {}),
-                           **common) for name in order}
+    agents = {name: _agent(host=name == host, WAIT_NODES=2, **({'LOSE_NODE': tmp_path / 'lost'} if name == 'lost'
+                                                                else {}), **common) for name in order}
     return agents, _wait(agents)
 
 

@@ -26,12 +26,18 @@ def die(number):
     """SIGKILL this process at the batch ``KILL_AT`` says, in the rank ``KILL_RANK`` says, on the first attempt. With
     ``LOSE_NODE`` (a folder) in its agent's environment, in a job of 2 nodes, this node goes away instead: each of
     its ranks leaves ``lost-rank<R>`` in that folder and, once all of them have, kills itself, local rank 0 its agent
-    (its parent) first. With ``HOLD`` (a file) in a job of one node, the rank waits at that batch (``hold``)."""
-    if os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') != '0' or str(number) != os.environ.get('KILL_AT'):
+    (its parent) first. With ``HOLD`` (a file) in a job of one node, the rank waits at that batch (``hold``); with
+    ``WAIT_NODES``, a job formed with fewer nodes waits at its first batch for the others (``wait_for_nodes``)."""
+    if os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') != '0':
         return
-    if os.environ.get('HOLD') and os.environ.get('GROUP_WORLD_SIZE') == '1':
+    nodes = int(os.environ.get('GROUP_WORLD_SIZE', '1'))
+    if number == 0 and nodes < int(os.environ.get('WAIT_NODES', '0')):
+        wait_for_nodes()
+    if str(number) != os.environ.get('KILL_AT'):
+        return
+    if os.environ.get('HOLD') and nodes == 1:
         hold(os.environ['HOLD'])
-    if os.environ.get('LOSE_NODE') and os.environ.get('GROUP_WORLD_SIZE') == '2':
+    if os.environ.get('LOSE_NODE') and nodes == 2:
         folder = os.environ['LOSE_NODE']
         open(os.path.join(folder, f'lost-rank{distributed.rank()}'), 'w').close()
         while len(os.listdir(folder)) < int(os.environ['LOCAL_WORLD_SIZE']):
@@ -43,13 +49,28 @@ def die(number):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def hold(path):
-    """Create ``path`` and wait while it exists, until the run is told to stop (SIGTERM, as torchrun's agent sends
-    when a node joins): the batch then completes and the run writes its checkpoint and stops."""
-    open(path, 'w').close()
+def _stop_requested():
+    """Whether the run got a stop signal (SIGTERM, as torchrun's agent sends to restart the job)."""
     stop = getattr(signal.getsignal(signal.SIGTERM), '__self__', None)       # the run's GracefulStop
-    while os.path.exists(path) and not (stop is not None and stop.received):
+    return stop is not None and bool(stop.received)
+
+
+def hold(path):
+    """Create ``path`` and wait while it exists, until the run is told to stop: the batch then completes and the
+    run writes its checkpoint and stops."""
+    open(path, 'w').close()
+    while os.path.exists(path) and not _stop_requested():
         time.sleep(0.01)
+
+
+def wait_for_nodes():
+    """A job that formed before every node came (a slow start): wait, before any batch, until torchrun restarts it
+    with the nodes that joined (its SIGTERM), and leave without a checkpoint, so that the job starts afresh."""
+    while not _stop_requested():
+        time.sleep(0.01)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def config():
