@@ -39,6 +39,14 @@ def _until(condition, what, process=None):
         time.sleep(0.1)
 
 
+def _address(path):
+    """The scheduler's address in its file; ``None`` before the file is written whole."""
+    try:
+        return json.loads(path.read_text())['address']
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 class Cluster:
     """A scheduler and workers, each ``python -m dask ...`` in its own session (killed as a whole: a machine lost),
     with their output in ``folder``; ``client`` watches them."""
@@ -47,8 +55,8 @@ class Cluster:
         self.folder, self.processes = folder, {}
         path = folder / 'scheduler.json'
         scheduler = self._start('scheduler', 'scheduler', '--port', '0', '--scheduler-file', str(path))
-        _until(lambda: path.exists() and path.read_text().strip().endswith('}'), 'scheduler file', scheduler)
-        self.address = json.loads(path.read_text())['address']
+        _until(lambda: _address(path) is not None, 'scheduler file', scheduler)
+        self.address = _address(path)
         self.client = distributed.Client(self.address, timeout=LIMIT, set_as_default=False)
 
     def _start(self, name, *command):
