@@ -13,9 +13,11 @@
    ``on_interrupt=False`` (neither), ABBA blocks of one run each; printed: the median ms per run and the median of
    the per-block ratios. In one process the check is a read of a list.
 4. *The stop agreement under ranks* (``--ranks 2``, 0 to skip): the same runs in a 2-rank gloo job (``launch``),
-   where ``on_interrupt=True`` adds one ``all_reduce`` of two integers per batch (``every=``; with ``seconds=`` it
-   replaces the broadcast of the clock); rank 0's ABBA timings are printed, with ``--rank-batches`` batches per
-   run.
+   where ``on_interrupt=True`` adds one ``all_reduce`` of two integers per batch, as these batches train no model
+   (``every=``; with ``seconds=`` it replaces the broadcast of the clock); rank 0's ABBA timings are printed, with
+   ``--rank-batches`` batches per run.
+5. *The same under ranks with a training step*: each batch (2 items, one a rank) trains a tiny linear model, whose
+   exchange of item counts carries the flag: no collective more; the same ABBA blocks in the same job.
 
 Fixed torch threads (``--threads``, 1 by default), the checkpoint folder in a temporary directory (the disk the
 system's temporary files are on). Small inputs so that it runs in a minute or two on two shared cores.
@@ -121,16 +123,29 @@ def every_one_vs_none(data: Dataset, args: argparse.Namespace, folder: str) -> N
           f"{statistics.median(ratios):.2f} (median of {args.blocks} ABBA blocks)")
 
 
-def _signal_blocks(batches: int, blocks: int, folder: str) -> tuple[dict, list]:
-    """ABBA timings of runs of ``batches`` one-item batches with and without the stop signals' handling."""
-    cheap = Pipeline().init_variable('count', 0).update(V('count'), V('count') + 1) << Dataset(batches)
+def _cheap(batches: int, trains: bool) -> tuple[Pipeline, int]:
+    """A pipeline of ``batches`` batches that updates a variable, or (``trains``) trains a tiny linear model on
+    2 items a batch; its batch size."""
+    if not trains:
+        return Pipeline().init_variable('count', 0).update(V('count'), V('count') + 1) << Dataset(batches), 1
+    rng = np.random.default_rng(0)
+    data = Dataset(2 * batches, preloaded={'x': rng.normal(size=(2 * batches, 4)).astype(np.float32),
+                                           'y': rng.integers(0, 2, 2 * batches)})
+    config = {'model': torch.nn.Linear(4, 2), 'inputs/x/shape': (4,), 'inputs/y/classes': 2, 'loss': 'ce',
+              'optimizer': {'name': 'SGD', 'lr': 0.01}}
+    return Pipeline().init_model('net', config=config).train_model('net', x=B.x, y=B.y) << data, 2
 
+
+def _signal_blocks(batches: int, blocks: int, folder: str, trains: bool = False) -> tuple[dict, list]:
+    """ABBA timings of runs of ``batches`` cheap batches (``_cheap``) with and without the stop signals'
+    handling."""
+    cheap, size = _cheap(batches, trains)
     runs = itertools.count()
 
     def one_run(on_interrupt: bool) -> float:
         own = os.path.join(folder, str(next(runs)))        # a fresh folder each (the same on every rank)
         start = time.perf_counter()
-        cheap.run(1, n_epochs=1, checkpoint=Checkpoint(own, every=10 ** 9, on_interrupt=on_interrupt))
+        cheap.run(size, n_epochs=1, checkpoint=Checkpoint(own, every=10 ** 9, on_interrupt=on_interrupt))
         return time.perf_counter() - start
 
     one_run(True)                                           # warm-up
@@ -145,8 +160,10 @@ def _signal_blocks(batches: int, blocks: int, folder: str) -> tuple[dict, list]:
     return times, ratios
 
 
-def _print_signal_blocks(what: str, batches: int, times: dict, ratios: list) -> None:
-    print(f"{what}: a run of {batches} one-item batches (one variable update each) with the signal handlers and "
+def _print_signal_blocks(what: str, batches: int, times: dict, ratios: list, trains: bool = False) -> None:
+    each = 'two-item batches (a training step of a tiny model each)' if trains else \
+        'one-item batches (one variable update each)'
+    print(f"{what}: a run of {batches} {each} with the signal handlers and "
           f"the per-batch check {1e3 * statistics.median(times['checked']):.1f} ms, without "
           f"{1e3 * statistics.median(times['unchecked']):.1f} ms, ratio {statistics.median(ratios):.3f} "
           f"(median of {len(ratios)} ABBA blocks)")
@@ -157,16 +174,18 @@ def signal_check(args: argparse.Namespace, folder: str) -> None:
     _print_signal_blocks('one process', args.signal_batches, times, ratios)
 
 
-def _rank_blocks(batches: int, blocks: int, folder: str, threads: int) -> tuple[dict, list]:
+def _rank_blocks(batches: int, blocks: int, folder: str, threads: int) -> list[tuple[dict, list]]:
+    """The ABBA timings of runs without and with a training step, in one job."""
     torch.set_num_threads(threads)
-    return _signal_blocks(batches, blocks, folder)
+    return [_signal_blocks(batches, blocks, os.path.join(folder, str(trains)), trains) for trains in (False, True)]
 
 
 def signal_check_ranks(args: argparse.Namespace, folder: str) -> None:
     from flowpipe.parallel import launch
-    times, ratios = launch(_rank_blocks, args.ranks, args=(args.rank_batches, args.signal_blocks, folder,
-                                                          args.threads))[0]
-    _print_signal_blocks(f'{args.ranks} gloo ranks, rank 0', args.rank_batches, times, ratios)
+    measured = launch(_rank_blocks, args.ranks, args=(args.rank_batches, args.signal_blocks, folder, args.threads),
+                      timeout=3600)[0]
+    for trains, (times, ratios) in zip((False, True), measured):
+        _print_signal_blocks(f'{args.ranks} gloo ranks, rank 0', args.rank_batches, times, ratios, trains)
 
 
 def main() -> None:

@@ -9,9 +9,9 @@ reader (``load(file)``, the default everywhere flowpipe reads such a file) calls
   ``torch.load(..., weights_only=True)``);
 - classes of installed torch and flowpipe code that hold a model: ``nn.Module`` subclasses of ``torch.nn`` and of
   flowpipe (the layers of a ready network built from them), flowpipe's model classes, its model callbacks
-  (``ReduceLROnPlateau``...) and its ``Config``; a research's configs (``ConfigAlias``, ``Alias`` of
-  ``flowpipe.research.domain``: the records of ``flowpipe.research``); and the functions of ``torch.nn.functional``
-  (a loss given as a function).
+  (``ReduceLROnPlateau``, ``EarlyStopping``..., with their ``Plateau`` rule) and its ``Config``; a research's
+  configs (``ConfigAlias``, ``Alias`` of ``flowpipe.research.domain``: the records of ``flowpipe.research``); and
+  the functions of ``torch.nn.functional`` (a loss given as a function).
 
 Anything else (a class of the user's own code, ``__main__``, any other module, a function stored by value) is
 refused with ``UnsafeFileError`` before it is imported or called, naming it and the way to open the file anyway:
@@ -88,10 +88,12 @@ def _allowed_object(module: str, value: Any) -> bool:
     if module.startswith('flowpipe.'):
         from .config import Config
         from .expr.special import PerItem
+        from .callbacks.plateau import Plateau
         from .models.torch.callbacks import BaseCallback
         from .models.torch.model import TorchModel
-        return issubclass(value, (TorchModel, Config, PerItem)) or (issubclass(value, BaseCallback)
-                                                           and module == 'flowpipe.models.torch.callbacks')
+        return issubclass(value, (TorchModel, Config, PerItem)) or value is Plateau or (
+            issubclass(value, BaseCallback) and module in ('flowpipe.models.torch.callbacks',
+                                                           'flowpipe.callbacks.early_stopping'))
     return False
 
 

@@ -1,4 +1,5 @@
-"""Run callbacks: ``run(..., callbacks=[...])`` announces run start, batch ends, epoch ends and run end to them.
+"""Run callbacks: ``run(..., callbacks=[...])`` announces run start, batch ends, epoch ends and run end to them,
+each with its ``logs``; ``Plateau`` is the one rule of every ``EarlyStopping`` and ``ReduceLROnPlateau``.
 
 See docs/training.md for the epoch-end definition and each callback's rule.
 """
@@ -7,11 +8,12 @@ from .csv_logger import CSVLogger
 from .early_stopping import EarlyStopping
 from .logger import Logger
 from .model_checkpoint import ModelCheckpoint
+from .plateau import Plateau
 from .reduce_lr import ReduceLROnPlateau
 from .tensorboard import TensorBoardLogger
 from .trackers import MLflowLogger, WandbLogger
 from .validate import Validate
 
-__all__ = ['CSVLogger', 'Callback', 'EarlyStopping', 'Logger', 'MLflowLogger', 'ModelCheckpoint', 'ReduceLROnPlateau',
-           'TensorBoardLogger', 'Validate', 'WandbLogger']
+__all__ = ['CSVLogger', 'Callback', 'EarlyStopping', 'Logger', 'MLflowLogger', 'ModelCheckpoint', 'Plateau',
+           'ReduceLROnPlateau', 'TensorBoardLogger', 'Validate', 'WandbLogger']
 assert __all__ == sorted(__all__)

@@ -43,12 +43,12 @@ class CSVLogger(Logger):
         """This run's mark in the file's ``run`` column."""
         return self.run_id
 
-    def on_run_start(self, run: Any) -> None:
+    def on_run_start(self, run: Any, logs: dict | None = None) -> None:
         if not self._resumed:                       # a new run: its own rows (the object may be reused)
             self.rows = []
         self._lock = lock_on_main(self.folder, self.filename, f'CSVLogger rows into {self.filename}',
                                   getattr(run, 'world', None), run.is_main)
-        super().on_run_start(run)
+        super().on_run_start(run, logs)
 
     def open(self, run: Any, run_id: str | None) -> tuple[str | None, int]:
         self._columns, rows = _read(self.path)
@@ -61,8 +61,8 @@ class CSVLogger(Logger):
         own = [{'run': self.run_id, **row} for row in self.rows]
         write_text_atomically(_as_csv(self._columns, self._earlier + own), self.path)
 
-    def on_run_end(self, run: Any) -> None:
-        super().on_run_end(run)
+    def on_run_end(self, run: Any, logs: dict | None = None) -> None:
+        super().on_run_end(run, logs)
         if self._lock is not None:
             self._lock.release()
             self._lock = None

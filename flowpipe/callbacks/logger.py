@@ -44,7 +44,7 @@ class Logger(Callback):
     def close(self, error: BaseException | None) -> None:
         """Stop writing (rank 0); ``error``: the exception that ends the run, or ``None``."""
 
-    def on_run_start(self, run: Any) -> None:
+    def on_run_start(self, run: Any, logs: dict | None = None) -> None:
         if not self._resumed:                       # a new run (the object may be reused): its own tracker run
             self.run_id, self.logged = None, -1
         self._resumed = False
@@ -53,14 +53,14 @@ class Logger(Callback):
             self._open = True
             self.logged = max(self.logged, held)
 
-    def on_epoch_end(self, run: Any, epoch: int) -> None:
+    def on_epoch_end(self, run: Any, epoch: int, logs: dict | None = None) -> None:
         if epoch <= self.logged:                    # the tracker holds it from the resumed run's interrupted part
             return
         self.logged = epoch
         if self._open:
-            self.write(epoch, dict(run.logs))
+            self.write(epoch, dict(run.logs if logs is None else logs))
 
-    def on_run_end(self, run: Any) -> None:
+    def on_run_end(self, run: Any, logs: dict | None = None) -> None:
         if self._open:
             self._open = False
             self.close(getattr(run, 'error', None))

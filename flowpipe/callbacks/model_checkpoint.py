@@ -65,7 +65,7 @@ class ModelCheckpoint(Callback):
         """The monitored value of the best epoch so far, ``None`` before the first."""
         return self.kept[0][0] if self.kept else None
 
-    def on_run_start(self, run: Any) -> None:
+    def on_run_start(self, run: Any, logs: dict | None = None) -> None:
         self._lock = lock_on_main(self.folder, 'modelcheckpoint', 'ModelCheckpoint files',
                                   getattr(run, 'world', None), run.is_main)
         if self._lock is None:
@@ -80,8 +80,8 @@ class ModelCheckpoint(Callback):
         if later:
             self._write_ledger(ledger)
 
-    def on_epoch_end(self, run: Any, epoch: int) -> None:
-        score = monitored(run, self)
+    def on_epoch_end(self, run: Any, epoch: int, logs: dict | None = None) -> None:
+        score = monitored(run, self, logs)
         if score is None:
             return
         if len(self.kept) == self.save_top_k and not self._better(score, self.kept[-1][0]):
@@ -102,7 +102,7 @@ class ModelCheckpoint(Callback):
                 ledger.pop(os.path.basename(path), None)
             self._write_ledger(ledger)
 
-    def on_run_end(self, run: Any) -> None:
+    def on_run_end(self, run: Any, logs: dict | None = None) -> None:
         if self._lock is not None:
             self._lock.release()
             self._lock = None

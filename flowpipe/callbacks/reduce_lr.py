@@ -1,11 +1,11 @@
 """``ReduceLROnPlateau``: lower a model's learning rate when a monitored value stops improving (torch's rule)."""
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any
 
 from .base import Callback, check_mode, check_number, model_names, monitored
+from .plateau import Plateau
 
 __all__ = ['ReduceLROnPlateau']
 
@@ -18,7 +18,7 @@ class ReduceLROnPlateau(Callback):
     best and resets the count of bad epochs; otherwise the count grows. During ``cooldown`` epochs after a
     reduction bad epochs are not counted. When the count exceeds ``patience`` each group's rate becomes
     ``max(lr * factor, min_lr)`` (unless that changes it by less than ``eps``), and the count restarts.
-    The rates are set in the optimizer's ``param_groups``.
+    The rates are set in the optimizer's ``param_groups``. The rule is ``rule``, a ``Plateau.torch``.
     """
 
     def __init__(self, model_name: str, monitor: str = 'val/loss', mode: str = 'min', factor: float = 0.1,
@@ -37,35 +37,35 @@ class ReduceLROnPlateau(Callback):
         self.model_name, self.monitor, self.mode = model_name, monitor, check_mode(mode)
         self.factor, self.patience, self.threshold = float(factor), int(patience), threshold
         self.cooldown, self.min_lr, self.eps = int(cooldown), min_lr, eps
-        self.best = math.inf if self.mode == 'min' else -math.inf
-        self.bad_epochs = self.cooldown_left = 0
+        self.rule = Plateau.torch(self.mode, self.patience, threshold, self.cooldown)
 
-    def on_run_start(self, run: Any) -> None:
+    @property
+    def best(self) -> float:
+        """The best monitored value so far."""
+        return self.rule.best
+
+    @property
+    def bad_epochs(self) -> int:
+        """Epochs without improvement since the best, the last reduction or the cooldown."""
+        return self.rule.bad
+
+    @property
+    def cooldown_left(self) -> int:
+        """Epochs of the cooldown still to come."""
+        return self.rule.cooldown_left
+
+    def on_run_start(self, run: Any, logs: dict | None = None) -> None:
         names = model_names(run.pipeline)
         if names is not None and self.model_name not in names:
             raise ValueError(f"Expected ReduceLROnPlateau's model_name to name a model of the run's pipeline. "
                              f"Received: model_name={self.model_name!r}; the pipeline's models: {names}. Pass one of "
                              "them (the model whose optimizer is to lower its learning rate).")
 
-    def on_epoch_end(self, run: Any, epoch: int) -> None:
-        value = monitored(run, self)
-        if value is None:
-            return
-        if self._better(value):
-            self.best, self.bad_epochs = value, 0
-        else:
-            self.bad_epochs += 1
-        if self.cooldown_left > 0:
-            self.cooldown_left -= 1
-            self.bad_epochs = 0
-        if self.bad_epochs > self.patience:
+    def on_epoch_end(self, run: Any, epoch: int, logs: dict | None = None) -> None:
+        value = monitored(run, self, logs)
+        if value is not None and self.rule.update(value):
             self._reduce(run)
-            self.cooldown_left, self.bad_epochs = self.cooldown, 0
-
-    def _better(self, value: float) -> bool:
-        if self.mode == 'min':
-            return value < self.best * (1 - self.threshold)
-        return value > self.best * (1 + self.threshold)
+            self.rule.acted()
 
     def _reduce(self, run: Any) -> None:
         optimizer = getattr(run.pipeline.m(self.model_name), 'optimizer', None)
@@ -82,7 +82,8 @@ class ReduceLROnPlateau(Callback):
         return {'best': self.best, 'bad_epochs': self.bad_epochs, 'cooldown_left': self.cooldown_left}
 
     def load_state(self, state: dict) -> None:
-        self.best, self.bad_epochs, self.cooldown_left = state['best'], state['bad_epochs'], state['cooldown_left']
+        rule = self.rule
+        rule.best, rule.bad, rule.cooldown_left = state['best'], state['bad_epochs'], state['cooldown_left']
 
     def __repr__(self) -> str:
         return (f"ReduceLROnPlateau({self.model_name!r}, monitor={self.monitor!r}, mode={self.mode!r}, "

@@ -52,7 +52,7 @@ class Validate(Callback):
         self.run_kwargs = run_kwargs
         self.values: dict[str, float] = {}
 
-    def on_run_start(self, run: Any) -> None:
+    def on_run_start(self, run: Any, logs: dict | None = None) -> None:
         if self.pipeline is run.pipeline:
             raise ValueError(f"Expected a validation pipeline apart from the training one. Received: Validate(<the "
                              f"training pipeline>): each validation would reset its variables and train on. {_FIX}")
@@ -101,12 +101,12 @@ class Validate(Callback):
     def logged_names(self) -> frozenset[str]:
         return frozenset(f'val/{name}' for name in self.metrics)
 
-    def on_batch_end(self, run: Any, batch: Any) -> None:
+    def on_batch_end(self, run: Any, batch: Any, logs: dict | None = None) -> None:
         if self.every != 'epoch' and run.step % self.every == 0:
             self.validate()
 
-    def on_epoch_end(self, run: Any, epoch: int) -> None:
-        run.logs.update(self.validate() if self.every == 'epoch' else self.values)
+    def on_epoch_end(self, run: Any, epoch: int, logs: dict | None = None) -> None:
+        (run.logs if logs is None else logs).update(self.validate() if self.every == 'epoch' else self.values)
 
     def state(self) -> dict:
         return {'values': dict(self.values)}

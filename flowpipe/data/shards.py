@@ -42,6 +42,9 @@ class Shard:
     batch: int = -1
     #: the engines that stepped in the run, in the order of their first step (shared by the run's shards)
     stepped: list | None = field(default=None, compare=False, repr=False)
+    #: what the ranks agree on after the batch, carried by the engine's exchange of item counts
+    #: (``flowpipe.execution.signals.Agreement``, shared by the run's shards; ``None``: nothing to agree on)
+    agreement: Any = field(default=None, compare=False, repr=False)
 
     def take(self, values: Any) -> Any:
         """The shard's part of per-item values drawn for the whole global batch."""
@@ -73,14 +76,15 @@ def run_world() -> Any:
     return distributed.setup()
 
 
-def shard_batches(indices: Iterator[Any], rank: int, size: int, stepped: list | None = None) -> Iterator[Any]:
+def shard_batches(indices: Iterator[Any], rank: int, size: int, stepped: list | None = None,
+                  agreement: Any = None) -> Iterator[Any]:
     """Each global batch's sub-index cut down to rank ``rank``'s shard (see the module docstring); ``stepped``
-    collects the engines that step on the shards."""
+    collects the engines that step on the shards, ``agreement`` what the engine's exchange carries for the run."""
     for position, index in enumerate(indices):
         total = len(index)
         start, stop = balanced_bounds(total, size, rank)
         shard = index.subset(np.arange(start, stop))
-        shard.shard = Shard(start, stop, total, rank, position, stepped)
+        shard.shard = Shard(start, stop, total, rank, position, stepped, agreement)
         yield shard
 
 

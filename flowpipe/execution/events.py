@@ -1,13 +1,13 @@
 """The run's events: ``TrainingRun`` calls the callbacks, keeps the epoch's log and their state for checkpoints.
 
-It is the one place the run loop tells callbacks what happened: ``start`` before the first batch, ``batch_end``
-after each batch of the first stage (its stateful actions done), which also announces the epochs that batch ends
-(``EpochClock``), and ``end``. ``train/loss`` is the mean of the losses of the epoch's training steps taken: while
-callbacks listen, ``train_model`` adds each step's loss (``TorchModel.last_loss``, a tensor) to
-``pipeline.state.train_losses``, read as a float at the batch's end (a read per step, which a model's default
-``nonfinite_loss`` check already waits for), or ``None`` for a step skipped for a non-finite loss
-(``nonfinite_loss='skip'``), counted in ``train/skipped_steps`` instead (logged from the first epoch with such a
-step on).
+It is the one place the run loop tells callbacks what happened, each hook with its ``logs``: ``start`` before
+the first batch, ``batch_end`` after each batch of the first stage (its stateful actions done), which also
+announces the epochs that batch ends (``EpochClock``), and ``end``. ``train/loss`` is the mean of the losses of the
+epoch's training steps taken: ``train_model`` adds each step's loss (``TorchModel.last_loss``, a tensor) to the
+batch's logs (``Context.logs['steps']``), which the runner of the batch's stateful steps hands to ``collect``;
+they are read as floats at the batch's end (a read per step, which a model's default ``nonfinite_loss`` check
+already waits for). ``None`` stands for a step skipped for a non-finite loss (``nonfinite_loss='skip'``), counted
+in ``train/skipped_steps`` instead (logged from the first epoch with such a step on).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import math
 import numbers
 from typing import Any, Sequence
 
-from ..callbacks.base import Callback
+from ..callbacks.base import RUN_HOOKS, Callback, listens, takes_logs
 from ..errors import CheckpointError
 from ..rank0 import is_main
 from .epochs import EpochClock
@@ -39,6 +39,11 @@ def check_callbacks(callbacks: Any) -> tuple:
     if wrong:
         raise TypeError(f"Expected callbacks derived from flowpipe.callbacks.Callback. Received: {wrong[0]!r}. "
                         "Subclass Callback and override its on_... hooks.")
+    steps = [callback for callback in callbacks if not listens(callback, RUN_HOOKS)]
+    if steps:
+        raise TypeError(f"Expected callbacks that hear the run's events (on_run_start, on_batch_end, on_epoch_end, "
+                        f"on_run_end). Received: {steps[0]!r}, which acts on a model's training steps only. Put it "
+                        f"in the model config's 'callbacks' instead.")
     return tuple(callbacks)
 
 
@@ -59,9 +64,9 @@ class TrainingRun:
         self.pipeline, self.clock, self.world, self.args = pipeline, clock, world, args
         self.summary, self.write = summary, print
         self.callbacks = sorted(callbacks, key=lambda callback: callback.order)
-        # only the callbacks that listen to batch ends are called per batch: the others cost nothing there
-        self._on_batch = [callback for callback in self.callbacks
-                          if type(callback).on_batch_end is not Callback.on_batch_end]
+        # each hook, and whether it takes logs; per batch only the callbacks that listen to batch ends
+        self._hooks = {name: [_hook(callback, name) for callback in self.callbacks
+                              if name != 'on_batch_end' or listens(callback, (name,))] for name in RUN_HOOKS}
         self.is_main = world.rank == 0 if world is not None else is_main()
         self.step, self.epoch = 0, 0
         self.logs: dict[str, Any] = {}
@@ -72,29 +77,35 @@ class TrainingRun:
         #: inside a batch's callbacks: a checkpoint taken now would hold some of them only
         self.busy = False
         self._loss_sum, self._loss_count, self._skipped = 0.0, 0, 0
+        self._steps: list = []                      # the step losses of the batches not yet announced
         self._next_end = clock.end_step(0)
 
     def stop(self) -> None:
         """End the run after the current batch: no later batch reaches a stateful action."""
         self.stopped = True
 
+    def collect(self, logs: dict) -> None:
+        """Take a batch's logs from the runner of its stateful steps (in the caller's thread, in batch order)."""
+        self._steps.extend(logs.get('steps', ()))
+
     def start(self) -> None:
-        self.pipeline.state.train_losses = []
-        for callback in self.callbacks:
-            callback.on_run_start(self)
+        for hook, takes in self._hooks['on_run_start']:
+            _call(hook, takes, self.logs, self)
 
     def batch_end(self, batch: Any) -> bool:
         """Announce a completed batch (and the epochs it ends); whether the run is to stop now."""
         self.busy = True
         seq, self.step = self.step, self.step + 1
-        losses = self.pipeline.state.train_losses
+        losses, taken = self._steps, []
         if losses:
             taken = [float(loss) for loss in losses if loss is not None]
             self._loss_sum, self._loss_count = self._loss_sum + sum(taken), self._loss_count + len(taken)
             self._skipped += len(losses) - len(taken)
             losses.clear()
-        for callback in self._on_batch:
-            callback.on_batch_end(self, batch)
+        if self._hooks['on_batch_end']:
+            logs = {'step': self.step, **({'train/loss': sum(taken) / len(taken)} if taken else {})}
+            for hook, takes in self._hooks['on_batch_end']:
+                _call(hook, takes, logs, self, batch)
         if self.step >= self._next_end:
             for epoch in self.clock.ended(seq):
                 self._epoch_end(epoch)
@@ -112,20 +123,19 @@ class TrainingRun:
             self.logs[SKIPPED] = self._skipped
         self._loss_sum, self._loss_count, self._skipped = 0.0, 0, 0
         agreed = self.world is None
-        for callback in self.callbacks:
+        for callback, (hook, takes) in zip(self.callbacks, self._hooks['on_epoch_end']):
             if not agreed and callback.order > 0:
                 # every rank decides from rank 0's values: the same stop, learning rates and best epochs everywhere
                 self.logs, agreed = _distributed().broadcast(self.logs), True
-            callback.on_epoch_end(self, epoch)
+            _call(hook, takes, self.logs, self, epoch)
         self.history.append(dict(self.logs))
         self.epoch = epoch + 1
         if self.summary and self.is_main:
             self.write(summary_line(self.logs, self.clock.n_epochs))
 
     def end(self) -> None:
-        self.pipeline.state.train_losses = None
-        for callback in self.callbacks:
-            callback.on_run_end(self)
+        for hook, takes in self._hooks['on_run_end']:
+            _call(hook, takes, self.logs, self)
 
     def state(self) -> dict:
         return {'step': self.step, 'epoch': self.epoch, 'history': [dict(logs) for logs in self.history],
@@ -141,6 +151,19 @@ class TrainingRun:
         self._next_end = self.clock.end_step(self.epoch)
         for callback, saved in zip(self.callbacks, matched_states(self.callbacks, state['callbacks'])):
             callback.load_state(saved)
+
+
+def _hook(callback: Any, name: str) -> tuple[Any, bool]:
+    hook = getattr(callback, name)
+    return hook, takes_logs(hook)
+
+
+def _call(hook: Any, takes: bool, logs: dict, *args: Any) -> None:
+    """``hook(*args, logs=logs)``, or without ``logs`` for a hook written before hooks received them."""
+    if takes:
+        hook(*args, logs=logs)
+    else:
+        hook(*args)
 
 
 def _kind(callback: Any) -> str:

@@ -30,7 +30,7 @@ from .canonical import describe
 from .checkpoint import as_checkpoint
 from .nodes import CheckpointError, chain_busy
 from .resume_changes import allowed_changes, apply_optimizer_changes, model_overrides, warn_changes
-from .signals import agree
+from .signals import Agreement, agree
 
 __all__ = ['RunCheckpoints', 'check_resumable']
 
@@ -88,7 +88,13 @@ class RunCheckpoints:
         self.written = self.done if self.saved is not None else None
         #: the run's ``TrainingRun`` when it has callbacks: their state goes into every checkpoint
         self.events: Any = None
+        #: the run's ``GracefulStop`` when it stops on signals: its first signal is this rank's stop flag
+        self.signals: Any = None
         self._clock = time.monotonic()
+        spec = self.spec
+        #: under ranks, what the engine's exchange of item counts carries for the checks after a batch
+        self.agreement = Agreement(self._flags) if world is not None and spec is not None and (
+            spec.seconds is not None or spec.on_interrupt) else None
 
     def close(self) -> None:
         """The run has ended: let another run use the folder."""
@@ -175,18 +181,31 @@ class RunCheckpoints:
 
     def after_batch(self, stream: Any, root: tuple[int, bool], stop: int = 0) -> int:
         """A batch is complete: write when one is due or the run stops; the number of the signal the run stops on
-        (``stop``: the one this process received, 0 for none; under ranks the highest any rank received)."""
+        (``stop``: the one this process received, 0 for none; under ranks the highest any rank had received at the
+        batch's exchange).
+
+        Under ranks the exchange is the engine's exchange of item counts at the batch's training step, which the
+        ``agreement`` rides in; a batch without one has an ``all_reduce`` of its own (``agree``) here."""
         self.done += 1
         spec = self.spec
         if spec is None:
             return stop
-        due = (spec.every is not None and self.done % spec.every == 0) or (
-            spec.seconds is not None and time.monotonic() - self._clock >= spec.seconds)
-        if self.world is not None and (spec.seconds is not None or spec.on_interrupt):
-            due, stop = agree(due, stop)          # one exchange: rank 0's clock, any rank's stop signal
-        if due or stop:
+        due = spec.every is not None and self.done % spec.every == 0
+        if self.agreement is None:
+            timed = self._timed()              # one process, or ranks that agree on nothing: every= only
+        else:
+            timed, stop = self.agreement.take() or agree(*self._flags())
+        if due or timed or stop:
             self.write(stream, root)
         return stop
+
+    def _timed(self) -> bool:
+        """Whether a ``seconds`` checkpoint is due on this rank's clock."""
+        return self.spec.seconds is not None and time.monotonic() - self._clock >= self.spec.seconds
+
+    def _flags(self) -> tuple[bool, int]:
+        """This rank's ``(due, stop)`` for the ranks' agreement: rank 0's clock decides, any rank's signal stops."""
+        return self.world.rank == 0 and self._timed(), 0 if self.signals is None else self.signals.first
 
     def finish(self, stream: Any, root: tuple[int, bool], interrupted: bool) -> None:
         """At the end of the run (``interrupted``: Ctrl-C or an early exit): write the last completed batch's

@@ -241,7 +241,9 @@ def _run(pipeline: Any, args: RunArgs, world: Any, whole: str | None, seeds: tup
         if world is None:
             return drawn
         # a block's earlier batches are drawn and dropped: no item of theirs is loaded
-        return shard_batches(drawn, world.rank, world.size, stepped) if block is None else itertools.islice(drawn, *block)
+        agreement = None if checkpoints is None else checkpoints.agreement
+        return (shard_batches(drawn, world.rank, world.size, stepped, agreement) if block is None
+                else itertools.islice(drawn, *block))
     try:
         indices = IndexSource(batches)
     except TypeError as error:
@@ -306,7 +308,8 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
         raise ValueError("Expected a pipeline without rebatch for a run with callbacks. Received: a rebatch "
                          "action, whose batches do not follow the epochs. Run without callbacks=, or rebatch in "
                          "the dataset instead.")
-    runners = _runners(pipeline, args, plan, locks, total, seeds, clock)
+    runners = _runners(pipeline, args, plan, locks, total, seeds, clock,
+                       None if events is None else events.collect)
     sections = runners[0].section_context()
     pipeline.state.declare_variables(pipeline.all_records(), sections)
     if not _run_section(pipeline.before.actions, sections):
@@ -322,7 +325,7 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
         try:
             if checkpoints is not None:
                 checkpoints.check(stream)
-                checkpoints.events = events
+                checkpoints.events, checkpoints.signals = events, signals
                 checkpoints.restore(stream)
             if events is not None:
                 events.start()
@@ -407,8 +410,9 @@ def _stages(prefetcher: Prefetcher, runners: list, plan: Any, dataset: Any) -> A
 
 
 def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | None,
-             seeds: tuple[int, bool], clock: EpochClock | None = None) -> list:
-    """A runner per stage; with deferred steps, theirs comes second (stage 0 too, so the same seeds)."""
+             seeds: tuple[int, bool], clock: EpochClock | None = None, on_logs: Any = None) -> list:
+    """A runner per stage; with deferred steps, theirs comes second (stage 0 too, so the same seeds); the first
+    stage's tell ``on_logs`` the batches' logs (the callbacks' run)."""
     profiler = Profiler(detailed=args.profile in ('detailed', 2)) if args.profile else None
     if profiler is not None:
         pipeline.state.profiler = profiler
@@ -418,7 +422,7 @@ def _runners(pipeline: Any, args: RunArgs, plan: Any, locks: Any, total: int | N
     parts += [(stage, steps, None) for stage, steps in enumerate(plan.stages[1:], 1)]
     firsts = itertools.accumulate((len(steps) for _, steps, _ in parts), initial=0)
     return [BatchRunner(pipeline, steps, seeds[0], stage, total if stage == 0 else None, stage_locks, profiler,
-                        first, seeds[1], clock if stage == 0 else None)
+                        first, seeds[1], clock if stage == 0 else None, on_logs if stage == 0 else None)
             for (stage, steps, stage_locks), first in zip(parts, firsts)]
 
 

@@ -12,7 +12,7 @@ import cProfile
 import pstats
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import SkipBatch, StopPipeline, add_note
 from ..expr.context import Context
@@ -96,17 +96,20 @@ class BatchRunner:
             (``'3: resize'``), so that steps of different stages never share a name.
         clock: the run's ``EpochClock`` for a first-stage runner (``I('epoch')``, ``Context.epoch_items``), else
             ``None``.
+        on_logs: in a first-stage runner of a run with callbacks, what hears each batch's logs
+            (``Context.logs``) once its deferred steps are done (``resume``); else ``None``.
     """
 
     def __init__(self, pipeline: Any, steps: tuple, root: int, stage: int = 0, total: int | None = None,
                  locks: Any = None, profiler: Any = None, first: int = 0, seed_given: bool = True,
-                 clock: Any = None):
+                 clock: Any = None, on_logs: Callable[[dict], None] | None = None):
         self.pipeline, self.steps, self.root, self.stage = pipeline, steps, root, stage
         self.seed_given = seed_given
         self.dataset, self.config, state = pipeline.dataset, pipeline.config, pipeline.state
         self.variables, self.models = state.variables, state.models
         self.total, self.locks, self.profiler, self.first, self.clock = total, locks, profiler, first, clock
         self.epoch_items = None if clock is None else clock.epoch_items
+        self.on_logs = on_logs
         if profiler is not None:
             self.steps = tuple(ProfiledStep(step, profiler, f"{first + position}: {step.name}")
                                for position, step in enumerate(steps))
@@ -124,8 +127,14 @@ class BatchRunner:
         return self._run(seq, self.dataset.create_batch(index))
 
     def resume(self, ctx: Context) -> Any:
-        """Run the steps on a context that another runner of the stage ``start``-ed; returns the batch."""
-        run_steps(self.steps, ctx, self.first)
+        """Run the steps on a context that another runner of the stage ``start``-ed; returns the batch. The
+        batch's logs go to ``on_logs``, also when a step raised (a batch dropped by ``SkipBatch`` may have
+        trained)."""
+        try:
+            run_steps(self.steps, ctx, self.first)
+        finally:
+            if self.on_logs is not None and ctx.logs:
+                self.on_logs(ctx.logs)
         return ctx.batch
 
     def _run(self, seq: int, batch: Any) -> Context:
@@ -133,7 +142,8 @@ class BatchRunner:
         batch.seed = seed
         ctx = Context(batch, self.dataset, self.config, self.variables, self.models, seq, self.total, seed,
                       self.pipeline, self.epoch_items,
-                      epoch=None if self.clock is None else self.clock.epoch_of(seq))
+                      epoch=None if self.clock is None else self.clock.epoch_of(seq),
+                      logs=None if self.on_logs is None else {})
         if self.locks is None:
             run_steps(self.steps, ctx, self.first)
         else:

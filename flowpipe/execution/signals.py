@@ -5,8 +5,9 @@ batch in flight completes (its stateful actions in the caller's thread; the pref
 part they have started and start nothing new), the checkpoint of that batch is written, and the run raises:
 ``KeyboardInterrupt`` for Ctrl-C, :class:`~flowpipe.errors.RunStopped` (a ``SystemExit`` with code 128 + the
 signal's number: 143 for SIGTERM, 138 for SIGUSR1) for the others. A Ctrl-C while a stop is pending raises
-``KeyboardInterrupt`` at once. In a distributed job every rank contributes its flag to one exchange per batch
-(``agree``), so every rank stops after the same batch.
+``KeyboardInterrupt`` at once. In a distributed job every rank contributes its flag to an exchange of the batch, so
+every rank stops after the same batch: the engine's exchange of item counts at the batch's training step carries it
+(``Agreement``), and a batch that trains no model has one ``all_reduce`` of its own (``agree``) after it.
 
 With ``SLURM_JOB_ID`` in the environment, a signal among ``Checkpoint(requeue=...)`` (SIGUSR1 by default) also
 runs ``scontrol requeue <job id>`` on rank 0 once the checkpoint is written; the requeued job resumes with
@@ -15,7 +16,9 @@ runs ``scontrol requeue <job id>`` on rank 0 once the checkpoint is written; the
 Handlers are installed when the run starts and the previous ones put back when it ends (a handler installed over
 flowpipe's in the meantime is left in place). A previous handler that is a Python callable (submitit's, an outer
 run's) is called too, after the checkpoint. Signal handlers can be set in the main thread only: a run in another
-thread warns and runs without them.
+thread warns and runs without them. The worker processes of ``target='processes'`` ignore these signals
+(``flowpipe.processes``): one sent to the whole process group or Slurm job step leaves them to finish the batches
+the run still needs.
 """
 from __future__ import annotations
 
@@ -28,11 +31,10 @@ import warnings
 from typing import Any, Callable
 
 from ..errors import RunStopped
+from ..processes import STOP_SIGNALS
 
-__all__ = ['GracefulStop', 'REQUEUE_SIGNALS', 'agree', 'requeue', 'slurm_job_id']
+__all__ = ['Agreement', 'GracefulStop', 'REQUEUE_SIGNALS', 'agree', 'requeue', 'slurm_job_id']
 
-#: the signals a run with a checkpoint stops on (those the platform has)
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ('SIGTERM', 'SIGUSR1', 'SIGINT') if hasattr(signal, name))
 #: the signals ``Checkpoint(requeue=...)`` may name
 REQUEUE_SIGNALS = ('SIGUSR1', 'SIGTERM')
 
@@ -118,10 +120,52 @@ class GracefulStop:
         self.restore()
 
 
+class Agreement:
+    """What the ranks of a distributed run agree on after each batch, carried by the engine's exchange of item counts
+    (``DistributedEngine``) at the batch's training steps instead of a collective of its own: rank 0's ``due`` (its
+    clock decides a ``seconds`` checkpoint) and the stop signal (the highest any rank received; 0 for none).
+
+    The run's shards hold it (``Shard.agreement``); every rank runs the same exchanges in a batch, so every rank
+    ``take``s the same values after it, or ``None`` after a batch without a training step (``agree`` then).
+
+    Args:
+        local: this rank's ``(due, stop)`` now, read at each exchange.
+    """
+
+    def __init__(self, local: Callable[[], tuple[bool, int]]):
+        self.local = local
+        self._agreed: tuple[bool, int] | None = None
+
+    def mine(self) -> tuple[int, int]:
+        """This rank's ``(due, stop)`` as integers, for the exchange."""
+        due, stop = self.local()
+        return int(bool(due)), int(stop)
+
+    def record(self, rows: list[tuple[float, float]]) -> None:
+        """Every rank's exchanged ``(due, stop)``, in rank order: rank 0's due, the highest stop (kept over the
+        exchanges of one batch)."""
+        due, stop = bool(rows[0][0]), max(int(stop) for _, stop in rows)
+        if self._agreed is not None:
+            due, stop = due or self._agreed[0], max(stop, self._agreed[1])
+        self._agreed = due, stop
+
+    def take(self) -> tuple[bool, int] | None:
+        """The values agreed in the batch's exchanges (then forgotten); ``None`` when it had none."""
+        agreed, self._agreed = self._agreed, None
+        return agreed
+
+    def __reduce__(self) -> tuple:
+        return Agreement, (_nothing,)        # a shard sent to a worker process: its exchanges agree on nothing here
+
+
+def _nothing() -> tuple[bool, int]:
+    return False, 0
+
+
 def agree(due: bool, stop: int) -> tuple[bool, int]:
-    """One exchange of a distributed job's batch, a single ``all_reduce`` (max) of two integers: rank 0's ``due``
-    (its clock decides a ``seconds`` checkpoint) and the stop signal of the ranks (0: none received one; the
-    highest number when several did)."""
+    """The exchange of a distributed job's batch without a training step, a single ``all_reduce`` (max) of two
+    integers: rank 0's ``due`` (its clock decides a ``seconds`` checkpoint) and the stop signal of the ranks (0:
+    none received one; the highest number when several did)."""
     import torch
     import torch.distributed as dist
 

@@ -8,39 +8,35 @@ starts); the dataset goes once for the pool's life, and again when a run finds i
 ``shared.fingerprint``: arrays changed in place included); then only item numbers and sub-indices go out, and
 batches come back through ``shared.py``: their arrays in shared memory, mapped by the caller without a copy.
 
-Workers are started with ``'spawn'`` while ``__main__`` looks like an interactive session's, so that they never
-re-run the user's script (no ``if __name__ == '__main__'`` needed); functions and classes of ``__main__`` or of a
-notebook cell reach them by value, through dill. ``'fork'`` is never used: forking a process that runs torch
-threads can deadlock the child.
+Workers are ``flowpipe.processes.Spawned`` processes (they never re-run the user's script, ignore the signals the
+caller's run stops on, end with the caller, and are stopped by ``flowpipe.processes.stop``); functions and classes
+of ``__main__`` or of a notebook cell reach them by value, through dill.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import itertools
-import os
 import queue
-import sys
-import threading
 import time
 import traceback
 import weakref
 from collections.abc import Callable
-from typing import Any, Iterator
+from typing import Any
 
 import dill
 
 from ..errors import add_note
-from ..lifeline import watch_caller
+from ..processes import Spawned, Spec, hidden_main, release, stop
 from .shared import dumps_shared, fingerprint, loads_shared
 
 __all__ = ['WorkerPool', 'dump_error', 'hidden_main']
 
 # A caller waiting for a result checks that the workers are alive this often.
 _POLL_SECONDS = 0.1
-# How long a worker asked to stop may take before it is terminated, then killed.
+# How long a worker asked to stop may take before it is killed.
 _STOP_SECONDS = 5.0
-_START_LOCK = threading.Lock()
 _RUNS = itertools.count()
 
 
@@ -59,16 +55,15 @@ class WorkerPool:
     """
 
     def __init__(self, workers: int):
-        import torch.multiprocessing as torch_mp           # registers the tensor reductions shared.py relies on
-        context = torch_mp.get_context('spawn')
+        import torch.multiprocessing  # noqa: F401  (registers the tensor reductions shared.py relies on)
+        launcher = Spawned()
+        context = launcher.context()
         self.workers = workers
         self._results = context.Queue()
         self._tasks = [context.Queue() for _ in range(workers)]
         # The run the caller is on: a worker skips the items of runs left early instead of processing them.
         self._current = context.Value('q', -1, lock=False)
-        self._processes = [context.Process(target=_worker_loop, daemon=True, name=f'flowpipe-worker-{number}',
-                                           args=(tasks, self._results, self._current, os.getpid()))
-                           for number, tasks in enumerate(self._tasks)]
+        self._processes: list = []
         self._run: int | None = None
         self._threads = 1
         self._payload = b''
@@ -82,9 +77,10 @@ class WorkerPool:
         # Registered first: workers started before a failure (or Ctrl-C) among the others are stopped too.
         self._finalizer = weakref.finalize(self, _stop, self._processes, self._tasks, self._results, self._current)
         try:
-            with hidden_main():
-                for process in self._processes:
-                    process.start()
+            for number, tasks in enumerate(self._tasks):
+                self._processes.append(launcher.start(Spec(
+                    _worker_loop, (tasks, self._results, self._current), f'flowpipe-worker-{number}',
+                    ask=functools.partial(tasks.put, None), channels=(tasks,))))
         except BaseException:
             self.close(wait=False)
             raise
@@ -173,7 +169,7 @@ class WorkerPool:
         while wait and outstanding and not self.closed and time.monotonic() - quiet_since < _STOP_SECONDS:
             message = _receive(self._results, _POLL_SECONDS)
             if message is None:
-                if any(not process.is_alive() for process in self._processes):
+                if any(not process.alive for process in self._processes):
                     break
                 continue
             got, seq, ok, payload = message
@@ -186,12 +182,10 @@ class WorkerPool:
     def close(self, wait: bool = True) -> None:
         """Stop and join every worker: after its current item, or (``wait=False``: Ctrl-C) at once. Idempotent.
 
-        A worker that does not stop in time is terminated, then killed.
+        A worker that does not stop in time is killed.
         """
         if not wait and not self.closed:
-            for process in self._processes:
-                if process.is_alive():
-                    process.terminate()
+            stop(self._processes, _STOP_SECONDS, now=True)
         self._finalizer()
         # The queues' semaphores are files in /dev/shm until the queues are collected: a closed pool kept by a
         # pipeline must not keep them.
@@ -214,7 +208,7 @@ class WorkerPool:
 
     def _check_alive(self) -> None:
         for process in self._processes:
-            if not process.is_alive():
+            if not process.alive:
                 self.close()
                 raise RuntimeError(f"Expected the worker processes to run until the run ends. Received: "
                                    f"{process.name} exited with code {process.exitcode}. Look for a crash in C "
@@ -222,43 +216,10 @@ class WorkerPool:
                                    f"the error in this process.")
 
 
-@contextlib.contextmanager
-def hidden_main(lock: bool = True) -> Iterator[None]:
-    """While workers start, ``__main__`` has no file and no spec: spawn then does not import it in them.
-
-    ``lock`` holds a lock meanwhile, so that two pools starting at once restore ``__main__`` in order; a caller
-    that hides it for a long time (a Dask cluster's whole life, whose nannies restart workers) passes ``False``.
-    """
-    main = sys.modules['__main__']
-    saved = {name: main.__dict__[name] for name in ('__file__', '__spec__') if name in main.__dict__}
-    with _START_LOCK if lock else contextlib.nullcontext():
-        main.__dict__.pop('__file__', None)
-        main.__spec__ = None
-        try:
-            yield
-        finally:
-            for name, value in saved.items():
-                setattr(main, name, value)
-
-
 def _stop(processes: list, tasks: list, results: Any, current: Any) -> None:
     current.value = -1                    # the items still queued are skipped
-    for task_queue in tasks:
-        with contextlib.suppress(OSError, ValueError):
-            task_queue.put(None)
-    for process in processes:
-        if process.pid is None:           # never started
-            continue
-        process.join(_STOP_SECONDS)
-        if process.is_alive():
-            process.terminate()
-            process.join(_STOP_SECONDS)
-        if process.is_alive():
-            process.kill()
-            process.join()
-    for channel in (*tasks, results):
-        channel.close()                   # every reader is gone: the feeder thread ends, and frees the semaphores
-        channel.join_thread()
+    stop(processes, _STOP_SECONDS)
+    release([*tasks, results])            # every reader is gone: the feeder threads end, and free the semaphores
 
 
 class _ReferringPickler(dill.Pickler):
@@ -329,17 +290,12 @@ def _decode(ok: bool, payload: bytes) -> tuple[BaseException | None, Any]:
 
 # ----- in the worker process -----
 
-def _worker_loop(tasks: Any, results: Any, current: Any, parent: int) -> None:
+def _worker_loop(tasks: Any, results: Any, current: Any) -> None:
     """Serve items until the ``None`` message or the caller's death: ``('keep', key, payload)`` loads an object
     the runs refer to, ``('run', run, payload, threads)`` sets the process function of a run and torch's number of
     threads, ``('item', run, seq, item)`` processes one item and replies ``(run, seq, ok, payload)``, or
-    ``(run, seq, None, b'')`` for an item of a run left early (skipped). A thread ends the worker when the caller
-    is gone, even in the middle of an item."""
-    import signal
-
+    ``(run, seq, None, b'')`` for an item of a run left early (skipped)."""
     import torch
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the caller decides
-    watch_caller(parent)
     process: Any = None
     kept: dict[int, Any] = {}
     while True:

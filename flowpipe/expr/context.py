@@ -50,6 +50,9 @@ class Context:
         epoch_items: items one epoch of the run feeds (the dataset's, less what ``drop_last`` drops), for a
             per-epoch learning-rate schedule; ``None`` outside the first stage of a run.
         epoch: the 0-based epoch of the batch's first item (``I('epoch')``), ``None`` outside a run's first stage.
+        logs: in a run with callbacks, the batch's logs, which the run's callbacks hear of (``train_model`` adds
+            each step's loss to ``logs['steps']``, ``None`` for a step skipped for a non-finite loss); else
+            ``None``.
     """
     batch: Any = None
     dataset: Any = None
@@ -63,6 +66,7 @@ class Context:
     epoch_items: int | None = None
     _random: Any = None
     epoch: int | None = None
+    logs: dict | None = None
 
     @property
     def random(self) -> Any:

@@ -1,9 +1,9 @@
 """``launch``: run a function or a script in N local processes that form one distributed job (for notebooks and
 tests; use ``torchrun`` for real jobs).
 
-Each process is a fork of ``multiprocessing``'s forkserver, a clean process that imported torch and flowpipe once
-(no thread or CUDA state of the caller is copied; later launches start in a fraction of a second), and gets
-torchrun's environment: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+Each process is a ``flowpipe.processes.Forked`` process, a fork of ``multiprocessing``'s forkserver that imported
+torch and flowpipe once (no thread or CUDA state of the caller is copied; later launches start in a fraction of a
+second), and gets torchrun's environment: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``, ``GLOO_SOCKET_IFNAME=lo`` and
 ``FLOWPIPE_DIST_TIMEOUT``, so flowpipe's runs see a distributed job (gloo on the CPU), and the caller's default
 dtype (``torch.set_default_dtype``), as the function called in the caller would. The function travels with
@@ -11,11 +11,11 @@ dill, so one defined in a notebook works. The caller waits for every rank: the f
 exception, an exit code, a signal) ends the others and raises :class:`LaunchError` naming the rank, the
 exception type and message, with the rank's traceback; past ``timeout`` every rank is ended and ``TimeoutError``
 raised. Ranks also end when the caller dies (each rank watches it, and the forkserver exits once its ranks are
-gone), so none is left behind.
+gone), so none is left behind. The ranks still running when the job ends are stopped by
+``flowpipe.processes.stop``: SIGTERM, then SIGKILL for a rank that lingers.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import runpy
@@ -29,13 +29,13 @@ from typing import Any, Callable, Sequence
 import dill
 
 from ..errors import LaunchError
-from ..lifeline import watch_caller
+from ..processes import Forked, Spec, release, stop
 
 __all__ = ['LaunchError', 'launch']
 
 _POLL = 0.05
-_WATCH = 0.5      # seconds between checks that the caller is alive
 _GRACE = 1.0      # seconds to look for a dead rank behind another rank's error
+_STOP = 3.0       # seconds a rank asked to stop (SIGTERM) has before SIGKILL
 
 
 def _free_port() -> int:
@@ -78,8 +78,8 @@ def launch(target: Callable | str | os.PathLike, nprocs: int = 2, args: Sequence
     _check(target, nprocs, timeout)
     import torch
     default_dtype = str(torch.get_default_dtype()).removeprefix('torch.')
-    context = _context()
-    results = context.Queue()
+    launcher = Forked(preload=('flowpipe.parallel.launcher',))
+    results = launcher.context().Queue()
     payload = dill.dumps((os.fspath(target) if isinstance(target, os.PathLike) else target, tuple(args),
                           dict(kwargs or {})), recurse=True)
     base_env = {'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(_free_port()), 'WORLD_SIZE': str(nprocs),
@@ -88,25 +88,13 @@ def launch(target: Callable | str | os.PathLike, nprocs: int = 2, args: Sequence
     processes = []
     try:
         for rank in range(nprocs):
-            rank_env = {**base_env, 'RANK': str(rank), 'LOCAL_RANK': str(rank), 'GROUP_RANK': '0',
-                        'FLOWPIPE_LAUNCH_CALLER': str(os.getpid())}
-            process = context.Process(target=_worker, args=(payload, rank_env, default_dtype, results), name=f'flowpipe-rank-{rank}')
-            process.start()
-            processes.append(process)
+            rank_env = {**base_env, 'RANK': str(rank), 'LOCAL_RANK': str(rank), 'GROUP_RANK': '0'}
+            processes.append(launcher.start(Spec(_worker, (payload, rank_env, default_dtype, results),
+                                                 f'flowpipe-rank-{rank}')))
         return _wait(processes, results, time.monotonic() + timeout, timeout)
     finally:
-        _end(processes)
-        results.close()
-        results.join_thread()
-
-
-def _context() -> Any:
-    """A forkserver context whose server has imported torch and flowpipe once: every later rank is a fork of it,
-    started in a fraction of a second, with none of the caller's threads or CUDA state."""
-    import multiprocessing
-    context = multiprocessing.get_context('forkserver')
-    context.set_forkserver_preload(['flowpipe.parallel.launcher'])
-    return context
+        stop(processes, _STOP)
+        release([results])
 
 
 def _wait(processes: list, results: Any, deadline: float, timeout: float) -> list:
@@ -171,31 +159,6 @@ def _check_exits(processes: list, values: dict) -> None:
         raise LaunchError(rank, 'Exit', f'rank {rank} exited with code {code} before returning', '')
 
 
-def _end(processes: list) -> None:
-    """End every rank still running: SIGTERM, then SIGKILL for one that lingers."""
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    deadline = time.monotonic() + 3.0
-    for process in processes:
-        process.join(timeout=max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            process.kill()
-            process.join(timeout=3.0)
-
-
-def _die_with_caller(caller: int) -> None:
-    """End this rank when the caller is gone: a watcher thread, since the rank's parent is the forkserver, which
-    outlives a killed caller as long as any rank holds its pipe (and the forkserver's death, Linux's
-    parent-death signal)."""
-    if sys.platform.startswith('linux'):
-        try:
-            ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)    # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    watch_caller(caller, _WATCH)
-
-
 def _set_threads() -> None:
     """One torch thread per rank as torchrun does, or ``OMP_NUM_THREADS``: set through torch, since the rank is a
     fork of a process that imported torch (where the variable is read) before the rank's environment existed."""
@@ -224,7 +187,6 @@ def _worker(payload: bytes, env: dict, default_dtype: str, results: Any) -> None
     destroyed."""
     rank = int(env['RANK'])
     try:
-        _die_with_caller(int(env['FLOWPIPE_LAUNCH_CALLER']))
         os.environ.update(env)
         _set_threads()
         import torch

@@ -14,10 +14,17 @@ import torch.distributed as dist
 
 from . import distributed
 
-__all__ = ['RUN_ENDED', 'check_same_batch', 'exchange_position']
+__all__ = ['RUN_ENDED', 'check_same_batch', 'count_row', 'exchange_position']
 
 #: the batch number a rank exchanges when its sharded run has ended
 RUN_ENDED = -2
+
+
+def count_row(count: int, batch: int, normalizer: float = 0.0, flags: tuple[int, int] = (0, 0)) -> torch.Tensor:
+    """A rank's row of the count exchange, ``[count, batch, normalizer, due, stop]`` (``flags``: what the ranks
+    agree on after the batch): float64 holds counts, batch and signal numbers exactly (below 2 ** 53) beside a
+    fractional normalizer. Every exchange of the ranks' position uses it, so that any two of them can meet."""
+    return torch.tensor([count, batch, normalizer, *flags], dtype=torch.float64)
 
 
 def check_same_batch(batches: list[int], when: str) -> None:
@@ -36,9 +43,10 @@ def check_same_batch(batches: list[int], when: str) -> None:
 
 def exchange_position(batch: int, when: str) -> None:
     """Exchange the global batch this rank is on (``RUN_ENDED`` at the run's end) over the job's group, in the
-    layout of the engines' count exchange (``[count, batch, normalizer]``); raise on every rank when they differ."""
-    device = torch.device('cuda', torch.cuda.current_device()) if dist.get_backend() == 'nccl' else None
-    mine = torch.tensor([0, batch, 0], dtype=torch.float64, device=device)
+    layout of the engines' count exchange (``count_row``); raise on every rank when they differ."""
+    mine = count_row(0, batch)
+    if dist.get_backend() == 'nccl':
+        mine = mine.to(torch.device('cuda', torch.cuda.current_device()))
     every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     with distributed.collective(f'the exchange of the ranks\' global batch at {when}'):
         dist.all_gather(every, mine)

@@ -294,14 +294,15 @@ def _step(ctx: Context, method: str, name: str, args: tuple, kwargs: dict, save_
         kwargs = {**kwargs, 'seed': step_seed(ctx, name, model.iteration)}
     if method == 'train' and getattr(model, 'decay', None) is not None:
         model.decay.epoch_items = ctx.epoch_items       # where a per-epoch schedule's epochs end
-    losses = getattr(getattr(ctx.pipeline, 'state', None), 'train_losses', None) if method == 'train' else None
-    counted = losses is not None and isinstance(model, _default_class())
+    logs = ctx.logs if method == 'train' else None
+    counted = logs is not None and isinstance(model, _default_class())
     skipped = model.skipped_steps if counted else 0
     with stepping(ctx.batch):       # the distributed engine checks that every rank steps on the same global batch
         result = getattr(model, method)(*args, **kwargs)
     if counted:
-        # a run's callbacks log it (read at the batch's end); None: the step was skipped for a non-finite loss
-        losses.append(None if model.skipped_steps > skipped else model.last_loss)
+        # the batch's logs, which a run's callbacks hear of (read at the batch's end); None: the step was skipped
+        # for a non-finite loss
+        logs.setdefault('steps', []).append(None if model.skipped_steps > skipped else model.last_loss)
     if save_to is not None:
         assign(save_to, result, ctx)
 

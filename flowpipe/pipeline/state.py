@@ -32,11 +32,9 @@ class PipelineState:
         next_args: ``(given arguments, RunArgs)`` of the last ``next_batch`` call, so that a loop calling it
             with the same arguments does not rebuild and re-check them for every batch.
         models_left: names of the models a pickled pipeline had (a copy made by pickling has none of them).
-        train_losses: while a run with callbacks goes on, the list ``train_model`` appends each step's loss to
-            (a tensor; the run reads and empties it after every batch); else ``None``.
     """
     __slots__ = ('variables', 'models', 'iterator', 'iterator_args', 'workers', 'profiler', 'batches', 'lock',
-                 'next_args', 'models_left', 'train_losses')
+                 'next_args', 'models_left')
 
     def __init__(self) -> None:
         self.variables = Store(kind='variable')
@@ -49,7 +47,6 @@ class PipelineState:
         self.lock = threading.RLock()
         self.next_args: tuple | None = None
         self.models_left: tuple[str, ...] = ()
-        self.train_losses: list | None = None
 
     def reset(self, *targets: str) -> None:
         """Forget the iterator and stop the worker processes (``'iter'``), variables (``'vars'`` too), models, or

@@ -8,15 +8,15 @@ takes its place. ``end(future, error)`` ends a running job the same way (the res
 ``__main__`` or of a notebook included); each worker replies through a pipe of its own, so that a worker ended in
 the middle of a reply leaves no lock or half message to the others.
 
-Workers start with ``'spawn'`` under ``flowpipe.execution.workers.hidden_main`` (no ``if __name__ ==
-'__main__'`` needed), ignore SIGINT (Ctrl-C reaches the caller, which stops them) and end when the caller dies,
-even in the middle of a job (a thread watches the caller: ``flowpipe.lifeline``). ``shutdown(wait=False)``
-terminates the workers at once (jobs running are lost); ``shutdown(wait=True)`` lets the running jobs finish.
+Workers are ``flowpipe.processes.Spawned`` processes: no ``if __name__ == '__main__'`` needed; they ignore Ctrl-C,
+SIGTERM and SIGUSR1 (the caller decides) and end when the caller dies, even in the middle of a job.
+``shutdown(wait=False)`` kills the workers at once (jobs running are lost); ``shutdown(wait=True)`` lets the
+running jobs finish. Every stop goes through ``flowpipe.processes.stop``.
 """
 from __future__ import annotations
 
 import contextlib
-import os
+import functools
 import threading
 import time
 import weakref
@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 import dill
 
-from ..execution.workers import dump_error, hidden_main
-from ..lifeline import watch_caller
+from ..execution.workers import dump_error
+from ..processes import Spawned, Spec, stop
 
 __all__ = ['ProcessPool', 'WorkerDied']
 
@@ -51,8 +51,7 @@ class ProcessPool(Executor):
     def __init__(self, max_workers: int = 1):
         if not isinstance(max_workers, int) or max_workers < 1:
             raise ValueError(f"Expected max_workers to be an int >= 1. Received: max_workers={max_workers!r}.")
-        import multiprocessing
-        self._context = multiprocessing.get_context('spawn')
+        self._launcher = Spawned()
         self.max_workers = max_workers
         # {'process', 'tasks', 'replies', 'job': (job_id, future) or None, 'started': monotonic time or None}
         self._workers: list[dict] = []
@@ -91,7 +90,7 @@ class ProcessPool(Executor):
                 return False
             self._workers.remove(worker)
             worker['job'] = None
-        _stop(worker, terminate=True)
+        worker['process'].stop(_STOP_SECONDS, now=True)
         future.set_exception(error)
         with self._lock:
             if not self._shutdown:
@@ -109,8 +108,8 @@ class ProcessPool(Executor):
         if wait and self._collector is not None:
             self._collector.join()
         with self._lock:
+            stop([worker['process'] for worker in self._workers], _STOP_SECONDS, now=not wait)
             for worker in self._workers:
-                _stop(worker, terminate=not wait)
                 if worker['job'] is not None:
                     worker['job'][1].set_exception(WorkerDied("The pool was shut down while the job ran."))
                     worker['job'] = None
@@ -144,12 +143,12 @@ class ProcessPool(Executor):
             idle['tasks'].put((job_id, payload))
 
     def _start_worker(self) -> dict:
-        tasks = self._context.Queue()
-        replies, reply_end = self._context.Pipe(duplex=False)
-        process = self._context.Process(target=_worker_loop, args=(tasks, reply_end, os.getpid()), daemon=True,
-                                        name=f'flowpipe-research-worker-{len(self._workers)}')
-        with hidden_main():
-            process.start()
+        context = self._launcher.context()
+        tasks = context.Queue()
+        replies, reply_end = context.Pipe(duplex=False)
+        process = self._launcher.start(Spec(_worker_loop, (tasks, reply_end), f'flowpipe-research-worker-'
+                                            f'{len(self._workers)}', ask=functools.partial(tasks.put, None),
+                                            channels=(tasks, replies)))
         reply_end.close()              # the worker holds the only writer: its exit is an end of file here
         worker = {'process': process, 'tasks': tasks, 'replies': replies, 'job': None, 'started': None}
         self._workers.append(worker)
@@ -191,10 +190,10 @@ class ProcessPool(Executor):
     def _check_workers(self) -> None:
         with self._lock:
             for worker in list(self._workers):
-                if worker['process'].is_alive():
+                if worker['process'].alive:
                     continue
                 self._workers.remove(worker)
-                _stop(worker, terminate=True)
+                worker['process'].stop(_STOP_SECONDS, now=True)
                 if worker['job'] is not None:
                     code = worker['process'].exitcode
                     worker['job'][1].set_exception(WorkerDied(
@@ -219,29 +218,10 @@ def _resolve(future: Future, ok: bool, payload: bytes) -> None:
         future.set_exception(error)
 
 
-def _stop(worker: dict, terminate: bool) -> None:
-    process = worker['process']
-    with contextlib.suppress(OSError, ValueError):
-        worker['tasks'].put(None)
-    if terminate and process.is_alive():
-        process.terminate()
-    process.join(_STOP_SECONDS)
-    if process.is_alive():
-        process.kill()
-        process.join()
-    worker['tasks'].close()
-    worker['tasks'].join_thread()
-    worker['replies'].close()
-
-
 # ----- in the worker process -----
-def _worker_loop(tasks: Any, replies: Any, parent: int) -> None:
+def _worker_loop(tasks: Any, replies: Any) -> None:
     """Run jobs ``(job_id, payload)`` until ``None``; reply ``(job_id, 'started', None)`` once a job's function
-    is loaded, then ``(job_id, ok, payload)``. A thread ends the process when the caller is gone, even while a job
-    runs."""
-    import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    watch_caller(parent)
+    is loaded, then ``(job_id, ok, payload)``."""
     import torch  # noqa: F401  (every research task imports it: not on the clock of the first job's time limit)
     while True:
         try:

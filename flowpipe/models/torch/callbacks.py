@@ -2,12 +2,14 @@
 
 A model config lists them under ``callbacks`` (``'callbacks': [EarlyStopping(patience=5), LogCallback(stream=print)]``).
 ``TorchModel`` works on its own copies (``model.callbacks``, see ``BaseCallback.bind``) and calls each one's
-``on_iter_end`` after the optimizer step and the decay, with the step's full-batch loss: the same value on every
-replica and, all-reduced, on every rank of a distributed job, so every rank decides alike at the same step.
+``on_train_step_end(model, logs)`` after the optimizer step and the decay, with the step's logs (``loss``: the
+full-batch loss, the same value on every replica and, all-reduced, on every rank of a distributed job, so every
+rank decides alike at the same step). They are callbacks of the run's protocol (``flowpipe.callbacks.Callback``).
 
-- ``PlateauCallback`` owns the plateau rule (``mode``, ``patience``, ``min_delta``, ``cooldown``);
-  ``ReduceLROnPlateau`` multiplies the learning rates by ``factor`` on a plateau, ``EarlyStopping`` raises
-  ``StopPipeline`` (a pipeline run ends after the current batch).
+- ``PlateauCallback`` applies batchflow's settings of the one plateau rule (``flowpipe.callbacks.plateau``:
+  ``mode``, ``patience``, ``min_delta``, ``cooldown``); ``ReduceLROnPlateau`` multiplies the learning rates by
+  ``factor`` on a plateau. ``EarlyStopping`` is ``flowpipe.callbacks.EarlyStopping``, the run's own, which in a
+  model config takes batchflow's rule and raises ``StopPipeline`` (a pipeline run ends after the current batch).
 - ``LogCallback`` writes the loss (and memory, shapes, micro-batches) every ``frequency`` steps.
 
 Every callback writes to its ``stream`` (``None``: nowhere, a callable such as ``print``, or a file path, started
@@ -16,7 +18,6 @@ model files and run checkpoints carry. See ``docs/models.md``, "Model callbacks"
 """
 from __future__ import annotations
 
-import copy
 import math
 import os
 import time
@@ -24,21 +25,16 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import StopPipeline
-from ...parallel import distributed
+from ...callbacks.early_stopping import EarlyStopping, nan_step
+from ...callbacks.plateau import BATCHFLOW_MODES, Plateau
+from ...callbacks.step_callback import BaseCallback
+from ...parallel import distributed  # noqa: F401 - BaseCallback.write asks it which rank writes
 
 __all__ = ['BaseCallback', 'EarlyStopping', 'LogCallback', 'PLATEAU_MODES', 'PlateauCallback', 'ReduceLROnPlateau',
            'make_callbacks']
 assert __all__ == sorted(__all__)
 
-PLATEAU_MODES = ('complex', 'pytorch', 'keras', 'mean')
-
-
-def _check_stream(stream: Any) -> Any:
-    if stream is None or callable(stream) or isinstance(stream, (str, os.PathLike)):
-        return os.fspath(stream) if isinstance(stream, os.PathLike) else stream
-    raise TypeError(f"Expected stream as None, a callable (e.g. print) or a file path. Received: "
-                    f"stream={stream!r}. Pass e.g. stream=print or stream='train.log'.")
+PLATEAU_MODES = BATCHFLOW_MODES
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -55,75 +51,9 @@ def _check_number(name: str, value: Any) -> float:
     return float(value)
 
 
-class BaseCallback:
-    """A rule the model applies after each training step; subclasses define ``on_iter_end``.
-
-    Args:
-        stream: where messages go: ``None`` (nowhere), a callable taking one string, or a file path.
-
-    Attributes:
-        model: the ``TorchModel`` a bound copy belongs to (``None`` for the object given in the config).
-    """
-
-    def __init__(self, stream: Any = None):
-        self.stream = _check_stream(stream)
-        self.model: Any = None
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget what the callback has seen: the state of a callback that has seen no step."""
-        self._written = False
-
-    def state(self) -> dict:
-        """What the callback has seen, as plain values (saved with the model)."""
-        return {'written': self._written}
-
-    def load_state(self, state: dict) -> None:
-        """Continue from ``state()``."""
-        self._written = bool(state['written'])
-
-    def bind(self, model: Any) -> 'BaseCallback':
-        """A fresh copy of this callback that belongs to ``model``: one callback object in a config may serve
-        several models (a template used by two pipelines) without mixing their losses."""
-        bound = copy.copy(self)
-        bound.model = model
-        bound.reset()
-        return bound
-
-    def on_iter_end(self, loss: float, **info: Any) -> None:
-        """Act on training step ``self.model.iteration``, whose full-batch loss is ``loss``.
-
-        ``info`` holds ``batch_size``, ``inputs_shapes`` and ``targets_shapes`` of the step.
-        """
-        raise NotImplementedError(f"{type(self).__name__} must define on_iter_end(loss, **info).")
-
-    def write(self, message: str) -> None:
-        """Send ``message`` to the stream, from rank 0 only; a file is truncated by the callback's first line."""
-        first, self._written = not self._written, True
-        if self.stream is None or not distributed.is_main():
-            return
-        if callable(self.stream):
-            self.stream(message)
-            return
-        with open(self.stream, 'w' if first else 'a', encoding='utf-8') as file:
-            print(message, file=file)
-
-    def arguments(self) -> dict:
-        """The constructor's arguments, for the repr (which must not change with the state: run checkpoints
-        compare the pipeline's description)."""
-        return {'stream': self.stream}
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{key}={value!r}' for key, value in self.arguments().items())})"
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state['model'] = None          # a pickled callback never drags its model along
-        return state
-
-
 class PlateauCallback(BaseCallback):
-    """Acts (``action``) when the training loss stops improving, by batchflow's rule.
+    """Acts (``action``) when the training loss stops improving, by batchflow's rule (``rule``, a
+    ``Plateau.batchflow``).
 
     The first ``patience`` steps are never checked. Then, at each step, over the last ``patience`` losses (the
     current step's included):
@@ -135,7 +65,8 @@ class PlateauCallback(BaseCallback):
 
     The loss improves when that value is below the compared one by more than ``min_delta``; it becomes the best.
     Otherwise the loss is on a plateau: ``action`` runs, then the next ``cooldown - 1`` steps are not checked
-    (``cooldown=None`` or ``0``: no step is checked again, as in batchflow).
+    (``cooldown=None`` or ``0``: no step is checked again, as in batchflow). A nan loss is skipped: it is
+    neither an improvement nor a plateau.
 
     Args:
         mode: ``'complex'``, ``'pytorch'``, ``'keras'`` or ``'mean'``.
@@ -157,51 +88,52 @@ class PlateauCallback(BaseCallback):
 
     def reset(self) -> None:
         super().reset()
-        self.best = math.inf
-        self.cooldown_counter: float = self.patience     # the first `patience` steps are not checked
-        self._losses: deque = deque(maxlen=self.patience)
+        self.rule = Plateau.batchflow(self.mode, self.patience, self.min_delta, self.cooldown)
+
+    @property
+    def best(self) -> float:
+        """The best value of the window so far."""
+        return self.rule.best
+
+    @property
+    def cooldown_counter(self) -> float:
+        """Steps still to record without a check."""
+        return self.rule.unchecked
 
     def state(self) -> dict:
-        return {**super().state(), 'best': self.best, 'cooldown_counter': self.cooldown_counter,
-                'losses': list(self._losses)}
+        return {**super().state(), 'best': self.rule.best, 'cooldown_counter': self.rule.unchecked,
+                'losses': list(self.rule.values)}
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
-        self.best, self.cooldown_counter = state['best'], state['cooldown_counter']
-        self._losses = deque(state['losses'], maxlen=self.patience)
+        self.rule.reset()
+        self.rule.best, self.rule.values = state['best'], deque(state['losses'], maxlen=self.rule.window)
+        self.rule.load_unchecked(state['cooldown_counter'])
 
     def arguments(self) -> dict:
         return {'mode': self.mode, 'patience': self.patience, 'min_delta': self.min_delta,
                 'cooldown': self.cooldown, **super().arguments()}
 
     def plateau(self, loss: float) -> bool:
-        """Record ``loss`` and say whether the loss is on a plateau now."""
-        self._losses.append(loss)
-        if self.cooldown_counter != 0:
-            self.cooldown_counter -= 1
-            return False
-        losses = list(self._losses)
-        if self.mode == 'complex':
-            split = -self.patience // 2           # batchflow's slice: (-patience) // 2
-            current, previous = _mean(losses[split:]), _mean(losses[-self.patience:split])
-        else:
-            current = min(losses) if self.mode in ('pytorch', 'keras') else _mean(losses)
-            previous = self.best
-        if current < previous - self.min_delta:
-            self.best = current
-            return False
-        return True
+        """Record ``loss`` and say whether the loss is on a plateau now (a nan: no, said once)."""
+        if math.isnan(loss):
+            nan_step(self, loss)
+        return bool(self.rule.update(loss))
 
     def on_iter_end(self, loss: float, **info: Any) -> None:
         """Check the plateau rule; on a plateau, act, start the cooldown and say so."""
         if self.plateau(float(loss)):
             self.action()
-            # `or`: batchflow reads a cooldown of 0 as none given
-            self.cooldown_counter = (self.cooldown or math.inf) - 1
+            self.rule.acted()
             self.write(f'{type(self).__name__} at iteration {self.model.iteration}')
 
     def action(self) -> None:
         """What a plateau does; subclasses define it (here: only the message)."""
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if 'rule' not in state:             # a model file of an earlier flowpipe: its rule is made afresh
+            self.reset()
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -248,43 +180,6 @@ class ReduceLROnPlateau(PlateauCallback):
         for group in self.model.optimizer.param_groups:
             group['lr'] = max(self.min_lr, self.factor * group['lr'])
         self.reduced_at.append(self.model.iteration)
-
-
-class EarlyStopping(PlateauCallback):
-    """Stops training on a plateau: raises ``StopPipeline``, which ends a pipeline run after the current batch.
-
-    As in batchflow, a stop starts no cooldown: a later run checks again at its first step.
-
-    Args:
-        cooldown: ``None`` means ``patience``.
-        mode, patience, min_delta, stream: see ``PlateauCallback``.
-
-    Attributes:
-        stopped_iteration: the model iteration of the last stop, or ``None``.
-    """
-
-    def __init__(self, mode: str = 'complex', patience: int = 10, min_delta: float = 0.001,
-                 cooldown: int | None = None, stream: Any = None):
-        super().__init__(mode=mode, patience=patience, min_delta=min_delta,
-                         cooldown=patience if cooldown is None else cooldown, stream=stream)
-
-    def reset(self) -> None:
-        super().reset()
-        self.stopped_iteration: int | None = None
-
-    def state(self) -> dict:
-        return {**super().state(), 'stopped_iteration': self.stopped_iteration}
-
-    def load_state(self, state: dict) -> None:
-        super().load_state(state)
-        self.stopped_iteration = state['stopped_iteration']
-
-    def action(self) -> None:
-        self.stopped_iteration = self.model.iteration
-        message = (f'EarlyStopping at iteration {self.stopped_iteration}: the training loss is on a plateau '
-                   f'(mode={self.mode!r}, patience={self.patience}, min_delta={self.min_delta})')
-        self.write(message)
-        raise StopPipeline(message)
 
 
 class LogCallback(BaseCallback):

@@ -275,11 +275,12 @@ class TorchModel(ModelState, HistoryPlots):
 
     def _call_callbacks(self, loss: float, inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> None:
         # Under the step lock, in step order: a learning rate set here is the next step's, and EarlyStopping's
-        # StopPipeline comes before any later batch's step.
-        info = {'batch_size': self._last_batch_size, 'inputs_shapes': [tuple(t.shape) for t in inputs],
+        # StopPipeline comes before any later batch's step. One logs dict for all: what one sets, the next sees.
+        logs = {'loss': loss, 'lr': float(self.optimizer.param_groups[0]['lr']), 'iteration': self.iteration,
+                'batch_size': self._last_batch_size, 'inputs_shapes': [tuple(t.shape) for t in inputs],
                 'targets_shapes': [tuple(t.shape) for t in targets]}
         for callback in self.callbacks:
-            callback.on_iter_end(loss, **info)
+            callback.on_train_step_end(self, logs)
 
     def predict(self, *args: Any, fetches: Any = None, inputs: Any = None, targets: Any = None,
                 outputs: Any = None, use_averaged: bool = False, **named_inputs: Any) -> Any:

@@ -18,6 +18,8 @@ The run loop hands every rank its contiguous shard of the global batch (``flowpi
 
 The exchange of item counts (1.) also carries the global batch each rank is on (``flowpipe.data.shards.current_shard``):
 ranks on different batches (``SkipBatch`` raised on some ranks only) raise there, naming the ranks and batches.
+In a run with checkpoints it carries what the ranks agree on after the batch as well (the shard's ``agreement``:
+a stop signal, rank 0's clock), so stopping on a signal costs no collective of its own.
 A collective of a step that times out or loses a peer raises naming the step, the collective and where the other
 ranks were (``distributed.collective``).
 """
@@ -43,7 +45,7 @@ from ..plan import DevicePlan
 from ..precision import Precision
 from ..losses import ITEM_SHARES, NORMALIZER, PLAIN_SUM, normalized, weighting
 from ..randomness import piece_seed
-from ..run_end import RUN_ENDED, check_same_batch
+from ..run_end import RUN_ENDED, check_same_batch, count_row
 from ..speed import compiled
 from ..split import Piece, split_batch
 from .base import Engine, StepResult
@@ -236,28 +238,34 @@ class DistributedEngine(Engine):
     def _exchange_counts(self, inputs: Any, normalizer: float | None = None
                          ) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """Every rank's item count and loss normalizer (``normalizer``: this rank's, or ``None`` and 0 exchanged),
-        in rank order (one all-gather, which also checks that every rank is on the same global batch)."""
+        in rank order (one all-gather, which also checks that every rank is on the same global batch and carries the
+        shard's ``agreement``)."""
         tensors = as_batch(inputs, 'inputs')
         local = int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 0
         shard = current_shard()
         self._batch = -1 if shard is None else shard.batch
         if shard is not None and shard.stepped is not None and not any(e is self for e in shard.stepped):
             shard.stepped.append(self)          # the run's first engine to step checks that the ranks end alike
-        rows = self._gather_rows(local, self._batch, normalizer or 0.0)
+        agreement = None if shard is None else shard.agreement
+        flags = (0, 0) if agreement is None else agreement.mine()
+        rows = self._gather_rows(local, self._batch, normalizer or 0.0, flags)
+        if agreement is not None:
+            agreement.record([(due, stop) for *_, due, stop in rows])
         self._phase = 'the gradient all-reduce'
-        return tuple(int(count) for count, _, _ in rows), tuple(value for _, _, value in rows)
+        return tuple(int(row[0]) for row in rows), tuple(row[2] for row in rows)
 
-    def _gather_rows(self, local: int, batch: int, normalizer: float) -> list[list[float]]:
-        """Every rank's ``[count, batch, normalizer]`` (one all-gather on the count group); an error on every rank
-        when the ranks are on different global batches, or some ended the run (``RUN_ENDED``) while others train."""
+    def _gather_rows(self, local: int, batch: int, normalizer: float, flags: tuple[int, int] = (0, 0)
+                     ) -> list[list[float]]:
+        """Every rank's ``[count, batch, normalizer, due, stop]`` (``run_end.count_row``: one all-gather on the count
+        group; ``flags``: this rank's ``Agreement.mine``); an error on every rank when the ranks are on different
+        global batches, or some ended the run (``RUN_ENDED``) while others train."""
         self._phase = 'the exchange of item counts'
-        # float64 holds counts and batch numbers exactly (below 2 ** 53) beside a normalizer that may be fractional
-        mine = torch.tensor([local, batch, normalizer], dtype=torch.float64)
+        mine = count_row(local, batch, normalizer, flags)
         every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
         _kept(mine, *every)
         dist.all_gather(every, mine, group=self._counts_group)
         rows = torch.stack(every).tolist()
-        check_same_batch([int(batch) for _, batch, _ in rows], f'training step {self.steps}')
+        check_same_batch([int(row[1]) for row in rows], f'training step {self.steps}')
         return rows
 
     def end_run(self) -> None:
