@@ -6,7 +6,8 @@ Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_l
 ``sharding*`` and ``randomness`` keys
 (one plan, one engine: every step is delegated to ``self.engine``), ``clipping`` the ``clip_grad_value``,
 ``clip_grad_norm`` and ``gradient_clipping`` keys (applied in the engine's step), ``callbacks`` the ``callbacks``
-key (called here after every step), ``io`` saving and loading, ``export`` the other file formats, ``batch_size``
+key (called here after every step), ``state`` the parts of its state (``parts``, ``state``, ``load_state``),
+``io`` saving and loading, ``export`` the other file formats, ``batch_size``
 the batch-size finder, ``batchflow_keys`` batchflow's ``init_weights`` and ``benchmark`` keys and the refusal of
 its keys flowpipe does not read, ``averaging`` the ``weights_averaging`` (``wa``, ``swa``) key; the ``sam_rho``
 and ``sam_individual_norm`` keys go to every training step (``engines.sam``).
@@ -42,12 +43,13 @@ from .inputs import (DEFAULT_INPUT, FETCHES, as_list, by_name, check_fetches, ch
 from .losses import make_loss
 from .optimizers import make_optimizer
 from .profiling import OpProfiler, profiled as _profiled
+from .state import ModelState
 
 __all__ = ['FETCHES', 'TorchModel', 'check_fetches']
 
 
 
-class TorchModel(HistoryPlots, GradCam):
+class TorchModel(ModelState, HistoryPlots, GradCam):
     """A trainable PyTorch model configured by a dict with ``'/'`` keys (see ``docs/models.md``).
 
     Args:
