@@ -36,14 +36,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ['TOP_KEYS', 'ModelSpec', 'as_dtype', 'flat_paths', 'get_path', 'nest', 'parse_config', 'unknown_keys']
+__all__ = ['TOP_KEYS', 'ModelSpec', 'as_dtype', 'flat_paths', 'get_path', 'merge_nested', 'nest', 'parse_config',
+           'unknown_keys']
 
 #: The top-level model config keys flowpipe reads, in one place: a key read by new code is added here.
 TOP_KEYS = ('amp', 'batch_norm', 'benchmark', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common',
             'compile', 'decay', 'device', 'device_map', 'device_weights', 'dtype', 'gradient_clipping', 'head',
             'init_weights', 'initial_block', 'inputs', 'loss', 'memory_format', 'microbatch', 'model', 'name',
-            'nonfinite_loss', 'optimizer', 'output', 'pin_memory', 'placeholder_batch_size', 'profile', 'randomness',
-            'sam_individual_norm', 'sam_rho', 'sharding', 'sharding_group', 'sharding_offload', 'sharding_units',
+            'nonfinite_loss', 'optimizer', 'order', 'output', 'pin_memory', 'placeholder_batch_size', 'profile',
+            'randomness', 'sam_individual_norm', 'sam_rho', 'sharding', 'sharding_group', 'sharding_offload', 'sharding_units',
             'swa', 'wa', 'weights_averaging')
 #: Where a few keys that are often put at the top level belong.
 _KEY_HINTS = {'lr': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
@@ -70,7 +71,7 @@ def nest(config: Mapping | None) -> dict:
         if isinstance(value, Mapping) and not _is_leaf_mapping(leaf):
             value = nest(value)
             if isinstance(node.get(leaf), dict):
-                value = _merge(node[leaf], value)
+                value = merge_nested(node[leaf], value)
         node[leaf] = value
     return result
 
@@ -80,11 +81,12 @@ def _is_leaf_mapping(key: str) -> bool:
     return key == 'device_map'
 
 
-def _merge(base: dict, update: dict) -> dict:
+def merge_nested(base: dict, update: dict) -> dict:
+    """``update`` over ``base``, nested dicts merged key by key (neither is changed)."""
     merged = dict(base)
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            value = _merge(merged[key], value)
+            value = merge_nested(merged[key], value)
         merged[key] = value
     return merged
 
@@ -238,19 +240,27 @@ def _one_of(nested: dict, *names: str) -> Any:
 
 def _check_top_keys(nested: dict) -> None:
     from .batchflow_keys import REFUSED     # batchflow's keys are refused there, with the reason
+    sections = _sections(nested)
     for key in nested:
-        if key not in TOP_KEYS and key not in _KEY_HINTS and key not in REFUSED:
+        if key not in TOP_KEYS and key not in _KEY_HINTS and key not in REFUSED and key not in sections:
             close = difflib.get_close_matches(key, TOP_KEYS, n=3)
             if close:
                 raise ValueError(f"Expected known model config keys. Received: {key!r}. Did you mean {close}?")
+
+
+def _sections(nested: Mapping) -> tuple:
+    """The network sections a config's ``order`` names (``'encoder'``, ``'decoder'``...): read as parts."""
+    order = nested.get('order')
+    return tuple(order) if isinstance(order, (list, tuple)) else ()
 
 
 def unknown_keys(spec: ModelSpec, own_keys: tuple[str, ...] = ()) -> dict[str, str]:
     """``{key: why}`` for each top-level key that neither flowpipe nor ``own_keys`` (a model class's) reads."""
     from .batchflow_keys import REFUSED     # checked there: a refused key's harmless value does nothing
     found = {}
+    sections = _sections(spec.config)
     for key in spec.config:
-        if key not in TOP_KEYS and key not in own_keys and key not in REFUSED:
+        if key not in TOP_KEYS and key not in own_keys and key not in REFUSED and key not in sections:
             found[key] = _KEY_HINTS.get(key, 'no code reads it')
     return found
 
