@@ -8,7 +8,7 @@ made into a network: ``TorchModel`` calls ``network_from_sections``.
   that part instead, as a ``Network`` part on the output of the parts before it: ``'head/layout': 'Vf'`` gives a
   ``ResNet`` another head. The parts after a replaced one must be replaced too (their sizes come from it).
 - A layout head's ``channels`` and ``features`` default to the number of outputs (the classes of the first
-  target, or its size), as in batchflow.
+  target, or the first axis of its shape), as in batchflow.
 """
 from __future__ import annotations
 
@@ -100,11 +100,10 @@ def network_from_sections(spec: ModelSpec, factory: Callable[..., nn.Module] | N
 
 
 def _with_outputs(spec: ModelSpec, name: str, params: Any) -> Any:
-    """The head's ``channels`` and ``features`` set to the number of outputs where the section leaves them."""
+    """The head's ``channels`` and ``features`` set to the number of outputs where the section leaves them: the
+    classes of the first target, else the first axis of its shape (batchflow's: a ``(3, 64, 64)`` mask gives 3)."""
     if name != 'head' or not isinstance(params, Mapping) or not params or not spec.target_names:
         return params
-    try:
-        outputs = spec.num_outputs
-    except ValueError:
-        return params
-    return {'channels': outputs, 'features': outputs, **params}
+    first = spec.target_names[0]
+    outputs = spec.classes.get(first) or (spec.shapes[first][0] if spec.shapes.get(first) else None)
+    return params if outputs is None else {'channels': outputs, 'features': outputs, **params}

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..layers.multilayer import MultiLayer
-from ..layers.shapes import as_example, run_example
+from ..layers.shapes import as_example, remember_output, run_example
 
 __all__ = ['Block', 'ConvBlock', 'DefaultBlock', 'Downsample', 'Upsample', 'merged']
 
@@ -41,13 +41,14 @@ class Block(nn.Module):
     def __init__(self, *args: Any, inputs: Any = None, base_block: Any = MultiLayer, n_repeats: int = 1,
                  **kwargs: Any):
         super().__init__()
-        x = as_example(inputs)
+        x = example = as_example(inputs)
         self.parts = nn.ModuleList()
         for _ in range(int(n_repeats)):
             for item in args or [None]:
                 part = self._make(item, x, base_block, kwargs)
                 x = run_example(part, x)
                 self.parts.append(part)
+        remember_output(self, example, x)
 
     @staticmethod
     def _make(item: Any, x: torch.Tensor, base_block: Any, kwargs: dict) -> nn.Module:

@@ -14,7 +14,7 @@ from torch import nn
 
 from ..layers.combine import Combine
 from ..layers.multilayer import unpack
-from ..layers.shapes import as_example, run_example
+from ..layers.shapes import as_example, remember_output, run_example
 from .core import Block, DefaultBlock, Downsample, Upsample, merged
 
 __all__ = ['DecoderModule', 'DefaultModule', 'EncoderModule']
@@ -52,6 +52,10 @@ class DefaultModule(nn.Module):
             self.block = module(inputs=example, **kwargs)
         else:
             self.block = Block(inputs=example, **kwargs)
+        output = run_example(self.block, example)
+        if output_type == 'list':
+            output = [*inputs, output] if isinstance(inputs, list) else [output]
+        remember_output(self, inputs, output)
 
     def forward(self, inputs: Any) -> Any:
         tensor = _one(inputs, self.input_index)
@@ -83,16 +87,18 @@ class EncoderModule(nn.Module):
         sections['p'] = sections['d']
         x = as_example(_one(inputs, input_index))
         self.stages = nn.ModuleList()
+        skips = []
         for stage in range(num_stages):
             for letter in self.order:
                 args = unpack(sections[letter], stage, num_stages)
                 if letter == 's':
                     part: nn.Module = Block(inputs=x, **args) if args else nn.Identity()
-                    run_example(part, x)
+                    skips.append(run_example(part, x))
                 else:
                     part = (Block if letter == 'b' else Downsample)(inputs=x, **{**config, **args})
                     x = run_example(part, x)
                 self.stages.append(part)
+        remember_output(self, inputs, [*skips, x] if output_type == 'list' else x)
 
     def forward(self, inputs: Any) -> Any:
         x = _one(inputs, self.input_index)
@@ -144,6 +150,7 @@ class DecoderModule(nn.Module):
                     x = run_example(part, x)
                 self.stages.append(part)
                 self.letters.append(f'{letter}{stage}')
+        remember_output(self, inputs, x)
 
     def _joins(self, stage: int, count: int) -> bool:
         return bool(self.skip) and stage < len(self.indices) and -count <= self.indices[stage] < count

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..layers.multilayer import MultiLayer
-from ..layers.shapes import as_example, num_channels, resolve_channels, run_example
+from ..layers.shapes import as_example, num_channels, remember_output, resolve_channels, run_example
 from .core import Block
 
 __all__ = ['BottleneckBlock', 'DenseBlock', 'MBConvBlock', 'ResBlock', 'VGGBlock']
@@ -129,7 +129,7 @@ class DenseBlock(nn.Module):
                  skip: bool = True, bottleneck: int = 0, dropout_rate: float = 0.2, kernel_size: Any = 3,
                  **kwargs: Any):
         super().__init__()
-        x = as_example(inputs)
+        x = example = as_example(inputs)
         self.skip = skip
         self.layers = nn.ModuleList()
         if bottleneck:
@@ -143,6 +143,8 @@ class DenseBlock(nn.Module):
                                dropout_rate=dropout_rate, **kwargs)
             x = torch.cat([x, run_example(layer, x)], dim=1)
             self.layers.append(layer)
+        in_channels = num_channels(example)
+        remember_output(self, example, x if skip else x[:, in_channels:])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         features = [x]

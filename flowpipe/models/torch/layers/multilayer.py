@@ -10,6 +10,7 @@ batchflow 0.10.1 that flowpipe does not make are refused by name (``REFUSED_LETT
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ from .conv import Conv, ConvTranspose, DepthwiseConv, DepthwiseConvTranspose, Se
 from .core import Activation, AlphaDropout, Dense, Dropout, Normalization
 from .pooling import AvgPool, GlobalAvgPool, GlobalMaxPool, MaxPool
 from .resize import IncreaseDim, Interpolate, PixelShuffle, PixelUnshuffle, Reshape
-from .shapes import as_example, run_example
+from .shapes import as_example, remember_output, run_example
 
 __all__ = ['ALIASES', 'LETTERS', 'REFUSED_LETTERS', 'Letter', 'MultiLayer', 'unpack']
 
@@ -82,6 +83,7 @@ _FACTORS = {'b': 'scale_factor', 'X': 'upscale_factor', 'x': 'downscale_factor'}
 _BRANCH_STARTS, _BRANCH_ENDS = 'RB', '+|*'
 
 
+@functools.cache
 def _parameters(layer: type) -> list[str]:
     return [name for name, parameter in inspect.signature(layer.__init__).parameters.items()
             if name not in ('self', 'inputs') and parameter.kind not in (parameter.VAR_KEYWORD,
@@ -138,9 +140,10 @@ class MultiLayer(nn.Module):
         self.layout = parse_layout(layout)
         self.kwargs = _canonical(kwargs)
         self.layers = nn.ModuleList()
-        self._build(as_example(inputs))
+        example = as_example(inputs)
+        remember_output(self, example, self._build(example))
 
-    def _build(self, x: Any) -> None:
+    def _build(self, x: Any) -> Any:
         totals: dict[str, int] = {}
         for char in self.layout:
             totals[LETTERS[char].group] = totals.get(LETTERS[char].group, 0) + 1
@@ -164,6 +167,7 @@ class MultiLayer(nn.Module):
                 else:
                     x = run_example(layer, x)
             self.layers.append(layer)
+        return x
 
     def _arguments(self, char: str, index: int, count: int) -> dict:
         letter = LETTERS[char]
@@ -199,6 +203,7 @@ class MultiLayer(nn.Module):
         return f'layout={self.layout!r}'
 
 
+@functools.cache
 def _takes_inputs(layer: type) -> bool:
     return 'inputs' in inspect.signature(layer.__init__).parameters
 

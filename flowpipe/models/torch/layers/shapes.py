@@ -7,13 +7,23 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from typing import Any, Sequence
 
 import torch
 from torch import nn
 
-__all__ = ['as_example', 'conv_padding', 'num_channels', 'num_spatial', 'resolve_channels', 'run_example',
-           'to_tuple', 'transposed_padding']
+__all__ = ['as_example', 'conv_padding', 'num_channels', 'num_spatial', 'remember_output', 'resolve_channels',
+           'run_example', 'to_tuple', 'transposed_padding']
+
+#: module -> (the example it was built on, its output): a part made by a parent is not run again to size the next
+_BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def remember_output(module: nn.Module, example: Any, output: Any) -> None:
+    """Keep what ``module`` gave on ``example`` while it was built, for the ``run_example`` that sizes the next
+    part (taken once; a module nobody asks about keeps it only as long as it lives)."""
+    _BUILT[module] = (example, output)
 
 
 def as_example(inputs: Any) -> torch.Tensor:
@@ -28,7 +38,11 @@ def as_example(inputs: Any) -> torch.Tensor:
 
 def run_example(module: nn.Module, example: Any) -> Any:
     """``module(example)`` without gradients, in evaluation mode (no batch-norm statistics change, no random
-    numbers are drawn), the module's mode restored: the shapes a network is built from cost no state."""
+    numbers are drawn), the module's mode restored: the shapes a network is built from cost no state. A module
+    that remembered its output on this very example while being built gives it without running again."""
+    built = _BUILT.pop(module, None)
+    if built is not None and built[0] is example:
+        return built[1]
     modes = [(child, child.training) for child in module.modules()]
     module.eval()
     try:
