@@ -7,20 +7,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..config import merge_nested as merged
 from ..layers.multilayer import MultiLayer
 from ..layers.shapes import as_example, remember_output, run_example
 
-__all__ = ['Block', 'ConvBlock', 'DefaultBlock', 'Downsample', 'Upsample', 'merged']
-
-
-def merged(base: dict, update: dict) -> dict:
-    """``update`` over ``base``, nested dicts merged key by key."""
-    result = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(result.get(key), dict):
-            value = merged(result[key], value)
-        result[key] = value
-    return result
+__all__ = ['Block', 'ConvBlock', 'DefaultBlock', 'Downsample', 'Upsample']
 
 
 class Block(nn.Module):

@@ -12,10 +12,11 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from ..config import merge_nested as merged
 from ..layers.combine import Combine
 from ..layers.multilayer import unpack
 from ..layers.shapes import as_example, remember_output, run_example
-from .core import Block, DefaultBlock, Downsample, Upsample, merged
+from .core import Block, DefaultBlock, Downsample, Upsample
 
 __all__ = ['DecoderModule', 'DefaultModule', 'EncoderModule']
 

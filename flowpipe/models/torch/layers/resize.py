@@ -45,23 +45,23 @@ class Interpolate(nn.Module):
 class PixelShuffle(nn.Module):
     """Channels into space: ``(c * f**2, h, w) -> (c, h * f, w * f)`` (letter ``X``, 2-D inputs)."""
 
+    _LAYER: type = nn.PixelShuffle
+
     def __init__(self, upscale_factor: int = 2):
         super().__init__()
-        self.layer = nn.PixelShuffle(int(upscale_factor))
+        self.layer = self._LAYER(int(upscale_factor))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layer(x)
 
 
-class PixelUnshuffle(nn.Module):
+class PixelUnshuffle(PixelShuffle):
     """Space into channels: ``(c, h * f, w * f) -> (c * f**2, h, w)`` (letter ``x``, 2-D inputs)."""
 
-    def __init__(self, downscale_factor: int = 2):
-        super().__init__()
-        self.layer = nn.PixelUnshuffle(int(downscale_factor))
+    _LAYER = nn.PixelUnshuffle
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layer(x)
+    def __init__(self, downscale_factor: int = 2):
+        super().__init__(downscale_factor)
 
 
 class IncreaseDim(nn.Module):
