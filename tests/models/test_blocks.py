@@ -146,3 +146,20 @@ def test_a_network_by_sections_saves_and_loads(tmp_path):
     model.save(str(tmp_path / 'model.pkl'))
     loaded = TorchModel.from_file(str(tmp_path / 'model.pkl'))
     assert np.array_equal(model.predict(DATA[0]), loaded.predict(DATA[0]))
+
+
+@pytest.mark.parametrize('placement', [{'microbatch': 2}, {'device': ['CPU:0', 'CPU:1'], 'microbatch': 2}])
+def test_a_layout_network_with_dropout_trains_as_on_one_device(placement, default_dtype):
+    config = {**BASE, 'body': {'layout': 'cad cad', 'channels': [4, 8], 'dropout_rate': 0.3},
+              'head': {'layout': 'Vf'}}
+    models = []
+    for extra in ({}, placement):
+        torch.manual_seed(0)
+        model = TorchModel({**config, **extra})
+        for seed in (1, 2):
+            model.train(*DATA, seed=seed)
+        models.append(model)
+    exact = default_dtype == torch.float64          # the sums over pieces differ only by rounding
+    for one, other in zip(models[0].model.parameters(), models[1].model.parameters()):
+        assert one.dtype == default_dtype
+        torch.testing.assert_close(one, other, rtol=1e-10 if exact else 1e-5, atol=1e-12 if exact else 1e-6)
