@@ -28,7 +28,6 @@ def test_every_batchflow_key_is_read_aliased_or_refused():
 
 @pytest.mark.parametrize('key, value, fix', [
     ('sync_frequency', 4, "'microbatch'"),
-    ('trainable', ['body'], 'requires_grad_'),
     ('load', {'path': 'model.pkl'}, 'TorchModel.from_file'),
 ])
 def test_a_refused_key_names_itself_and_the_fix(key, value, fix):
@@ -62,6 +61,17 @@ def test_a_class_that_reads_a_section_lists_it():
             return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, spec.get('body/width')))
 
     assert Own({**BASE, 'body/width': 3}).model[1].out_features == 3
+
+
+@pytest.mark.parametrize('device', ['CPU:0', ['CPU:0', 'CPU:1']])
+def test_trainable_freezes_the_other_parts(device):
+    model = SimpleCNN({**BASE, 'trainable': ['head'], 'device': device})
+    frozen = {name: p.detach().clone() for name, p in model.model.named_parameters()}
+    model.train(np.random.rand(8, 1, 8, 8).astype('float32'), np.arange(8) % 3)
+    changed = {name for name, p in model.model.named_parameters() if not torch.equal(p, frozen[name])}
+    assert changed and all(name.startswith('head.') for name in changed)
+    with pytest.raises(ValueError, match=r"'trainable' as names of the network's parts.*'neck'"):
+        SimpleCNN({**BASE, 'trainable': ['neck']})
 
 
 def test_channels_last_input_shapes_and_targets_shapes_are_aliases():

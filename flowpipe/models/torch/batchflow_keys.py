@@ -9,9 +9,10 @@ batchflow 0.10.1 reads these model config keys (its ``default_config`` and what 
 ``sam_individual_norm``, ``callbacks``, ``model``, ``init_weights`` and ``load``. ``docs/porting.md`` lists each
 with its status in flowpipe. The ones read elsewhere: ``config`` (aliases), ``model`` (the rest), ``output``
 (``inputs.check_output``), ``sections`` (``order``, ``initial_block``, ``body``, ``head``, ``common``),
-``init_weights`` here (``apply_init_weights``), ``benchmark`` here (``apply_benchmark``).
+``init_weights`` here (``apply_init_weights``), ``trainable`` here (``apply_trainable``), ``benchmark`` here
+(``apply_benchmark``).
 
-A value equal to batchflow's default, which changes nothing, is accepted for a refused key (``'trainable': None``,
+A value equal to batchflow's default, which changes nothing, is accepted for a refused key (``'load': None``,
 ``'sync_frequency': 1``): a config copied from batchflow's defaults still builds.
 """
 from __future__ import annotations
@@ -22,16 +23,14 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-__all__ = ['BLOCK_SECTIONS', 'REFUSED', 'apply_benchmark', 'apply_init_weights', 'check_batchflow_keys',
-           'resnet_init']
+__all__ = ['BLOCK_SECTIONS', 'REFUSED', 'apply_benchmark', 'apply_init_weights', 'apply_trainable',
+           'check_batchflow_keys', 'resnet_init']
 
 #: refused top-level key -> (values that change nothing in batchflow, the difference and the fix)
 REFUSED: dict[str, tuple[tuple, str]] = {
     'sync_frequency': ((None, False, 1), "flowpipe applies the gradients at every train step and does not "
                        "accumulate them across steps. Train on a batch sync_frequency times larger with "
                        "'microbatch': the old batch size (the same gradient, one step)"),
-    'trainable': ((None,), "flowpipe does not freeze network parts by a config key. Freeze parameters yourself "
-                  "(p.requires_grad_(False)) on the 'model' module before making the model"),
     'load': ((None,), "a model file is loaded by TorchModel.from_file(path) (or model.load(path), or the "
              "load_model action), not by a config key"),
 }
@@ -112,3 +111,19 @@ def apply_init_weights(network: nn.Module, value: Any) -> None:
                 raise ValueError(f"Expected the part of 'init_weights' to name a submodule of the network "
                                  f"{names}. Received: {part!r}.")
         target.apply(function)
+
+
+def apply_trainable(network: nn.Module, value: Any) -> None:
+    """batchflow's ``trainable``: the names of the network's parts (its children: ``'initial_block'``, ``'body'``,
+    ``'head'``, or the sections of ``order``) that train; the parameters of the other parts are frozen
+    (``requires_grad=False``). ``None`` trains every part."""
+    if value is None:
+        return
+    names = [value] if isinstance(value, str) else value
+    parts = dict(network.named_children())
+    if not isinstance(names, (list, tuple)) or any(name not in parts for name in names):
+        raise ValueError(f"Expected 'trainable' as names of the network's parts {sorted(parts)}. Received: "
+                         f"trainable={value!r}.")
+    for name, part in parts.items():
+        if name not in names:
+            part.requires_grad_(False)

@@ -45,7 +45,7 @@ TOP_KEYS = ('amp', 'batch_norm', 'benchmark', 'body', 'callbacks', 'clip_grad_no
             'init_weights', 'initial_block', 'inputs', 'loss', 'memory_format', 'microbatch', 'model', 'name',
             'nonfinite_loss', 'optimizer', 'order', 'output', 'pin_memory', 'placeholder_batch_size', 'profile',
             'randomness', 'sam_individual_norm', 'sam_rho', 'sharding', 'sharding_group', 'sharding_offload', 'sharding_units',
-            'swa', 'wa', 'weights_averaging')
+            'swa', 'trainable', 'wa', 'weights_averaging')
 #: Where a few keys that are often put at the top level belong.
 _KEY_HINTS = {'lr': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
               'learning_rate': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",

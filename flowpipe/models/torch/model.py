@@ -28,7 +28,7 @@ from ...parallel.engines.sam import make_sam
 from ...torchutils import to_tensor
 from . import batch_size as batch_size_module, export, io
 from .averaging import make_averaging
-from .batchflow_keys import apply_benchmark, apply_init_weights, check_batchflow_keys
+from .batchflow_keys import apply_benchmark, apply_init_weights, apply_trainable, check_batchflow_keys
 from .callbacks import make_callbacks
 from .checks import BatchNormCheck, InputCheck, LossCheck
 from .clipping import read_clipping
@@ -180,6 +180,7 @@ class TorchModel(HistoryPlots):
         else:
             network = self.build_network(self.spec)
         apply_init_weights(network, self.spec.get('init_weights'))
+        apply_trainable(network, self.spec.get('trainable'))
         dtype = self.spec.get('dtype')
         if dtype is not None:
             network = network.to(as_dtype(dtype))
