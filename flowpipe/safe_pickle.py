@@ -9,8 +9,9 @@ reader (``load(file)``, the default everywhere flowpipe reads such a file) calls
   ``torch.load(..., weights_only=True)``);
 - classes of installed torch and flowpipe code that hold a model: ``nn.Module`` subclasses of ``torch.nn`` and of
   flowpipe (the layers of a ready network built from them), flowpipe's model classes, its model callbacks
-  (``ReduceLROnPlateau``, ``EarlyStopping``..., with their ``Plateau`` rule) and its ``Config``; and the
-  functions of ``torch.nn.functional`` (a loss given as a function).
+  (``ReduceLROnPlateau``, ``EarlyStopping``..., with their ``Plateau`` rule) and its ``Config``; a research's
+  configs (``ConfigAlias``, ``Alias`` of ``flowpipe.research.domain``: the records of ``flowpipe.research``); and
+  the functions of ``torch.nn.functional`` (a loss given as a function).
 
 Anything else (a class of the user's own code, ``__main__``, any other module, a function stored by value) is
 refused with ``UnsafeFileError`` before it is imported or called, naming it and the way to open the file anyway:
@@ -81,6 +82,9 @@ def _allowed_object(module: str, value: Any) -> bool:
         return False
     if issubclass(value, torch.nn.Module):     # not torch.nn.parallel's wrappers: they join process groups
         return module.startswith(('torch.nn.', 'flowpipe.')) and not module.startswith('torch.nn.parallel')
+    if module == 'flowpipe.research.domain':       # a research record's config: values with printable names
+        from .research.domain import Alias, ConfigAlias
+        return value in (Alias, ConfigAlias)
     if module.startswith('flowpipe.'):
         from .config import Config
         from .expr.special import PerItem

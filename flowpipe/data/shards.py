@@ -20,8 +20,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ['WHOLE_BATCHES', 'Shard', 'balanced_bounds', 'balanced_sizes', 'current_shard', 'run_mesh', 'run_world',
-           'shard_batches', 'shard_of', 'stepping']
+__all__ = ['WHOLE_BATCHES', 'Shard', 'balanced_bounds', 'balanced_sizes', 'current_shard', 'end_sharded_run',
+           'run_mesh', 'run_world', 'shard_batches', 'shard_of', 'stepping']
 
 _STEPPING: contextvars.ContextVar = contextvars.ContextVar('flowpipe_stepping', default=None)
 #: How runs started in this context give out batches in a distributed job: ``None`` (each batch sharded over the
@@ -93,6 +93,25 @@ def shard_batches(indices: Iterator[Any], rank: int, size: int, stepped: list | 
         shard = index.subset(np.arange(start, stop))
         shard.shard = Shard(start, stop, total, rank, position, stepped, agreement)
         yield shard
+
+
+def end_sharded_run(stepped: list, models: Any) -> None:
+    """At the normal end of a sharded run every rank takes part in one exchange of the run's end: the run's first
+    engine to step here (``DistributedEngine.end_run``); on a rank that stepped none (it skipped every batch the
+    others trained on), the first of the built ``models`` (a pipeline's model store, by name) on a distributed
+    engine, or, with a model not built yet, the job's group (``run_end``), as the others build theirs. A rank
+    still training then fails naming the rank that ended, and so does that rank, instead of waiting for the
+    timeout."""
+    engines = list(stepped)
+    with models.lock:
+        stored = [model for _, model in sorted(models.items(), key=lambda item: item[0])]
+    if not engines:
+        engines = [model.engine for model in stored if hasattr(getattr(model, 'engine', None), 'end_run')]
+    if engines:
+        engines[0].end_run()
+    elif any(getattr(model, 'engine', None) is None for model in stored):
+        from ..parallel.run_end import RUN_ENDED, exchange_position
+        exchange_position(RUN_ENDED, 'the end of the run')
 
 
 def shard_of(batch: Any) -> Shard | None:

@@ -279,7 +279,7 @@ def _save_shards(models: Any, folder: str) -> dict[str, bool]:
     """Write the built models' weights and optimizer state, one shard per rank, into ``folder`` (every rank);
     ``{name: whether its optimizer state was written}``."""
     from ..parallel import sharded_state
-    states = {name: model.engine.sharded_state_dict(model.optimizer) for name, model in _built_models(models)}
+    states = {name: model.sharded_state() for name, model in _built_models(models)}
     sharded_state.save_shards(folder, states)
     return {name: 'optimizer' in state for name, state in states.items()}
 
@@ -292,12 +292,10 @@ def _load_shards(models: Any, folder: str, saved: dict[str, bool]) -> None:
     if missing:
         raise CheckpointError(f"Expected the models {sorted(saved)} built to resume from {folder!r}. Received: "
                               f"{missing} not built. Resume with the pipeline that wrote the checkpoint.")
-    states = {name: built[name].engine.sharded_state_dict(built[name].optimizer, with_optimizer=optimizer)
-              for name, optimizer in saved.items()}
+    states = {name: built[name].sharded_state(with_optimizer=optimizer) for name, optimizer in saved.items()}
     sharded_state.load_shards(folder, states)
     for name, state in states.items():
-        built[name].engine.load_sharded_state_dict(built[name].optimizer, state)
-        built[name].engine.sync()
+        built[name].load_sharded_state(state)
 
 
 def _model_states(models: Any, tensors: bool = True) -> dict[str, Any]:

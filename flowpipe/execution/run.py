@@ -29,7 +29,7 @@ from .locks import OrderedLocks
 from .next_iteration import NextIteration
 from .nodes import DeferredStage, IndexSource, MapStage
 from .prefetch import TARGETS, Prefetcher
-from ..data.shards import WHOLE_BATCHES, balanced_bounds, run_mesh, run_world, shard_batches
+from ..data.shards import WHOLE_BATCHES, balanced_bounds, end_sharded_run, run_mesh, run_world, shard_batches
 from ..pipeline.stages import pipeline_stages
 from .processes import InProcess, check_processes, reattach
 from .profile import Profiler
@@ -341,8 +341,8 @@ def _batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int | No
             # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
             yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None,
                                   checkpoints, seeds, events, signals)
-            if stepped:         # every rank ends the sharded run alike (a last batch skipped on some ranks only)
-                stepped[0].end_run()
+            if stepped is not None:     # every rank ends the sharded run alike (batches skipped on some ranks only)
+                end_sharded_run(stepped, pipeline.state.models)
         except BaseException as error:
             if events is not None and not isinstance(error, GeneratorExit):     # a gen_batch loop left early
                 events.error = error

@@ -81,6 +81,10 @@ class PendingModel:
         generator so that the user's global torch generator is left as it was; in a run that drew its own seed,
         from torch's global generator, so ``torch.manual_seed`` decides as in plain PyTorch.
         """
+        shard = shard_of(ctx.batch)
+        if shard is not None and shard.stepped is not None:     # a sharded run: every rank builds on one batch
+            from ..parallel.run_end import exchange_position
+            exchange_position(shard.batch, f'the build of model {self.name!r}')
         config = self._evaluated_config(ctx)
         model_class = evaluate(self.model_class, ctx) if contains_expressions(self.model_class) else self.model_class
         if model_class is None:

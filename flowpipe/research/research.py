@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import safe_pickle
+from ..errors import UnsafeFileError
 from ..progress import make_progress
 from .devices import split_devices
 from .domain import ConfigAlias, Domain
@@ -33,6 +35,7 @@ __all__ = ['Research']
 _BUILDERS = ('add_callable', 'add_generator', 'add_instance', 'add_pipeline', 'add_namespace', 'save', 'dump',
              'add_executable_unit')
 _RUNTIME = ('storage', 'monitor', 'profiler', '_options')
+_TRUST = "Research.load({name!r}, trusted=True) (ResearchResults({name!r}) reads its results alone, safely)"
 
 
 class Research:
@@ -45,11 +48,15 @@ class Research:
         experiment: an ``Experiment``; units may also be added to the research (``add_callable``...).
         n_configs: configs drawn from the domain (default: all of it; required for sampled domains to end).
         n_reps: repetitions of each config (>= 1). repeat_each: configs drawn before they are repeated.
+        trusted: read the folder's files with dill, which runs any code they name (records of the user's own
+            classes, the definition a folder written before ``seed.txt`` keeps its seed in); by default they are
+            read safely (``flowpipe.safe_pickle``) and such a file is refused, naming it.
     """
 
     def __init__(self, name: str = 'research', domain: Any = None, experiment: Experiment | None = None,
-                 n_configs: int | None = None, n_reps: int = 1, repeat_each: int | None = None):
-        self.name = name
+                 n_configs: int | None = None, n_reps: int = 1, repeat_each: int | None = None, *,
+                 trusted: bool = False):
+        self.name, self.trusted = name, trusted
         self.domain = Domain([[]]) if domain is None else Domain(domain) if isinstance(domain, dict) else domain
         self.experiment = experiment if experiment is not None else Experiment()
         self.n_configs, self.n_reps = check_count('n_configs', n_configs, none=True), check_count('n_reps', n_reps)
@@ -109,7 +116,7 @@ class Research:
         self.meta = {'git': git_state() if git_meta else None, 'env': environment() if env_meta else None}
         self.n_iters = 1 if n_iters is None and self.experiment.only_callables else n_iters
         self.workers, self.branches, self.devices = workers, branches, devices
-        self.storage = ResearchStorage(self.name, dump_results, out, err, loglevel or 'info')
+        self.storage = ResearchStorage(self.name, dump_results, out, err, loglevel or 'info', self.trusted)
         self.storage.check_same(describe(self.domain))
         self._seed(seed, dump_results, create_id_prefix)
         self._options = {'target': executor_target, 'debug': debug, 'finalize': finalize, 'profile': profile,
@@ -141,7 +148,7 @@ class Research:
 
     def _seed(self, seed: Any, dump_results: bool, create_id_prefix: Any) -> None:
         """The research's entropy (given, else the one a resumed research kept, else fresh); the domain's iteration."""
-        stored = ResearchStorage.read_entropy(self.name) if dump_results else None
+        stored = ResearchStorage.read_entropy(self.name, self.trusted) if dump_results else None
         if isinstance(seed, np.random.SeedSequence):
             seed = seed.entropy
         self.entropy = int(np.random.SeedSequence(seed).entropy) if seed is not None else \
@@ -250,26 +257,31 @@ class Research:
         return {key: value for key, value in self.__dict__.items() if key not in _RUNTIME}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({'trusted': False, **state})     # a definition saved before ``trusted`` existed
         self.storage, self.monitor, self.profiler, self._options = None, ResearchMonitor(), ResearchProfiler([]), {}
 
     def __repr__(self) -> str:
         return f'Research({self.name!r}, domain={self.domain!r}, n_reps={self.n_reps})\n{self.experiment!r}'
 
     @classmethod
-    def load(cls, name: str) -> Research:
-        """The research saved under ``name``, with its results read from there."""
+    def load(cls, name: str, trusted: bool = False) -> Research:
+        """The research saved under ``name``, with its results read from there. Its definition
+        (``research.dill``) holds the experiment's units, the user's own functions: it is read safely
+        (``flowpipe.safe_pickle``) and refused when it names such code, unless ``trusted`` (dill runs whatever
+        the file holds). ``ResearchResults(name)`` reads the results alone."""
         if not os.path.isdir(name):
             raise FileNotFoundError(f"Expected a research folder. Received: {name!r}, which does not exist.")
         path = os.path.join(name, 'research.dill')
         research = None
         if os.path.exists(path):
-            import dill
             with open(path, 'rb') as file:
-                research = dill.load(file)
+                try:
+                    research = safe_pickle.load(file, trusted)
+                except UnsafeFileError as error:
+                    raise safe_pickle.unsafe(error, path, 'a research definition', _TRUST.format(name=name)) from None
         research = research if research is not None else cls(name=name)
-        research.name = name
-        research.storage = ResearchStorage(name, True, 0, 0)
+        research.name, research.trusted = name, trusted
+        research.storage = ResearchStorage(name, True, 0, 0, trusted=trusted)
         return research
 
     @classmethod

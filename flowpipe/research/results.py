@@ -10,8 +10,8 @@ import glob
 import os
 from typing import Any
 
-import dill
-
+from .. import safe_pickle
+from ..errors import UnsafeFileError
 from .domain import ConfigAlias
 
 __all__ = ['ResearchResults', 'load_records']
@@ -30,12 +30,21 @@ def _pandas() -> Any:
     return pandas
 
 
-def load_records(name: str) -> dict[str, dict]:
-    """The records of the experiments written under the research folder ``name`` (``{id: record}``)."""
+#: how to open a research's record that names other code
+TRUST = ("trusted=True (ResearchResults(name, trusted=True), Research.load(name, trusted=True), or "
+         "Research(..., trusted=True) to run again under the name)")
+
+
+def load_records(name: str, trusted: bool = False) -> dict[str, dict]:
+    """The records of the experiments written under the research folder ``name`` (``{id: record}``), read safely
+    (``flowpipe.safe_pickle``: values, arrays, tensors and configs) unless ``trusted``."""
     records = {}
     for path in sorted(glob.glob(os.path.join(name, 'experiments', '*', 'record.dill'))):
         with open(path, 'rb') as file:
-            record = dill.load(file)
+            try:
+                record = safe_pickle.load(file, trusted)
+            except UnsafeFileError as error:
+                raise safe_pickle.unsafe(error, path, "a research's record", TRUST) from None
         records[record['id']] = record
     return records
 
@@ -46,11 +55,13 @@ class ResearchResults:
     Args:
         name: the research's folder (read when ``dump_results``).
         dump_results: whether results are read from the folder.
+        trusted: read the records with dill, which runs any code they name (results of the user's own classes);
+            by default they are read safely and such a record is refused (``flowpipe.safe_pickle``).
         **kwargs: default filters for ``to_df`` (``config=``, ``alias=``, ``domain=``, ``name=``, ...).
     """
 
-    def __init__(self, name: str, dump_results: bool = True, **kwargs: Any):
-        self.name, self.dump_results, self.kwargs = name, dump_results, kwargs
+    def __init__(self, name: str, dump_results: bool = True, *, trusted: bool = False, **kwargs: Any):
+        self.name, self.dump_results, self.kwargs, self.trusted = name, dump_results, kwargs, trusted
         self.results: dict[str, dict] = {}
         self.configs: dict[str, ConfigAlias] = {}
         self.artifacts: dict[str, list] = {}
@@ -65,7 +76,8 @@ class ResearchResults:
         """Read the records (and the artifacts' paths) under the research's folder."""
         if not self.dump_results:
             return
-        records = {key: record for key, record in load_records(self.name).items() if not record.get('exception')}
+        records = {key: record for key, record in load_records(self.name, self.trusted).items()
+                   if not record.get('exception')}
         self.results = {key: record['results'] for key, record in records.items()}
         self.configs = {key: record['config'] for key, record in records.items()}
         self.artifacts = {}

@@ -2,7 +2,8 @@
 
 With ``dump_results`` the research's folder holds::
 
-    research.dill                      the research (for Research.load) and its seed's entropy
+    research.dill                      the research (for Research.load(name, trusted=True))
+    seed.txt                           its seed's entropy (a run again under the name draws the same seeds)
     domain.txt                         the domain's description: a run under the name with another is refused
     research.log                       the research's log
     stdout.txt, stderr.txt             the experiments' output (redirect 1 or 3)
@@ -12,6 +13,8 @@ With ``dump_results`` the research's folder holds::
     experiments/<id>/stdout.txt ...    its output (redirect 2 or 3), and any file a unit wrote into EP()
 
 A record with no exception marks a finished experiment: a research run again under the same name skips it.
+Records are read safely (``flowpipe.safe_pickle``) unless ``trusted``; ``research.dill`` holds the research's
+own functions, so only a trusted reader opens it, and a run again under the name reads its seed from ``seed.txt``.
 Without ``dump_results`` all of it stays in memory (``experiments_stdout``, ``experiments_stderr``).
 """
 from __future__ import annotations
@@ -20,9 +23,9 @@ import os
 import time
 from typing import Any
 
-import dill
-
+from .. import safe_pickle
 from ..atomic import dump_atomically, write_text_atomically
+from ..errors import UnsafeFileError
 from .results import ResearchResults, load_records
 
 __all__ = ['ResearchStorage']
@@ -36,12 +39,14 @@ class ResearchStorage:
         dump: whether to write to the folder.
         redirect_stdout, redirect_stderr: 0 none, 1 common file, 2 per experiment, 3 both.
         loglevel: 'info' or 'debug'.
+        trusted: read the folder's records with dill, running any code they name (``ResearchResults``).
     """
 
-    def __init__(self, name: str, dump: bool, redirect_stdout: int, redirect_stderr: int, loglevel: str = 'info'):
-        self.name, self.dump, self.loglevel = name, dump, loglevel
+    def __init__(self, name: str, dump: bool, redirect_stdout: int, redirect_stderr: int, loglevel: str = 'info',
+                 trusted: bool = False):
+        self.name, self.dump, self.loglevel, self.trusted = name, dump, loglevel, trusted
         self.redirect = {'stdout': redirect_stdout, 'stderr': redirect_stderr}
-        self.results = ResearchResults(name, dump_results=dump)
+        self.results = ResearchResults(name, dump_results=dump, trusted=trusted)
         self.experiments_stdout: dict[str, str] = {}
         self.experiments_stderr: dict[str, str] = {}
         self.log: list[str] = []
@@ -52,7 +57,7 @@ class ResearchStorage:
         """The ids of experiments with a record and no exception (a rerun skips them)."""
         if not self.dump:
             return set()
-        return {key for key, record in load_records(self.name).items() if not record.get('exception')}
+        return {key for key, record in load_records(self.name, self.trusted).items() if not record.get('exception')}
 
     def check_same(self, description: str) -> None:
         """Refuse a folder that holds another research's experiments (other options: their results would mix in
@@ -73,7 +78,7 @@ class ResearchStorage:
             raise ValueError(f"Expected the folder {self.name!r} to hold this research's experiments (a research run "
                              f"again under its name resumes). Received: {held}while this research's domain is\n"
                              f"{description}Run it under a new name (Research(name=...) or run(name=...)), resume "
-                             f"the stored one with Research.load({self.name!r}).run(...), or delete the folder "
+                             f"the stored one with Research.load({self.name!r}, trusted=True).run(...), or delete the folder "
                              f"first (Research.remove({self.name!r})).")
 
     def info(self, message: str) -> None:
@@ -85,8 +90,9 @@ class ResearchStorage:
                 file.write(line + '\n')
 
     def save_research(self, research: Any) -> None:
-        """Write the research's definition, for ``Research.load``."""
+        """Write the research's seed (plain text) and definition, for ``Research.load``."""
         if self.dump:
+            write_text_atomically(f'{research.entropy}\n', os.path.join(self.name, 'seed.txt'))
             try:
                 dump_atomically(research, os.path.join(self.name, 'research.dill'))
             except Exception as error:               # a unit that does not pickle: results are still kept
@@ -123,13 +129,26 @@ class ResearchStorage:
         dump_atomically(record, os.path.join(folder, 'record.dill'))
 
     @staticmethod
-    def read_entropy(name: str) -> int | None:
-        """The seed entropy of the research saved under ``name`` (``None`` when there is none)."""
+    def read_entropy(name: str, trusted: bool = False) -> int | None:
+        """The seed entropy of the research saved under ``name`` (``None`` when there is none): from ``seed.txt``,
+        or in a folder written before it, from ``research.dill`` (read safely unless ``trusted``)."""
+        seed = os.path.join(name, 'seed.txt')
+        if os.path.exists(seed):
+            with open(seed, encoding='utf-8') as file:
+                return int(file.read())
         path = os.path.join(name, 'research.dill')
         if not os.path.exists(path):
             return None
         try:
             with open(path, 'rb') as file:
-                return getattr(dill.load(file), 'entropy', None)
+                return getattr(safe_pickle.load(file, trusted), 'entropy', None)
+        except UnsafeFileError as error:
+            raise safe_pickle.unsafe(error, path, "a research definition holding the seed to resume with",
+                                     RESUME) from None
         except Exception:
             return None
+
+
+#: how to resume a research whose definition names other code
+RESUME = ("trusted=True (Research.load(name, trusted=True).run(...), or Research(..., trusted=True)); or run under a "
+          "new name")

@@ -28,8 +28,6 @@ def test_every_batchflow_key_is_read_aliased_or_refused():
 
 @pytest.mark.parametrize('key, value, fix', [
     ('sync_frequency', 4, "'microbatch'"),
-    ('order', ['body', 'head'], "'model': an nn.Module"),
-    ('trainable', ['body'], 'requires_grad_'),
     ('load', {'path': 'model.pkl'}, 'TorchModel.from_file'),
 ])
 def test_a_refused_key_names_itself_and_the_fix(key, value, fix):
@@ -46,16 +44,11 @@ def test_batchflow_defaults_of_refused_keys_change_nothing_and_pass(key, value):
         MLP({**BASE, key: value})
 
 
-@pytest.mark.parametrize('path, value', [('body/layout', 'cna'), ('head/channels', 3), ('common/activation', 'relu'),
-                                         ('initial_block/kernel_size', 3)])
-def test_block_parameters_no_class_reads_are_refused(path, value):
-    with pytest.raises(ValueError, match=f"'{path}'.*'model': an nn.Module"):
-        SimpleCNN({**BASE, path: value})
-
-
-def test_a_module_as_a_section_is_refused_and_a_ready_model_skips_the_sections():
-    with pytest.raises(ValueError, match="'body' as a section"):
-        MLP({**BASE, 'body': torch.nn.Identity()})
+def test_a_ready_network_refuses_another_order_and_a_section_of_another_type():
+    with pytest.raises(ValueError, match=r"'order'.*order=\['body', 'head'\].*TorchModel"):
+        MLP({**BASE, 'order': ['body', 'head']})
+    with pytest.raises(TypeError, match="section 'body' as a dict.*body='cna'"):
+        MLP({**BASE, 'body': 'cna'})
     network = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 3))
     TorchModel({**BASE, 'model': network, 'body/layout': 'cna'})     # batchflow reads no blocks with a model
 
@@ -68,6 +61,17 @@ def test_a_class_that_reads_a_section_lists_it():
             return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, spec.get('body/width')))
 
     assert Own({**BASE, 'body/width': 3}).model[1].out_features == 3
+
+
+@pytest.mark.parametrize('device', ['CPU:0', ['CPU:0', 'CPU:1']])
+def test_trainable_freezes_the_other_parts(device):
+    model = SimpleCNN({**BASE, 'trainable': ['head'], 'device': device})
+    frozen = {name: p.detach().clone() for name, p in model.model.named_parameters()}
+    model.train(np.random.rand(8, 1, 8, 8).astype('float32'), np.arange(8) % 3)
+    changed = {name for name, p in model.model.named_parameters() if not torch.equal(p, frozen[name])}
+    assert changed and all(name.startswith('head.') for name in changed)
+    with pytest.raises(ValueError, match=r"'trainable' as names of the network's parts.*'neck'"):
+        SimpleCNN({**BASE, 'trainable': ['neck']})
 
 
 def test_channels_last_input_shapes_and_targets_shapes_are_aliases():

@@ -307,3 +307,24 @@ def train_counting_on_own_group(batch_size, microbatch=None):
     finally:
         dist.new_group, dist.all_gather = new_group, all_gather
     return {**result, 'own_groups': len(made), 'gathers_on_own': sum(on_made)}
+
+
+
+def skip_every_batch_on_one_rank(rank, built, n_items=8, batch_size=4):
+    """Train one epoch of 2 batches where rank ``rank`` alone raises ``SkipBatch`` on every batch: it trains on no
+    batch while the others do; ``built``: after an epoch every rank trained on (the model built on every rank)."""
+    from flowpipe import SkipBatch
+    skipping = {'on': False}
+
+    def skip(batch):
+        if skipping['on'] and distributed.rank() == rank:
+            raise SkipBatch
+    pipeline = (Pipeline()
+                .init_model('net', config=config())
+                .call(skip, B())
+                .train_model('net', x=B.x, y=B.y)) << dataset(n_items)
+    if built:
+        pipeline.run(batch_size, n_epochs=1, shuffle=True, seed=3)
+    skipping['on'] = True
+    pipeline.run(batch_size, n_epochs=1, shuffle=True, seed=3)
+    return 'trained'

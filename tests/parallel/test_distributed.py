@@ -191,6 +191,17 @@ def test_skip_batch_on_one_rank_only_is_named_at_the_next_exchange(world, rank, 
     assert message in info.value.message and 'SkipBatch' in info.value.message
 
 
+@pytest.mark.parametrize('built', [False, True])
+def test_a_rank_that_trains_on_no_batch_while_the_others_do_is_named_on_every_rank(built):
+    # the skipping rank ends its run at once: it joins the exchange the others are in (the model's build, or the
+    # step's count exchange) with the run's end, instead of leaving them to a lost peer or the timeout; whichever
+    # rank's error comes first names both
+    with pytest.raises(LaunchError, match='Expected every rank to train on the same global batch') as info:
+        launch(dist_jobs.skip_every_batch_on_one_rank, 2, args=(1, built), **FAILING)
+    assert info.value.kind == 'RuntimeError' and 'SkipBatch' in info.value.message
+    assert 'global batch 0 on rank 0, the end of the run on rank 1' in info.value.message
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('world', [2, 3])
 def test_a_timed_out_collective_names_the_collective_the_step_and_the_rank_waited_for(world):

@@ -35,7 +35,6 @@ def _job(folder, out, **kill):
     return results, done.stdout
 
 
-@pytest.mark.slow
 def _rows(path):
     """The rows of a CSVLogger file, all of one run, without the run's mark."""
     with open(path, newline='') as file:
@@ -44,6 +43,7 @@ def _rows(path):
     return rows
 
 
+@pytest.mark.slow
 def test_a_killed_rank_restarts_the_job_which_ends_as_the_uninterrupted_one(tmp_path):
     reference, _ = _job(tmp_path / 'reference', tmp_path / 'reference-out')
     resumed, log = _job(tmp_path / 'killed', tmp_path / 'killed-out', KILL_RANK=1, KILL_AT=6)

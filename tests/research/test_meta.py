@@ -25,7 +25,7 @@ def test_git_and_env_meta_are_kept_with_the_research(tmp_path, monkeypatch):
     git = research.meta['git']
     assert len(git['commit']) == 40 and git['changed_files'] == ['new.txt']
     assert research.meta['env']['torch'] == torch.__version__
-    assert Research.load(str(tmp_path / 'r')).meta == research.meta
+    assert Research.load(str(tmp_path / 'r'), trusted=True).meta == research.meta
 
 
 def test_without_git_meta_nothing_is_read_and_outside_a_repository_the_error_is_kept(tmp_path):

@@ -28,7 +28,7 @@ def test_grid_in_process(tmp_path):
     research = make(str(tmp_path / 'r')).run(n_iters=2, parallel=False, bar=False)
     assert rows(research) == [(x, y, i, x + y) for x in (1, 2) for y in (10, 20) for i in (0, 1)]
     assert research.monitor.finished == 4 and not research.monitor.exceptions
-    assert rows(Research.load(str(tmp_path / 'r'))) == rows(research)
+    assert rows(Research.load(str(tmp_path / 'r'), trusted=True)) == rows(research)   # its own functions
 
 
 def test_memory_results_and_table(tmp_path):
@@ -157,10 +157,10 @@ def test_another_research_under_an_existing_name_is_refused_and_the_same_one_res
     with pytest.raises(ValueError, match=r"(?s)Expected the folder .*r' to hold this research's experiments.*"
                                          r"x=\[1, 2\] \* y=\[10, 20\].*x=\[1, 3\].*new name.*Research.load"):
         other.run(n_iters=1, parallel=False, bar=False)
-    assert rows(Research.load(name)) == rows(first)            # the folder is as the first research left it
+    assert rows(Research.load(name, trusted=True)) == rows(first)      # the folder is as the first research left it
     again = make(name).run(n_iters=1, parallel=False, bar=False)       # the same domain: it resumes
     assert again.monitor.finished == 0 and rows(again) == rows(first)
-    assert Research.load(name).run(n_iters=1, parallel=False, bar=False).monitor.finished == 0
+    assert Research.load(name, trusted=True).run(n_iters=1, parallel=False, bar=False).monitor.finished == 0
     renamed = other.run(name=str(tmp_path / 'r2'), n_iters=1, parallel=False, bar=False)
     assert sorted(row[0] for row in rows(renamed)) == [1, 1, 3, 3]
 

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
-from . import io
 from .inputs import as_list
 
 if TYPE_CHECKING:
@@ -145,7 +144,7 @@ class _Session:
                 self.model._build_for(self.inputs)
             self.engine = self.model._built()
             self.probe = _Probe(list(self.engine.devices))
-            self.saved = io.payload(self.model)
+            self.saved = self.model.state()
         except BaseException:
             self.model._step_lock.release()
             raise
@@ -154,7 +153,7 @@ class _Session:
     def __exit__(self, *exc_info: Any) -> None:
         try:
             self.model.optimizer.zero_grad(set_to_none=True)
-            io.load_into(self.model, self.saved)
+            self.model.load_state(self.saved)
             _free()
         finally:
             self.model._step_lock.release()

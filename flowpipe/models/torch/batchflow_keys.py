@@ -8,9 +8,11 @@ batchflow 0.10.1 reads these model config keys (its ``default_config`` and what 
 ``loss``, ``optimizer``, ``decay``, ``gradient_clipping``, ``weights_averaging``/``wa``/``swa``, ``sam_rho``,
 ``sam_individual_norm``, ``callbacks``, ``model``, ``init_weights`` and ``load``. ``docs/porting.md`` lists each
 with its status in flowpipe. The ones read elsewhere: ``config`` (aliases), ``model`` (the rest), ``output``
-(``inputs.check_output``), ``init_weights`` here (``apply_init_weights``), ``benchmark`` here (``apply_benchmark``).
+(``inputs.check_output``), ``sections`` (``order``, ``initial_block``, ``body``, ``head``, ``common``),
+``init_weights`` here (``apply_init_weights``), ``trainable`` here (``apply_trainable``), ``benchmark`` here
+(``apply_benchmark``).
 
-A value equal to batchflow's default, which changes nothing, is accepted for a refused key (``'trainable': None``,
+A value equal to batchflow's default, which changes nothing, is accepted for a refused key (``'load': None``,
 ``'sync_frequency': 1``): a config copied from batchflow's defaults still builds.
 """
 from __future__ import annotations
@@ -21,69 +23,46 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-__all__ = ['BLOCK_SECTIONS', 'REFUSED', 'apply_benchmark', 'apply_init_weights', 'check_batchflow_keys',
-           'resnet_init']
-
-_NO_BLOCKS = ("flowpipe does not build networks from batchflow's blocks and layouts. Give 'model': an nn.Module "
-              "(or a class making one), or use a ready network (MLP, SimpleCNN, VGG7, ResNet18, ResNet34) with its "
-              "options")
+__all__ = ['BLOCK_SECTIONS', 'REFUSED', 'apply_benchmark', 'apply_init_weights', 'apply_trainable',
+           'check_batchflow_keys', 'resnet_init']
 
 #: refused top-level key -> (values that change nothing in batchflow, the difference and the fix)
 REFUSED: dict[str, tuple[tuple, str]] = {
     'sync_frequency': ((None, False, 1), "flowpipe applies the gradients at every train step and does not "
                        "accumulate them across steps. Train on a batch sync_frequency times larger with "
                        "'microbatch': the old batch size (the same gradient, one step)"),
-    'order': ((None, ['initial_block', 'body', 'head'], ('initial_block', 'body', 'head')), _NO_BLOCKS),
-    'trainable': ((None,), "flowpipe has no named network parts to train or freeze. Freeze parameters yourself "
-                  "(p.requires_grad_(False)) on the 'model' module before making the model"),
     'load': ((None,), "a model file is loaded by TorchModel.from_file(path) (or model.load(path), or the "
              "load_model action), not by a config key"),
 }
-#: batchflow's network sections: their sub-keys are block parameters, read only where a class says so.
+#: batchflow's network sections of every config (``order`` may name more).
 BLOCK_SECTIONS = ('initial_block', 'body', 'head', 'common')
-#: sub-keys of the sections that flowpipe itself reads, whatever the class.
-_READ_SUBKEYS = ('initial_block/inputs',)
 
 
 def check_batchflow_keys(config: Mapping, network_options: Mapping, own_keys: tuple[str, ...] = ()) -> None:
-    """Raise a ``ValueError`` for a batchflow key that flowpipe does not read (see ``REFUSED``) and for a block
-    parameter under ``initial_block``/``body``/``head``/``common`` that neither flowpipe nor the model class
-    (``network_options``, ``own_keys``) reads, unless the config gives a ready ``model`` (batchflow then reads no
-    block parameters either)."""
+    """Raise a ``ValueError`` for a batchflow key that flowpipe does not read (see ``REFUSED``), a ``TypeError``
+    for a network section that is neither a dict nor an ``nn.Module``, and a ``ValueError`` for an ``order``
+    other than ``initial_block, body, head`` in a ready network's class. The sections' parameters are read by
+    ``flowpipe.models.torch.sections`` (a ready ``model`` skips them, as in batchflow)."""
     for key, (harmless, why) in REFUSED.items():
         if key in config and key not in own_keys and not _among(config[key], harmless):
             raise ValueError(f"Expected no batchflow model config key {key!r}: {why}. Received: "
                              f"{key}={config[key]!r}.")
     if config.get('model') is not None:
         return          # batchflow too reads no block parameters when given a ready module
-    read = set(_READ_SUBKEYS) | set(network_options) | set(own_keys)
-    for section in BLOCK_SECTIONS:
+    order = config.get('order')
+    if order is not None and network_options and list(order) != ['initial_block', 'body', 'head']:
+        raise ValueError(f"Expected no 'order' other than ['initial_block', 'body', 'head'] for a ready network, "
+                         f"whose parts are those. Received: order={order!r}. Use TorchModel for other parts.")
+    for section in (*BLOCK_SECTIONS, *(order or ())):
         value = config.get(section)
-        if section in own_keys or value is None:
+        if section in own_keys or value is None or isinstance(value, (Mapping, nn.Module)):
             continue
-        if not isinstance(value, Mapping):
-            raise ValueError(f"Expected {section!r} as a section of options. Received: {section}={value!r}: "
-                             f"{_NO_BLOCKS}.")
-        for path in _paths(value, section):
-            if path not in read and not any(path.startswith(key + '/') for key in read):
-                options = sorted(key for key in read if key.startswith(section + '/'))
-                raise ValueError(f"Expected {section!r} keys that the model class reads ({options or 'none'}). "
-                                 f"Received: {path!r}, a batchflow block parameter: {_NO_BLOCKS}.")
+        raise TypeError(f"Expected the network section {section!r} as a dict of parameters or an nn.Module. "
+                        f"Received: {section}={value!r}.")
 
 
 def _among(value: Any, harmless: tuple) -> bool:
     return any(value is item or (type(value) is type(item) and value == item) for item in harmless)
-
-
-def _paths(section: Mapping, prefix: str) -> list[str]:
-    paths = []
-    for key, value in section.items():
-        path = f'{prefix}/{key}'
-        if isinstance(value, Mapping) and value:
-            paths.extend(_paths(value, path))
-        elif value is not None:         # None sets nothing
-            paths.append(path)
-    return paths
 
 
 def apply_benchmark(value: Any) -> None:
@@ -132,3 +111,19 @@ def apply_init_weights(network: nn.Module, value: Any) -> None:
                 raise ValueError(f"Expected the part of 'init_weights' to name a submodule of the network "
                                  f"{names}. Received: {part!r}.")
         target.apply(function)
+
+
+def apply_trainable(network: nn.Module, value: Any) -> None:
+    """batchflow's ``trainable``: the names of the network's parts (its children: ``'initial_block'``, ``'body'``,
+    ``'head'``, or the sections of ``order``) that train; the parameters of the other parts are frozen
+    (``requires_grad=False``). ``None`` trains every part."""
+    if value is None:
+        return
+    names = [value] if isinstance(value, str) else value
+    parts = dict(network.named_children())
+    if not isinstance(names, (list, tuple)) or any(name not in parts for name in names):
+        raise ValueError(f"Expected 'trainable' as names of the network's parts {sorted(parts)}. Received: "
+                         f"trainable={value!r}.")
+    for name, part in parts.items():
+        if name not in names:
+            part.requires_grad_(False)

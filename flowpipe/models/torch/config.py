@@ -39,14 +39,16 @@ from typing import Any
 
 from ...plan_keys import PLACEMENT_KEYS
 
-__all__ = ['TOP_KEYS', 'ModelSpec', 'as_dtype', 'flat_paths', 'get_path', 'nest', 'parse_config', 'unknown_keys']
+__all__ = ['TOP_KEYS', 'ModelSpec', 'as_dtype', 'flat_paths', 'get_path', 'merge_nested', 'nest', 'parse_config',
+           'unknown_keys']
 
 #: The top-level model config keys flowpipe reads, in one place: a key read by new code is added here.
 #: The placement keys come from ``flowpipe.plan_keys`` (the one list the plan's readers share).
 TOP_KEYS = tuple(sorted({'batch_norm', 'benchmark', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common',
                          'decay', 'dtype', 'gradient_clipping', 'head', 'init_weights', 'initial_block', 'inputs', 'loss',
-                         'model', 'name', 'nonfinite_loss', 'optimizer', 'output', 'placeholder_batch_size', 'profile',
-                         'sam_individual_norm', 'sam_rho', 'swa', 'wa', 'weights_averaging', *PLACEMENT_KEYS}))
+                         'model', 'name', 'nonfinite_loss', 'optimizer', 'order', 'output', 'placeholder_batch_size',
+                         'profile', 'sam_individual_norm', 'sam_rho', 'swa', 'trainable', 'wa', 'weights_averaging',
+                         *PLACEMENT_KEYS}))
 #: Where a few keys that are often put at the top level belong.
 _KEY_HINTS = {'lr': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
               'learning_rate': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
@@ -72,7 +74,7 @@ def nest(config: Mapping | None) -> dict:
         if isinstance(value, Mapping) and not _is_leaf_mapping(leaf):
             value = nest(value)
             if isinstance(node.get(leaf), dict):
-                value = _merge(node[leaf], value)
+                value = merge_nested(node[leaf], value)
         node[leaf] = value
     return result
 
@@ -82,11 +84,12 @@ def _is_leaf_mapping(key: str) -> bool:
     return key == 'device_map'
 
 
-def _merge(base: dict, update: dict) -> dict:
+def merge_nested(base: dict, update: dict) -> dict:
+    """``update`` over ``base``, nested dicts merged key by key (neither is changed)."""
     merged = dict(base)
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            value = _merge(merged[key], value)
+            value = merge_nested(merged[key], value)
         merged[key] = value
     return merged
 
@@ -240,19 +243,27 @@ def _one_of(nested: dict, *names: str) -> Any:
 
 def _check_top_keys(nested: dict) -> None:
     from .batchflow_keys import REFUSED     # batchflow's keys are refused there, with the reason
+    sections = _sections(nested)
     for key in nested:
-        if key not in TOP_KEYS and key not in _KEY_HINTS and key not in REFUSED:
+        if key not in TOP_KEYS and key not in _KEY_HINTS and key not in REFUSED and key not in sections:
             close = difflib.get_close_matches(key, TOP_KEYS, n=3)
             if close:
                 raise ValueError(f"Expected known model config keys. Received: {key!r}. Did you mean {close}?")
+
+
+def _sections(nested: Mapping) -> tuple:
+    """The network sections a config's ``order`` names (``'encoder'``, ``'decoder'``...): read as parts."""
+    order = nested.get('order')
+    return tuple(order) if isinstance(order, (list, tuple)) else ()
 
 
 def unknown_keys(spec: ModelSpec, own_keys: tuple[str, ...] = ()) -> dict[str, str]:
     """``{key: why}`` for each top-level key that neither flowpipe nor ``own_keys`` (a model class's) reads."""
     from .batchflow_keys import REFUSED     # checked there: a refused key's harmless value does nothing
     found = {}
+    sections = _sections(spec.config)
     for key in spec.config:
-        if key not in TOP_KEYS and key not in own_keys and key not in REFUSED:
+        if key not in TOP_KEYS and key not in own_keys and key not in REFUSED and key not in sections:
             found[key] = _KEY_HINTS.get(key, 'no code reads it')
     return found
 

@@ -2,15 +2,11 @@
 
 A model file is one dill pickle of a dict: a format tag and version, the flowpipe and torch versions, the model
 class, the config (a ready ``nn.Module`` given as ``config['model']`` is stored as a CPU copy), and the state:
-network weights and buffers, optimizer and scheduler state, the precision's state (the gradient scaler under
-``amp``), the batch counter, the count of steps skipped for a non-finite loss, the state of the model's
-callbacks (``callbacks``) and the averaged network of ``weights_averaging`` with its updates (``averaging``).
+``{part: its state}`` of the model's parts (``TorchModel.parts()``, listed once in ``flowpipe.models.torch.state``
+for model files and run checkpoints alike: network weights and buffers, optimizer and scheduler state, the
+precision's state, the counters, the model's callbacks, the averaged network of ``weights_averaging``).
 Every tensor is on the CPU and a stored module carries no placement hooks, so a file saved from any device layout
 (GPUs, model parallel) loads into any other: the engine places the module and the weights again (``engine.sync``).
-
-The network's and the optimizer's state go through the engine (``engine.state_dict()``,
-``engine.optimizer_state_dict(optimizer)`` and their ``load_`` counterparts), which gives them as one process holds
-them whatever the placement: the keys of the network itself, never of a wrapper around it.
 
 A model pickles through the same contents (``TorchModel.__reduce__``: ``payload`` out, ``restore`` in).
 
@@ -52,16 +48,6 @@ def _flowpipe_version() -> str:
     return __version__
 
 
-def _to_cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().to('cpu', copy=True)
-    if isinstance(value, dict):
-        return {key: _to_cpu(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(item) for item in value)
-    return value
-
-
 def _cpu_copy(module: torch.nn.Module) -> torch.nn.Module:
     """A deep copy of ``module`` whose parameters and buffers are made on the CPU directly (copying a GPU module
     first would need a second copy of its weights on the GPU), without placement hooks."""
@@ -83,26 +69,20 @@ def payload(model: 'TorchModel', tensors: bool = True) -> dict:
     """
     engine = model._built()
     config = dict(model.config)
+    state = model.state(tensors)
     module = None
-    network = engine.state_dict() if tensors else None
     if config.get('model') is not None:
         # The config holds the live network (maybe on a GPU, maybe split over devices): store a CPU copy without
         # the input-moving hooks of its placement; loading places it again as the (new) config says. A sharded
         # network cannot be copied: its skeleton (taken before sharding) is filled with the gathered state.
         frame = getattr(engine, 'skeleton', None)
-        module = _cpu_copy(model.model) if frame is None else frame if network is None else filled(frame, network)
+        module = (_cpu_copy(model.model) if frame is None else frame if state['network'] is None
+                  else filled(frame, state['network']))
         config['model'] = None
     return {
         'format': FORMAT, 'format_version': FORMAT_VERSION,
         'flowpipe_version': _flowpipe_version(), 'torch_version': torch.__version__,
-        'model_class': type(model), 'config': config, 'module': module,
-        'state': {'network': _to_cpu(network) if tensors else None,
-                  'optimizer': _to_cpu(engine.optimizer_state_dict(model.optimizer)) if tensors else None,
-                  'decay': model.decay.state() if model.decay is not None else None,
-                  'precision': engine.precision.state(),
-                  'iteration': model.iteration, 'skipped_steps': model.skipped_steps,
-                  'callbacks': [(type(callback).__name__, callback.state()) for callback in model.callbacks],
-                  'averaging': model.averaging.state() if model.averaging is not None else None},
+        'model_class': type(model), 'config': config, 'module': module, 'state': state,
     }
 
 
@@ -156,51 +136,9 @@ def read(path: str | os.PathLike, formats: tuple[str, ...] = (FORMAT,), trusted:
 
 
 def load_into(model: 'TorchModel', payload: dict) -> None:
-    """Copy the saved weights, optimizer and scheduler state into ``model`` and re-place its replicas."""
-    engine = model._built()
-    state = payload['state']
-    if state['network'] is not None:        # None: a sharded checkpoint's, whose shards are read after this
-        _load_tensors(model, engine, state)
-    if model.decay is not None and state.get('decay') is not None:
-        model.decay.load_state(state['decay'])
-    engine.precision.load_state(state.get('precision') or {})
-    model.iteration = state.get('iteration', 0)
-    model._loss_check.skipped = state.get('skipped_steps', 0)
-    _load_callbacks(model, state.get('callbacks') or [])
-    if model.averaging is not None and state.get('averaging') is not None:
-        model.averaging.load_state(state['averaging'])
-    engine.sync()
-
-
-def _load_tensors(model: 'TorchModel', engine: Any, state: dict) -> None:
-    """The saved network and optimizer state into the engine; a clear error when they do not fit."""
-    try:
-        engine.load_state_dict(state['network'])
-    except RuntimeError as error:
-        raise ModelFileError(f"Expected a file with the same network as {type(model).__name__} "
-                             f"({type(model.model).__name__}). Received a file whose weights do not fit: {error}"
-                             ) from error
-    try:
-        engine.load_optimizer_state_dict(model.optimizer, state['optimizer'])
-    except (ValueError, KeyError) as error:
-        raise ModelFileError(f"Expected optimizer state for {type(model.optimizer).__name__} with the same "
-                             f"parameter groups. Received state that does not fit: {error}") from error
-
-
-def _load_callbacks(model: 'TorchModel', saved: list) -> None:
-    """Continue the model's callbacks from the file's, when they are the same kinds in the same order; a model
-    given other callbacks (``from_file(path, callbacks=[...])``) starts them afresh, with a warning."""
-    names = [type(callback).__name__ for callback in model.callbacks]
-    if [name for name, _ in saved] != names:
-        if saved:
-            warnings.warn(f"Expected the model's callbacks to be those of the file to continue them. Received: "
-                          f"{[name for name, _ in saved]} in the file, {names} in the model. The model's callbacks "
-                          "start afresh.", UserWarning, stacklevel=3)
-        for callback in model.callbacks:
-            callback.reset()
-        return
-    for callback, (_, state) in zip(model.callbacks, saved):
-        callback.load_state(state)
+    """Copy the saved weights, optimizer and scheduler state into ``model`` and re-place its replicas (a
+    sharded checkpoint's weights, saved as ``None``, are read from its shards after this)."""
+    model.load_state(payload['state'])
 
 
 def load(path: str | os.PathLike, model_class: type | None = None, trusted: bool = False,

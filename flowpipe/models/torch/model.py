@@ -6,7 +6,8 @@ Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_l
 ``sharding*`` and ``randomness`` keys
 (one plan, one engine: every step is delegated to ``self.engine``), ``clipping`` the ``clip_grad_value``,
 ``clip_grad_norm`` and ``gradient_clipping`` keys (applied in the engine's step), ``callbacks`` the ``callbacks``
-key (called here after every step), ``io`` saving and loading, ``export`` the other file formats, ``batch_size``
+key (called here after every step), ``state`` the parts of its state (``parts``, ``state``, ``load_state``),
+``io`` saving and loading, ``export`` the other file formats, ``batch_size``
 the batch-size finder, ``batchflow_keys`` batchflow's ``init_weights`` and ``benchmark`` keys and the refusal of
 its keys flowpipe does not read, ``averaging`` the ``weights_averaging`` (``wa``, ``swa``) key; the ``sam_rho``
 and ``sam_individual_norm`` keys go to every training step (``engines.sam``).
@@ -29,11 +30,11 @@ from ...plan_keys import PLAN_KEYS
 from ...torchutils import to_tensor
 from . import batch_size as batch_size_module, export, io
 from .averaging import make_averaging
-from .batchflow_keys import apply_benchmark, apply_init_weights, check_batchflow_keys
+from .batchflow_keys import apply_benchmark, apply_init_weights, apply_trainable, check_batchflow_keys
 from .callbacks import make_callbacks
 from .checks import BatchNormCheck, InputCheck, LossCheck
 from .clipping import read_clipping
-from .config import ModelSpec, as_dtype, flat_paths, nest, parse_config, unknown_keys
+from .config import ModelSpec, as_dtype, flat_paths, merge_nested, nest, parse_config, unknown_keys
 from .decay import make_decay
 from .gradcam import GradCam
 from .history import History, HistoryPlots
@@ -42,12 +43,14 @@ from .inputs import (DEFAULT_INPUT, FETCHES, as_list, by_name, check_fetches, ch
 from .losses import make_loss
 from .optimizers import make_optimizer
 from .profiling import OpProfiler, profiled as _profiled
+from .state import ModelState
+from .sections import has_sections, network_from_sections
 
 __all__ = ['FETCHES', 'TorchModel', 'check_fetches']
 
 
 
-class TorchModel(HistoryPlots, GradCam):
+class TorchModel(ModelState, HistoryPlots, GradCam):
     """A trainable PyTorch model configured by a dict with ``'/'`` keys (see ``docs/models.md``).
 
     Args:
@@ -78,8 +81,14 @@ class TorchModel(HistoryPlots, GradCam):
     #: top-level config keys a subclass reads itself (beyond ``config.TOP_KEYS``): not warned about as unknown.
     config_keys: ClassVar[tuple[str, ...]] = ()
 
+    @classmethod
+    def default_config(cls) -> dict:
+        """The class's own config (a nested dict, batchflow's ``default_config``): the user's config is merged
+        over it, section by section. ``TorchModel``'s is empty; the zoo's classes give their networks' sections."""
+        return {}
+
     def __init__(self, config: Mapping | None = None, **overrides: Any):
-        self.config = nest(config)
+        self.config = merge_nested(nest(type(self).default_config()), nest(config))
         if overrides:
             self.config = nest({**flat_paths(self.config), **overrides})
         self.spec: ModelSpec = parse_config(self.config)
@@ -122,8 +131,8 @@ class TorchModel(HistoryPlots, GradCam):
 
     def _shape_missing(self) -> bool:
         name = self._first_input()
-        return (self.spec.get('model') is None and type(self).network_factory is not None
-                and name not in self.spec.shapes)
+        builds = type(self).network_factory is not None or has_sections(self.spec)
+        return self.spec.get('model') is None and builds and name not in self.spec.shapes
 
     def _build(self) -> None:
         network = self._make_network()
@@ -172,21 +181,23 @@ class TorchModel(HistoryPlots, GradCam):
         else:
             network = self.build_network(self.spec)
         apply_init_weights(network, self.spec.get('init_weights'))
+        apply_trainable(network, self.spec.get('trainable'))
         dtype = self.spec.get('dtype')
         if dtype is not None:
             network = network.to(as_dtype(dtype))
         return network
 
     def build_network(self, spec: ModelSpec) -> nn.Module:
-        """Make the ``nn.Module`` from the parsed config; ready networks use ``network_factory``."""
+        """Make the ``nn.Module`` from the parsed config: the network of its sections (``initial_block``,
+        ``body``, ``head``... see ``sections``), or a ready network's (``network_factory``) with the parts its
+        sections replace."""
         factory = type(self).network_factory
-        if factory is None:
+        if factory is None and not has_sections(spec):
             raise ValueError(f"Expected a network: {type(self).__name__} builds none by itself. Received: no "
-                             "'model' in the config. Pass 'model': an nn.Module, or use a ready network class "
-                             "such as ResNet18 or SimpleCNN.")
-        options = {keyword: spec.get(path) for path, keyword in self.network_options.items()
-                   if spec.get(path) is not None}
-        return factory(spec.input_shape, spec.num_outputs, **options)
+                             "'model' and no network sections in the config. Pass 'model': an nn.Module, "
+                             "sections such as 'body': {'layout': 'cna', 'channels': 16}, or use a ready network "
+                             "class such as ResNet18 or UNet.")
+        return network_from_sections(spec, factory, self.network_options)
 
     @property
     def skipped_steps(self) -> int:

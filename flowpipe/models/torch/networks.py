@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from .layers import BasicBlock, ClassifierHead, ConvBlock, Flatten
+from .parts import BasicBlock, ClassifierHead, ConvBlock, Flatten
 
 __all__ = ['MLPNetwork', 'ResNetNetwork', 'SimpleCNNNetwork', 'VGGNetwork', 'resnet18', 'resnet34']
 

@@ -45,6 +45,7 @@ from ..plan import DevicePlan
 from ..precision import Precision
 from ..losses import ITEM_SHARES, NORMALIZER, PLAIN_SUM, normalized, weighting
 from ..randomness import piece_seed
+from ..run_end import RUN_ENDED, check_same_batch, count_row
 from ..speed import compiled
 from ..split import Piece, split_batch
 from .base import Engine, StepResult
@@ -108,10 +109,6 @@ def _from_rank_0(flat: torch.Tensor) -> torch.Tensor:
     _kept(flat)
     dist.broadcast(flat, src=0)
     return flat
-
-
-#: the batch number a rank exchanges when its sharded run has ended (``end_run``)
-_RUN_ENDED = -2
 
 
 class DistributedEngine(Engine):
@@ -259,25 +256,16 @@ class DistributedEngine(Engine):
 
     def _gather_rows(self, local: int, batch: int, normalizer: float, flags: tuple[int, int] = (0, 0)
                      ) -> list[list[float]]:
-        """Every rank's ``[count, batch, normalizer, due, stop]`` (one all-gather on the count group; ``flags``:
-        this rank's ``Agreement.mine``); an error on every rank when the ranks are on different global batches, or
-        some ended the run (``_RUN_ENDED``) while others train."""
+        """Every rank's ``[count, batch, normalizer, due, stop]`` (``run_end.count_row``: one all-gather on the count
+        group; ``flags``: this rank's ``Agreement.mine``); an error on every rank when the ranks are on different
+        global batches, or some ended the run (``RUN_ENDED``) while others train."""
         self._phase = 'the exchange of item counts'
-        # float64 holds counts, batch and signal numbers exactly (below 2 ** 53) beside a fractional normalizer
-        mine = torch.tensor([local, batch, normalizer, *flags], dtype=torch.float64)
+        mine = count_row(local, batch, normalizer, flags)
         every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
         _kept(mine, *every)
         dist.all_gather(every, mine, group=self._counts_group)
         rows = torch.stack(every).tolist()
-        batches = [int(row[1]) for row in rows]
-        if len(set(batches)) > 1:
-            on = ', '.join(f'the end of the run on rank {rank}' if batch == _RUN_ENDED else
-                           f'global batch {batch} on rank {rank}' for rank, batch in enumerate(batches))
-            raise RuntimeError(f'Expected every rank to train on the same global batch in training step {self.steps}. '
-                               f'Received: {on} (batches of the run, from 0). A rank skipped a batch the others train '
-                               f'on: raise SkipBatch (or StopPipeline) alike on every rank, deciding from values every '
-                               f'rank shares (the global batch, a value reduced or broadcast over the ranks), never '
-                               f'from one rank\'s shard alone.')
+        check_same_batch([int(row[1]) for row in rows], f'training step {self.steps}')
         return rows
 
     def end_run(self) -> None:
@@ -286,7 +274,7 @@ class DistributedEngine(Engine):
         skipped, and the ranks that skipped it, fail with the cause instead of waiting for the timeout."""
         self.steps, self._batch = self.steps + 1, -1
         with distributed.collective(self._where):
-            self._gather_rows(0, _RUN_ENDED, 0.0)
+            self._gather_rows(0, RUN_ENDED, 0.0)
         self.steps -= 1
 
     def groups(self, batch_size: int) -> dict[int, tuple[Piece, ...]]:

@@ -1,4 +1,4 @@
-"""Small building blocks the ready networks are made of.
+"""Small building blocks the ready networks (`networks.py`) are made of; batchflow's layout language is `layers/`.
 
 Every block is a plain ``nn.Module`` with no knowledge of configs, so networks read as a list of blocks.
 """

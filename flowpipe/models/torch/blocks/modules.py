@@ -1,0 +1,167 @@
+"""Network parts (a section of the model config each): ``DefaultModule`` (one block), ``EncoderModule`` (stages
+that shrink the spatial size and keep their skips), ``DecoderModule`` (stages that grow it and join the skips).
+
+A part passes either one tensor or a list of tensors on: an encoder gives the list of its skips and its last
+output (``output_type='list'``), a module with ``input_type='list'`` reads the item ``input_index`` of a list
+(and with ``output_type='list'`` appends its output to it), a decoder reads the list's last tensor and its skips.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from ..config import merge_nested as merged
+from ..layers.combine import Combine
+from ..layers.multilayer import unpack
+from ..layers.shapes import as_example, remember_output, run_example
+from .core import Block, DefaultBlock, Downsample, Upsample
+
+__all__ = ['DecoderModule', 'DefaultModule', 'EncoderModule']
+
+
+def _one(inputs: Any, index: int) -> Any:
+    return inputs[index] if isinstance(inputs, list) else inputs
+
+
+def _letters(order: Any, allowed: str, part: str) -> str:
+    letters = order if isinstance(order, str) else ''.join(str(item)[0] for item in order)
+    for letter in letters:
+        if letter not in allowed:
+            raise ValueError(f"Expected the {part}'s order as letters (or words starting with them) among "
+                             f"{allowed!r}. Received: order={order!r}.")
+    return letters
+
+
+class DefaultModule(nn.Module):
+    """One block (``Block``'s parameters: a ``layout``...), or ``module``: an ``nn.Module`` used as it is or a
+    class made with the other parameters; ``disable_at_inference`` skips it in evaluation mode."""
+
+    def __init__(self, inputs: Any = None, input_type: str = 'tensor', output_type: str = 'tensor',
+                 input_index: int = -1, disable_at_inference: bool = False, module: Any = None, **kwargs: Any):
+        super().__init__()
+        if isinstance(inputs, list) and input_type != 'list':
+            raise TypeError("Expected one tensor into a part without input_type='list'. Received: a list (the "
+                            "previous part is an encoder, whose output_type is 'list'). Set input_type='list'.")
+        self.input_type, self.output_type, self.input_index = input_type, output_type, input_index
+        self.disable_at_inference = disable_at_inference
+        example = as_example(_one(inputs, input_index))
+        if isinstance(module, nn.Module):
+            self.block: nn.Module = module
+        elif module is not None:
+            self.block = module(inputs=example, **kwargs)
+        else:
+            self.block = Block(inputs=example, **kwargs)
+        output = run_example(self.block, example)
+        if output_type == 'list':
+            output = [*inputs, output] if isinstance(inputs, list) else [output]
+        remember_output(self, inputs, output)
+
+    def forward(self, inputs: Any) -> Any:
+        tensor = _one(inputs, self.input_index)
+        output = tensor if self.disable_at_inference and not self.training else self.block(tensor)
+        if self.output_type == 'list':
+            return [*inputs, output] if isinstance(inputs, list) else [output]
+        return output
+
+
+class EncoderModule(nn.Module):
+    """``num_stages`` stages, each the letters of ``order``: ``'s'`` keeps a skip (``skip``'s branch on the
+    tensor), ``'b'`` a block (``blocks``), ``'d'``/``'p'`` a downsampling (``downsample``); list parameters inside
+    ``blocks``, ``downsample`` and ``skip`` give one item per stage. Outputs the skips and the last tensor
+    (``output_type='list'``) or the last tensor."""
+
+    DEFAULTS: dict = {'order': ('skip', 'block', 'downsampling'), 'skip': {}, 'blocks': {'base_block': DefaultBlock},
+                      'downsample': {'layout': 'p', 'pool_size': 2, 'pool_stride': 2}}
+
+    def __init__(self, inputs: Any = None, num_stages: int | None = None, output_type: str = 'list',
+                 input_index: int = -1, **kwargs: Any):
+        super().__init__()
+        if not isinstance(num_stages, int) or num_stages < 1:
+            raise ValueError(f"Expected the encoder's num_stages as a positive int. Received: num_stages="
+                             f"{num_stages!r}.")
+        config = merged(self.DEFAULTS, kwargs)
+        self.order = _letters(config.pop('order'), 'sbdp', 'encoder')
+        self.output_type, self.input_index = output_type, input_index
+        sections = {'s': config.pop('skip'), 'b': config.pop('blocks'), 'd': config.pop('downsample')}
+        sections['p'] = sections['d']
+        x = as_example(_one(inputs, input_index))
+        self.stages = nn.ModuleList()
+        skips = []
+        for stage in range(num_stages):
+            for letter in self.order:
+                args = unpack(sections[letter], stage, num_stages)
+                if letter == 's':
+                    part: nn.Module = Block(inputs=x, **args) if args else nn.Identity()
+                    skips.append(run_example(part, x))
+                else:
+                    part = (Block if letter == 'b' else Downsample)(inputs=x, **{**config, **args})
+                    x = run_example(part, x)
+                self.stages.append(part)
+        remember_output(self, inputs, [*skips, x] if output_type == 'list' else x)
+
+    def forward(self, inputs: Any) -> Any:
+        x = _one(inputs, self.input_index)
+        skips = []
+        for letter, part in zip(self.order * len(self.stages), self.stages):
+            if letter == 's':
+                skips.append(part(x))
+            else:
+                x = part(x)
+        return [*skips, x] if self.output_type == 'list' else x
+
+
+class DecoderModule(nn.Module):
+    """``num_stages`` stages (by default two fewer than the tensors it gets), each the letters of ``order``:
+    ``'u'`` an upsampling (``upsample``), ``'b'`` a block (``blocks``), ``'c'`` a join (``combine``: ``op``,
+    ``leading_index``) with the skip ``indices[stage]`` of the input list (by default the third from the end,
+    then the earlier ones), unless ``skip`` is ``False``; list parameters give one item per stage."""
+
+    DEFAULTS: dict = {'order': ('upsampling', 'block', 'combine'), 'blocks': {'base_block': DefaultBlock},
+                      'upsample': {'layout': 'b', 'factor': 2}, 'combine': {'op': 'concat', 'leading_index': 1}}
+
+    def __init__(self, inputs: Any = None, num_stages: int | None = None, skip: bool = True,
+                 indices: Sequence[int] | None = None, **kwargs: Any):
+        super().__init__()
+        tensors = [as_example(item) for item in (inputs if isinstance(inputs, list) else [inputs])]
+        self.indices = list(indices) if indices is not None else list(range(-3, -len(tensors) - 1, -1))
+        num_stages = num_stages or len(tensors) - 2
+        if not isinstance(num_stages, int) or num_stages < 1:
+            raise ValueError(f"Expected the decoder's num_stages as a positive int (or an encoder's list before it). "
+                             f"Received: num_stages={num_stages!r} for {len(tensors)} input tensor(s).")
+        config = merged(self.DEFAULTS, kwargs)
+        self.order = _letters(config.pop('order'), 'ubc', 'decoder')
+        self.skip = skip
+        sections = {'u': config.pop('upsample'), 'b': config.pop('blocks'), 'c': config.pop('combine')}
+        self.stages = nn.ModuleList()
+        self.letters: list[str] = []
+        x = tensors[-1]
+        for stage in range(num_stages):
+            for letter in self.order:
+                args = unpack(sections[letter], stage, num_stages)
+                if letter == 'c':
+                    if not self._joins(stage, len(tensors)):
+                        continue
+                    pair = [tensors[self.indices[stage]], x]
+                    part: nn.Module = Combine(inputs=pair, **args)
+                    x = run_example(part, pair)
+                else:
+                    part = (Upsample if letter == 'u' else Block)(inputs=x, **{**config, **args})
+                    x = run_example(part, x)
+                self.stages.append(part)
+                self.letters.append(f'{letter}{stage}')
+        remember_output(self, inputs, x)
+
+    def _joins(self, stage: int, count: int) -> bool:
+        return bool(self.skip) and stage < len(self.indices) and -count <= self.indices[stage] < count
+
+    def forward(self, inputs: Any) -> torch.Tensor:
+        tensors = inputs if isinstance(inputs, list) else [inputs]
+        x = tensors[-1]
+        for name, part in zip(self.letters, self.stages):
+            if name[0] == 'c':
+                x = part([tensors[self.indices[int(name[1:])]], x])
+            else:
+                x = part(x)
+        return x

@@ -1,0 +1,115 @@
+"""The zoo on the layout language: every class builds and takes a training step on a tiny input (widths made
+small by config, depths as the class gives them), and one class per family trains on two CPU replicas with
+micro-batches."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from flowpipe.models.torch import (VGG16, VGG19, DenseNet121, DenseNet169, DenseNet201, DenseNet264, DenseUNet,
+                                   EfficientNetB0, EfficientNetB1, EfficientNetB2, EfficientNetB3, EfficientNetB4,
+                                   EfficientNetB5, EfficientNetB6, EfficientNetB7, EncoderDecoder, ResNet50, ResNet101,
+                                   ResNet152, ResNeXt50, ResNeXt101, ResNeXt152, ResUNet, SEResNet18, SEResNet34,
+                                   SEResNet50, SEResNet101, SEResNet152, SEResNeXt50, SEResNeXt101, SEResNeXt152,
+                                   UNet)
+from flowpipe.models.torch.zoo.efficientnet import _width
+
+_VGG = {'body/blocks/channels': [4, 4, 8, 8, 8]}
+_RES = {'initial_block/channels': 8, 'body/blocks/channels': [16, 16, 32, 32]}
+_NEXT = {**_RES, 'body/blocks/groups': 4}     # 32 groups need 32 inner channels: see the defaults test
+_SE = {'initial_block/channels': 8, 'body/blocks/channels': [8, 8, 16, 16]}
+_DENSE = {'initial_block/channels': 8, 'body/blocks/growth_rate': 2}
+_EFF = {'initial_block/channels': 8, 'body/blocks/channels': [8] * 7, 'head/channels': 16}
+_SEG = {'initial_block': {'layout': 'cna', 'channels': 4}, 'encoder/blocks/channels': [4, 8, 8, 8],
+        'embedding/channels': 8, 'decoder/blocks/channels': [8, 8, 8, 4]}
+_DENSE_SEG = {'initial_block': {'layout': 'cna', 'channels': 4}, 'encoder/blocks/growth_rate': 2,
+              'encoder/blocks/num_layers': 2, 'embedding/channels': 8, 'decoder/blocks/growth_rate': 2,
+              'decoder/blocks/num_layers': 2}
+_ENC = {'encoder/blocks/channels': [4, 4, 8], 'embedding/channels': 8, 'decoder/blocks/channels': [8, 4, 4]}
+
+CLASSIFIERS = [(VGG16, _VGG), (VGG19, _VGG), (ResNet50, _RES), (ResNet101, _RES), (ResNet152, _RES),
+               (ResNeXt50, _NEXT), (ResNeXt101, _NEXT), (ResNeXt152, _NEXT), (SEResNet18, _SE), (SEResNet34, _SE),
+               (SEResNet50, _RES), (SEResNet101, _RES), (SEResNet152, _RES), (SEResNeXt50, _NEXT),
+               (SEResNeXt101, _NEXT), (SEResNeXt152, _NEXT), (DenseNet121, _DENSE), (DenseNet169, _DENSE),
+               (DenseNet201, _DENSE), (DenseNet264, _DENSE), (EfficientNetB0, _EFF), (EfficientNetB1, _EFF),
+               (EfficientNetB2, _EFF), (EfficientNetB3, _EFF), (EfficientNetB4, _EFF), (EfficientNetB5, _EFF),
+               (EfficientNetB6, _EFF), (EfficientNetB7, _EFF)]
+SEGMENTERS = [(UNet, _SEG), (ResUNet, _SEG), (DenseUNet, _DENSE_SEG), (EncoderDecoder, _ENC)]
+
+
+def _images(n=4, side=16, channels=3):
+    return np.random.default_rng(0).random((n, channels, side, side)).astype('float32')
+
+
+def _step(model_class, options, n=4, **config):
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')     # batch norm on small pieces warns in the replicated runs
+        model = model_class({'inputs_shapes': (3, 16, 16), 'classes': 5, **options, **config})
+        before = [p.detach().clone() for p in model.model.parameters()]
+        loss = model.train(_images(n), np.arange(n) % 5, fetches='loss')
+    assert np.isfinite(loss)
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, model.model.parameters()))
+    return model
+
+
+@pytest.mark.parametrize('model_class, options', CLASSIFIERS, ids=[c.__name__ for c, _ in CLASSIFIERS])
+def test_each_classifier_builds_and_trains_a_step(model_class, options):
+    model = _step(model_class, options)
+    assert model.predict(_images(2)).shape == (2, 5)
+
+
+def _masks(n, side=16):
+    return (np.random.default_rng(1).random((n, side, side)) > 0.5).astype('int64')
+
+
+@pytest.mark.parametrize('model_class, options', SEGMENTERS, ids=[c.__name__ for c, _ in SEGMENTERS])
+def test_each_segmenter_builds_and_trains_a_step(model_class, options):
+    model = model_class({'inputs/images/shape': (1, 16, 16), 'inputs/masks/classes': 2, **options})
+    loss = model.train(_images(2, 16, 1), _masks(2), fetches='loss')
+    assert np.isfinite(loss) and model.predict(_images(2, 16, 1)).shape == (2, 2, 16, 16)
+
+
+FAMILIES = [(VGG16, _VGG), (ResNet50, _RES), (SEResNeXt50, _NEXT), (DenseNet121, _DENSE), (EfficientNetB0, _EFF)]
+
+
+@pytest.mark.parametrize('model_class, options', FAMILIES, ids=[c.__name__ for c, _ in FAMILIES])
+def test_each_family_trains_on_two_replicas_with_micro_batches(model_class, options):
+    model = _step(model_class, options, n=8, device=['CPU:0', 'CPU:1'], microbatch=4)
+    assert len(model.engine.plan.devices) == 2
+
+
+def test_unet_trains_on_two_replicas_with_micro_batches():
+    model = UNet({'inputs/images/shape': (1, 16, 16), 'inputs/masks/classes': 2, 'device': ['CPU:0', 'CPU:1'],
+                  'microbatch': 4, **_SEG})
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        assert np.isfinite(model.train(_images(8, 16, 1), _masks(8), fetches='loss'))
+
+
+def test_default_configs_are_the_papers():
+    resnet = ResNet50.default_config()['body']['blocks']
+    assert resnet['n_reps'] == [3, 4, 6, 3] and resnet['channels'] == [256, 512, 1024, 2048]
+    assert ResNet152.default_config()['body']['blocks']['n_reps'] == [3, 8, 36, 3]
+    assert ResNeXt50.default_config()['body']['blocks']['groups'] == 32
+    assert DenseNet264.default_config()['body']['blocks']['num_layers'] == [6, 12, 64, 48]
+    assert VGG19.default_config()['body']['blocks']['depth3'] == [2, 2, 4, 4, 4]
+    b7 = EfficientNetB7.default_config()['body']['blocks']
+    assert b7['channels'][0] == 32 and b7['n_reps'] == [4, 7, 7, 10, 10, 13, 4] and EfficientNetB7.resolution == 600
+    assert [_width(c, 1.1) for c in (16, 24, 40, 80, 112, 192, 320)] == [16, 24, 48, 88, 120, 208, 352]
+    unet = UNet.default_config()
+    assert unet['encoder']['blocks']['channels'] == [64, 128, 256, 512] and unet['embedding']['channels'] == 1024
+
+
+def test_a_zoo_config_merges_the_users_sections():
+    model = ResNet50({'inputs_shapes': (3, 16, 16), 'classes': 5, **_RES, 'head/layout': 'Vdf',
+                      'head/dropout_rate': 0.5})
+    dropouts = [m for m in model.model.head.modules() if isinstance(m, torch.nn.Dropout)]
+    assert [m.p for m in dropouts] == [0.5]
+    blocks = model.model.body.stages
+    assert len(blocks) == 4 and model.config['body']['blocks']['n_reps'] == [3, 4, 6, 3]
+
+
+def test_resnet50_at_its_widths_builds():
+    model = ResNet50({'inputs_shapes': (3, 32, 32), 'classes': 1000})
+    assert 25.0e6 < sum(p.numel() for p in model.model.parameters()) < 26.0e6     # the paper's 25.6 M
