@@ -30,6 +30,12 @@ class Root(Expression):
     def __call__(self, *args: Any, **kwargs: Any) -> Expression:
         return self._factory(*args, **kwargs)
 
+    @property
+    def __name__(self) -> str:
+        """The root's letter, as the name of batchflow's class of the same letter (what tools that name classes
+        and functions show, e.g. pytest's test ids)."""
+        return self._letter
+
     def __getattr__(self, name: str) -> Expression:
         if name.startswith('_'):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

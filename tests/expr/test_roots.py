@@ -43,3 +43,9 @@ def test_expressions_pickle_with_dill(ctx):
     assert restored.get(ctx) == expr.get(ctx) == 7.0
     for simple in (B.images[0], V('x', mode='a', default=[]), C('a/b'), R('uniform', 0, 1, size=P(3)), W(B), M('m')):
         assert repr(dill.loads(dill.dumps(simple))) == repr(simple)
+
+
+@pytest.mark.parametrize('root', [P, PP, B])
+def test_roots_are_named_by_their_letter_as_batchflow_s_classes(root, request):
+    assert root.__name__ == repr(root) and type(root).__name__ == 'Root'
+    assert request.node.callspec.id == repr(root)        # pytest names parameters by it, as batchflow's classes
