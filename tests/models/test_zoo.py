@@ -10,15 +10,16 @@ import torch
 from flowpipe.models.torch import (VGG16, VGG19, DenseNet121, DenseNet169, DenseNet201, DenseNet264, DenseUNet,
                                    EfficientNetB0, EfficientNetB1, EfficientNetB2, EfficientNetB3, EfficientNetB4,
                                    EfficientNetB5, EfficientNetB6, EfficientNetB7, EncoderDecoder, ResNet50, ResNet101,
-                                   ResNet152, ResNeXt50, ResNeXt101, ResNeXt152, ResUNet, SEResNet18, SEResNet34,
-                                   SEResNet50, SEResNet101, SEResNet152, SEResNeXt50, SEResNeXt101, SEResNeXt152,
-                                   UNet)
+                                   ResNet152, ResNeXt18, ResNeXt34, ResNeXt50, ResNeXt101, ResNeXt152, ResUNet,
+                                   SEResNet18, SEResNet34, SEResNet50, SEResNet101, SEResNet152, SEResNeXt18,
+                                   SEResNeXt34, SEResNeXt50, SEResNeXt101, SEResNeXt152, UNet)
 from flowpipe.models.torch.zoo.efficientnet import _width
 
 _VGG = {'body/blocks/channels': [4, 4, 8, 8, 8]}
 _RES = {'initial_block/channels': 8, 'body/blocks/channels': [16, 16, 32, 32]}
 _NEXT = {**_RES, 'body/blocks/groups': 4}     # 32 groups need 32 inner channels: see the defaults test
 _SE = {'initial_block/channels': 8, 'body/blocks/channels': [8, 8, 16, 16]}
+_SE_NEXT = {**_SE, 'body/blocks/groups': 4}
 _DENSE = {'initial_block/channels': 8, 'body/blocks/growth_rate': 2}
 _EFF = {'initial_block/channels': 8, 'body/blocks/channels': [8] * 7, 'head/channels': 16}
 _SEG = {'initial_block': {'layout': 'cna', 'channels': 4}, 'encoder/blocks/channels': [4, 8, 8, 8],
@@ -31,7 +32,8 @@ _ENC = {'encoder/blocks/channels': [4, 4, 8], 'embedding/channels': 8, 'decoder/
 CLASSIFIERS = [(VGG16, _VGG), (VGG19, _VGG), (ResNet50, _RES), (ResNet101, _RES), (ResNet152, _RES),
                (ResNeXt50, _NEXT), (ResNeXt101, _NEXT), (ResNeXt152, _NEXT), (SEResNet18, _SE), (SEResNet34, _SE),
                (SEResNet50, _RES), (SEResNet101, _RES), (SEResNet152, _RES), (SEResNeXt50, _NEXT),
-               (SEResNeXt101, _NEXT), (SEResNeXt152, _NEXT), (DenseNet121, _DENSE), (DenseNet169, _DENSE),
+               (SEResNeXt101, _NEXT), (SEResNeXt152, _NEXT), (ResNeXt18, _SE_NEXT), (ResNeXt34, _SE_NEXT),
+               (SEResNeXt18, _SE_NEXT), (SEResNeXt34, _SE_NEXT), (DenseNet121, _DENSE), (DenseNet169, _DENSE),
                (DenseNet201, _DENSE), (DenseNet264, _DENSE), (EfficientNetB0, _EFF), (EfficientNetB1, _EFF),
                (EfficientNetB2, _EFF), (EfficientNetB3, _EFF), (EfficientNetB4, _EFF), (EfficientNetB5, _EFF),
                (EfficientNetB6, _EFF), (EfficientNetB7, _EFF)]
@@ -92,6 +94,9 @@ def test_default_configs_are_the_papers():
     assert resnet['n_reps'] == [3, 4, 6, 3] and resnet['channels'] == [256, 512, 1024, 2048]
     assert ResNet152.default_config()['body']['blocks']['n_reps'] == [3, 8, 36, 3]
     assert ResNeXt50.default_config()['body']['blocks']['groups'] == 32
+    basic = SEResNeXt34.default_config()['body']['blocks']                 # batchflow's: ResNet34 with 32 groups
+    assert basic['base_block'] is SEResNet34.BLOCK and basic['groups'] == 32 and basic['attention'] == 'se'
+    assert ResNeXt18.default_config()['body']['blocks']['n_reps'] == [2, 2, 2, 2]
     assert DenseNet264.default_config()['body']['blocks']['num_layers'] == [6, 12, 64, 48]
     assert VGG19.default_config()['body']['blocks']['depth3'] == [2, 2, 4, 4, 4]
     b7 = EfficientNetB7.default_config()['body']['blocks']

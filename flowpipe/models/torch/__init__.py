@@ -10,17 +10,17 @@ from .networks import MLPNetwork, ResNetNetwork, SimpleCNNNetwork, VGGNetwork, r
 from .ready import MLP, ResNet, ResNet18, ResNet34, SimpleCNN, VGG7
 from .zoo import (VGG16, VGG19, DenseNet121, DenseNet169, DenseNet201, DenseNet264, DenseUNet, EfficientNetB0,
                   EfficientNetB1, EfficientNetB2, EfficientNetB3, EfficientNetB4, EfficientNetB5, EfficientNetB6,
-                  EfficientNetB7, EncoderDecoder, ResNet50, ResNet101, ResNet152, ResNeXt50, ResNeXt101, ResNeXt152,
-                  ResUNet, SEResNet18, SEResNet34, SEResNet50, SEResNet101, SEResNet152, SEResNeXt50, SEResNeXt101,
-                  SEResNeXt152, UNet)
+                  EfficientNetB7, EncoderDecoder, ResNet50, ResNet101, ResNet152, ResNeXt18, ResNeXt34, ResNeXt50,
+                  ResNeXt101, ResNeXt152, ResUNet, SEResNet18, SEResNet34, SEResNet50, SEResNet101, SEResNet152,
+                  SEResNeXt18, SEResNeXt34, SEResNeXt50, SEResNeXt101, SEResNeXt152, UNet)
 
 __all__ = ['Block', 'BottleneckBlock', 'ConvBlock', 'DefaultBlock', 'DenseBlock', 'DenseNet121', 'DenseNet169',
            'DenseNet201', 'DenseNet264', 'DenseUNet', 'Downsample', 'EfficientNetB0', 'EfficientNetB1',
            'EfficientNetB2', 'EfficientNetB3', 'EfficientNetB4', 'EfficientNetB5', 'EfficientNetB6', 'EfficientNetB7',
            'EncoderDecoder', 'FETCHES', 'MBConvBlock', 'MLP', 'MLPNetwork', 'MultiLayer', 'Network', 'NormalizedLoss',
-           'ResBlock', 'ResNeXt101', 'ResNeXt152', 'ResNeXt50', 'ResNet', 'ResNet101', 'ResNet152', 'ResNet18',
-           'ResNet34', 'ResNet50', 'ResNetNetwork', 'ResUNet', 'SEResNeXt101', 'SEResNeXt152', 'SEResNeXt50',
-           'SEResNet101', 'SEResNet152', 'SEResNet18', 'SEResNet34', 'SEResNet50', 'SimpleCNN', 'SimpleCNNNetwork',
-           'TorchModel', 'UNet', 'Upsample', 'VGG16', 'VGG19', 'VGG7', 'VGGBlock', 'VGGNetwork', 'resnet18',
-           'resnet34']
+           'ResBlock', 'ResNeXt101', 'ResNeXt152', 'ResNeXt18', 'ResNeXt34', 'ResNeXt50', 'ResNet', 'ResNet101',
+           'ResNet152', 'ResNet18', 'ResNet34', 'ResNet50', 'ResNetNetwork', 'ResUNet', 'SEResNeXt101', 'SEResNeXt152',
+           'SEResNeXt18', 'SEResNeXt34', 'SEResNeXt50', 'SEResNet101', 'SEResNet152', 'SEResNet18', 'SEResNet34',
+           'SEResNet50', 'SimpleCNN', 'SimpleCNNNetwork', 'TorchModel', 'UNet', 'Upsample', 'VGG16', 'VGG19', 'VGG7',
+           'VGGBlock', 'VGGNetwork', 'resnet18', 'resnet34']
 assert __all__ == sorted(__all__)

@@ -3,7 +3,8 @@
 residual blocks (the first block of stages 2-4 halves the size), global average pooling and a dense layer.
 
 ``ResNet18``/``ResNet34`` (``flowpipe.models.torch.ready``) are flowpipe's own networks; ``SEResNet18``/``34``
-here are the basic-block layout with squeeze and excitation.
+here are the basic-block layout with squeeze and excitation, ``ResNeXt18``/``34`` (and their SE variants) the
+basic-block layout with 32 groups, as batchflow's.
 """
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from typing import Any, ClassVar
 from ..blocks.named import BottleneckBlock, ResBlock
 from ..model import TorchModel
 
-__all__ = ['ResNet101', 'ResNet152', 'ResNet50', 'ResNeXt101', 'ResNeXt152', 'ResNeXt50', 'SEResNeXt101',
-           'SEResNeXt152', 'SEResNeXt50', 'SEResNet101', 'SEResNet152', 'SEResNet18', 'SEResNet34', 'SEResNet50']
+__all__ = ['ResNeXt101', 'ResNeXt152', 'ResNeXt18', 'ResNeXt34', 'ResNeXt50', 'ResNet101', 'ResNet152', 'ResNet50',
+           'SEResNeXt101', 'SEResNeXt152', 'SEResNeXt18', 'SEResNeXt34', 'SEResNeXt50', 'SEResNet101', 'SEResNet152',
+           'SEResNet18', 'SEResNet34', 'SEResNet50']
 
 
 class _ResNetLayout(TorchModel):
@@ -54,6 +56,10 @@ ResNet152 = _variant('ResNet152', [3, 8, 36, 3])
 ResNeXt50 = _variant('ResNeXt50', [3, 4, 6, 3], **_NEXT)
 ResNeXt101 = _variant('ResNeXt101', [3, 4, 23, 3], **_NEXT)
 ResNeXt152 = _variant('ResNeXt152', [3, 8, 36, 3], **_NEXT)
+ResNeXt18 = _variant('ResNeXt18', [2, 2, 2, 2], **_BASIC, groups=32)
+ResNeXt34 = _variant('ResNeXt34', [3, 4, 6, 3], **_BASIC, groups=32)
+SEResNeXt18 = _variant('SEResNeXt18', [2, 2, 2, 2], **_BASIC, groups=32, **_SE)
+SEResNeXt34 = _variant('SEResNeXt34', [3, 4, 6, 3], **_BASIC, groups=32, **_SE)
 SEResNet18 = _variant('SEResNet18', [2, 2, 2, 2], **_BASIC, **_SE)
 SEResNet34 = _variant('SEResNet34', [3, 4, 6, 3], **_BASIC, **_SE)
 SEResNet50 = _variant('SEResNet50', [3, 4, 6, 3], **_SE)
