@@ -253,6 +253,26 @@ def test_09_research():
     assert facts['same'] is True                               # Dask's table is the local pool's
 
 
+
+@pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
+def test_10_segmentation():
+    pytest.importorskip('matplotlib')
+    sizes = "{name: __import__('os').path.getsize(f'{folder}/{name}.png') for name in ('curves', 'predicted')}"
+    facts = run_notebook('10_segmentation.ipynb', parameters='parameters', output_shape='list(output_shape)',
+                         same='same_network', ready_parameters='sum(p.numel() for p in ready.model.parameters())',
+                         at_init='at_init', history='history', batches='len(losses)', per_class='per_class',
+                         found='found', predicted='list(predicted.shape)', figures=sizes)
+    # 'cna' to 8, two encoder stages 'cna cna' of 8 and 16, an embedding of 32, the decoder back, a 1x1 head to 3
+    assert facts['parameters'] == facts['ready_parameters'] == 30384 and facts['same'] is True
+    assert facts['output_shape'] == [2, 3, 32, 32] and facts['predicted'] == [4, 32, 32]
+    assert len(facts['history']) == 8 and facts['batches'] == 8 * (288 // 16)
+    initial, final = facts['at_init'], facts['history'][-1]
+    assert initial['iou'] < 0.3 and final['iou'] > 0.75 and final['iou'] > initial['iou'] + 0.4   # it learns
+    assert final['dice'] > final['iou']                       # Dice = 2 IoU / (1 + IoU) for each class and mask
+    assert len(facts['per_class']) == 3 and min(facts['per_class']) > 0.6
+    assert all(len(values) == 2 and min(values) > 0.7 for values in facts['found'].values())
+    assert all(0 < size < 60_000 for size in facts['figures'].values())
+
 def doc_blocks(path):
     """The ```python blocks of a markdown file, in order."""
     return re.findall(r'^```python\n(.*?)^```', path.read_text(encoding='utf-8'), flags=re.S | re.M)
