@@ -22,9 +22,10 @@ class Dataset:
         index: a ``DatasetIndex`` (or a ``FilesIndex``), a number of items, an array of ids, or a callable
             returning one of those.
         batch_class: the class of batches made by ``create_batch`` (``flowpipe.batch.Batch`` by default).
-        preloaded: data held in memory, aligned with ``index``: a dict ``{component: array}``, a tuple matched
-            to ``batch_class.components`` (or a DataFrame, by its columns); for a batch class without components,
-            batchflow's unnamed data (an array, a tuple of them or a DataFrame) that batches hold as their ``data``.
+        preloaded: data held in memory, aligned with ``index``: a dict ``{component: array}`` (or ``{component:
+            {item id: value}}``), a tuple matched to ``batch_class.components`` (or a DataFrame, by its columns);
+            for a batch class without components, batchflow's unnamed data (an array, a tuple of them or a
+            DataFrame) that batches hold as their ``data``.
             Splits share it whole; ``component(name)`` gives a split's own values.
         **attributes: become attributes of the dataset and its splits (``D.num_classes``).
 
@@ -43,7 +44,7 @@ class Dataset:
             batch_class = Batch
         self.index = index if isinstance(index, DatasetIndex) else DatasetIndex(index)
         self.batch_class = batch_class
-        self.preloaded = _normalize_preloaded(preloaded, batch_class, len(self.index))
+        self.preloaded = _normalize_preloaded(preloaded, batch_class, self.index)
         self._data_index = self.index
         # Batches of ids drawn from this root index need no membership check (see create_batch).
         self._data_root = self.index if self.index._origin is self.index else None
@@ -273,7 +274,8 @@ def _unnamed(preloaded: Any, size: int) -> Any:
     return tuple(values) if isinstance(preloaded, tuple) else values[0]
 
 
-def _normalize_preloaded(preloaded: Any, batch_class: type, size: int) -> Any:
+def _normalize_preloaded(preloaded: Any, batch_class: type, index: DatasetIndex) -> Any:
+    size = len(index)
     if preloaded is None:
         return None
     if not getattr(batch_class, 'components', None) and not isinstance(preloaded, dict):
@@ -295,6 +297,12 @@ def _normalize_preloaded(preloaded: Any, batch_class: type, size: int) -> Any:
     for name, values in preloaded.items():
         if values is None:
             continue
+        if isinstance(values, dict):        # batchflow's {item id: value}: in the index's order
+            missing = [item for item in index.indices.tolist() if item not in values]
+            if missing:
+                raise KeyError(f"Expected preloaded[{name!r}] to hold every item id. Received a dict without "
+                               f"{missing[:3]!r}")
+            values = [values[item] for item in index.indices.tolist()]
         values = as_item_array(values, name=f"preloaded[{name!r}]")
         if len(values) != size:
             raise ValueError(f"Expected component {name!r} to have one entry per item ({size}). Received "

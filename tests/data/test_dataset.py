@@ -126,6 +126,13 @@ def test_unnamed_preloaded_data_of_batches_without_components():
         Dataset(4, preloaded=(np.zeros(4), np.zeros(3)))
 
 
+def test_preloaded_values_by_item_id():
+    by_id = Dataset(np.array(['a', 'b', 'c']), batch_class=PairBatch, preloaded={'images': {'c': 3, 'a': 1, 'b': 2}})
+    assert list(by_id.create_batch(['c', 'a']).images) == [3, 1]
+    with pytest.raises(KeyError, match=r"without \['c'\]"):
+        Dataset(np.array(['a', 'b', 'c']), preloaded={'images': {'a': 1, 'b': 2}})
+
+
 @pytest.mark.parametrize('name', ['split', 'p', 'indices', 'train'])
 def test_attribute_clash(name):
     with pytest.raises(ValueError, match=f'Received: {name}=1'):
