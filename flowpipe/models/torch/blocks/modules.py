@@ -1,6 +1,10 @@
 """Network parts (a section of the model config each): ``DefaultModule`` (one block), ``EncoderModule`` (stages
 that shrink the spatial size and keep their skips), ``DecoderModule`` (stages that grow it and join the skips).
 
+An encoder's and a decoder's stage parts are their direct children, named after the letter and the stage
+(``block0``, ``skip0``, ``downsample0``; ``upsample0``, ``combine0``), so each is a block of its own to whatever
+walks the network's children (``sharding_units=None`` makes each a sharding unit, ``docs/distributed.md``).
+
 A part passes either one tensor or a list of tensors on: an encoder gives the list of its skips and its last
 output (``output_type='list'``), a module with ``input_type='list'`` reads the item ``input_index`` of a list
 (and with ``output_type='list'`` appends its output to it), a decoder reads the list's last tensor and its skips.
@@ -32,6 +36,30 @@ def _letters(order: Any, allowed: str, part: str) -> str:
             raise ValueError(f"Expected the {part}'s order as letters (or words starting with them) among "
                              f"{allowed!r}. Received: order={order!r}.")
     return letters
+
+
+_WORDS = {'s': 'skip', 'b': 'block', 'd': 'downsample', 'p': 'downsample', 'u': 'upsample', 'c': 'combine'}
+
+
+class _Stages(nn.Module):
+    """A part whose stage parts are its direct children, in the order they run (``stages``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[tuple[str, int, str]] = []      # (letter, stage, child name), in order
+
+    def add_stage_part(self, letter: str, stage: int, part: nn.Module) -> None:
+        """Register ``part`` as the child ``<word><stage>`` (a suffix where ``order`` repeats a letter)."""
+        name = base = f'{_WORDS[letter]}{stage}'
+        while name in self._modules:
+            name = f'{base}_{len(self.steps)}'
+        self.add_module(name, part)
+        self.steps.append((letter, stage, name))
+
+    @property
+    def stages(self) -> list[nn.Module]:
+        """The stage parts in the order they run."""
+        return [self._modules[name] for _, _, name in self.steps]
 
 
 class DefaultModule(nn.Module):
@@ -66,7 +94,7 @@ class DefaultModule(nn.Module):
         return output
 
 
-class EncoderModule(nn.Module):
+class EncoderModule(_Stages):
     """``num_stages`` stages, each the letters of ``order``: ``'s'`` keeps a skip (``skip``'s branch on the
     tensor), ``'b'`` a block (``blocks``), ``'d'``/``'p'`` a downsampling (``downsample``); list parameters inside
     ``blocks``, ``downsample`` and ``skip`` give one item per stage. Outputs the skips and the last tensor
@@ -87,7 +115,6 @@ class EncoderModule(nn.Module):
         sections = {'s': config.pop('skip'), 'b': config.pop('blocks'), 'd': config.pop('downsample')}
         sections['p'] = sections['d']
         x = as_example(_one(inputs, input_index))
-        self.stages = nn.ModuleList()
         skips = []
         for stage in range(num_stages):
             for letter in self.order:
@@ -98,13 +125,14 @@ class EncoderModule(nn.Module):
                 else:
                     part = (Block if letter == 'b' else Downsample)(inputs=x, **{**config, **args})
                     x = run_example(part, x)
-                self.stages.append(part)
+                self.add_stage_part(letter, stage, part)
         remember_output(self, inputs, [*skips, x] if output_type == 'list' else x)
 
     def forward(self, inputs: Any) -> Any:
         x = _one(inputs, self.input_index)
         skips = []
-        for letter, part in zip(self.order * len(self.stages), self.stages):
+        for letter, _, name in self.steps:
+            part = self._modules[name]
             if letter == 's':
                 skips.append(part(x))
             else:
@@ -112,7 +140,7 @@ class EncoderModule(nn.Module):
         return [*skips, x] if self.output_type == 'list' else x
 
 
-class DecoderModule(nn.Module):
+class DecoderModule(_Stages):
     """``num_stages`` stages (by default two fewer than the tensors it gets), each the letters of ``order``:
     ``'u'`` an upsampling (``upsample``), ``'b'`` a block (``blocks``), ``'c'`` a join (``combine``: ``op``,
     ``leading_index``) with the skip ``indices[stage]`` of the input list (by default the third from the end,
@@ -134,8 +162,6 @@ class DecoderModule(nn.Module):
         self.order = _letters(config.pop('order'), 'ubc', 'decoder')
         self.skip = skip
         sections = {'u': config.pop('upsample'), 'b': config.pop('blocks'), 'c': config.pop('combine')}
-        self.stages = nn.ModuleList()
-        self.letters: list[str] = []
         x = tensors[-1]
         for stage in range(num_stages):
             for letter in self.order:
@@ -149,8 +175,7 @@ class DecoderModule(nn.Module):
                 else:
                     part = (Upsample if letter == 'u' else Block)(inputs=x, **{**config, **args})
                     x = run_example(part, x)
-                self.stages.append(part)
-                self.letters.append(f'{letter}{stage}')
+                self.add_stage_part(letter, stage, part)
         remember_output(self, inputs, x)
 
     def _joins(self, stage: int, count: int) -> bool:
@@ -159,9 +184,10 @@ class DecoderModule(nn.Module):
     def forward(self, inputs: Any) -> torch.Tensor:
         tensors = inputs if isinstance(inputs, list) else [inputs]
         x = tensors[-1]
-        for name, part in zip(self.letters, self.stages):
-            if name[0] == 'c':
-                x = part([tensors[self.indices[int(name[1:])]], x])
+        for letter, stage, name in self.steps:
+            part = self._modules[name]
+            if letter == 'c':
+                x = part([tensors[self.indices[stage]], x])
             else:
                 x = part(x)
         return x
