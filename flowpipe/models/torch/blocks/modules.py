@@ -1,5 +1,6 @@
 """Network parts (a section of the model config each): ``DefaultModule`` (one block), ``EncoderModule`` (stages
-that shrink the spatial size and keep their skips), ``DecoderModule`` (stages that grow it and join the skips).
+that shrink the spatial size and keep their skips), ``DecoderModule`` (stages that grow it and join the skips),
+``MLPDecoderModule`` (every tensor of a list brought to one size, joined and mixed by a block).
 
 An encoder's and a decoder's stage parts are their direct children, named after the letter and the stage
 (``block0``, ``skip0``, ``downsample0``; ``upsample0``, ``combine0``), so each is a block of its own to whatever
@@ -22,7 +23,7 @@ from ..layers.multilayer import unpack
 from ..layers.shapes import as_example, remember_output, run_example
 from .core import Block, DefaultBlock, Downsample, Upsample
 
-__all__ = ['DecoderModule', 'DefaultModule', 'EncoderModule']
+__all__ = ['DecoderModule', 'DefaultModule', 'EncoderModule', 'MLPDecoderModule']
 
 
 def _one(inputs: Any, index: int) -> Any:
@@ -191,3 +192,48 @@ class DecoderModule(_Stages):
             else:
                 x = part(x)
         return x
+
+
+class MLPDecoderModule(nn.Module):
+    """batchflow's ``'mlp-decoder'`` part (SegFormer's decoder): each input tensor (one, or every item of a list
+    such as an encoder's skips and last output) is brought to ``size`` by its upsampling (``upsample``: by default a
+    3x3 convolution keeping its channels, then a bilinear resize to ``size``), the results are joined (``combine``:
+    a concatenation along channels) and pass through ``block`` (by default ``DefaultBlock``: ``'cna'``, the same
+    channels); one tensor out.
+
+    Args:
+        inputs: an example tensor or list of tensors.
+        size: the output's spatial size; by default the first input's.
+        upsample: parameters of every upsampling (``Upsample``); a list inside gives one item per input.
+        combine: parameters of the join (``Combine``: ``op``, ``leading_index``).
+        block: parameters of the block after the join (``Block``).
+        **kwargs: parameters of every upsampling and of the block (``common``'s).
+    """
+
+    DEFAULTS: dict = {'upsample': {'layout': 'cb', 'channels': 'same'}, 'combine': {'op': 'concat'},
+                      'block': {'base_block': DefaultBlock}}
+
+    def __init__(self, inputs: Any = None, size: Sequence[int] | None = None, upsample: dict | None = None,
+                 combine: dict | None = None, block: dict | None = None, **kwargs: Any):
+        super().__init__()
+        tensors = [as_example(item) for item in (inputs if isinstance(inputs, list) else [inputs])]
+        self.size = tuple(int(side) for side in (size if size is not None else tensors[0].shape[2:]))
+        upsample = merged(self.DEFAULTS['upsample'], upsample or {})
+        resized = []
+        for index, tensor in enumerate(tensors):
+            part = Upsample(inputs=tensor, **{**kwargs, **unpack(upsample, index, len(tensors)), 'shape': self.size})
+            self.add_module(f'upsample{index}', part)
+            resized.append(run_example(part, tensor))
+        self.count = len(tensors)
+        self.combine = Combine(inputs=resized, **merged(self.DEFAULTS['combine'], combine or {}))
+        joined = run_example(self.combine, resized)
+        self.block = Block(inputs=joined, **{**kwargs, **merged(self.DEFAULTS['block'], block or {})})
+        remember_output(self, inputs, run_example(self.block, joined))
+
+    def forward(self, inputs: Any) -> torch.Tensor:
+        tensors = inputs if isinstance(inputs, list) else [inputs]
+        if len(tensors) != self.count:
+            raise ValueError(f"Expected {self.count} tensor(s) into the mlp-decoder, as when it was built. Received: "
+                             f"{len(tensors)}. Build the network on inputs of the same structure.")
+        resized = [self._modules[f'upsample{index}'](tensor) for index, tensor in enumerate(tensors)]
+        return self.block(self.combine(resized))
