@@ -56,6 +56,18 @@ def test_the_sharding_units_are_the_blocks_of_each_network(launched):
     assert all(result['units'] == units[name] for name, result in ranks[1]['full'].items())
 
 
+@pytest.mark.parametrize('name', ['ResNet50', 'EfficientNetB0'])
+def test_layout_layers_as_units_make_each_residual_or_mbconv_block_a_unit(launched, reference, name):
+    _, ranks = launched
+    for result in ranks:
+        assert _rel(result['layer_units'][name]['params'], reference[name]['params']) < 1e-10
+    units = ranks[0]['layer_units'][name]['units']
+    blocks = {'ResNet50': [3, 4, 6, 3], 'EfficientNetB0': [1, 2, 2, 3, 3, 4, 1]}[name]
+    for stage, count in enumerate(blocks):      # each repetition of a stage's block (its MultiLayer) is a unit
+        assert [unit for unit in units if unit.startswith(f'body.block{stage}.') and unit.count('parts') == 2] == [
+            f'body.block{stage}.parts.0.parts.{index}' for index in range(count)]
+
+
 @pytest.mark.parametrize('name', NAMES)
 def test_the_sharded_ranks_file_loads_in_one_process_and_predicts_the_same(launched, reference, name):
     folder, ranks = launched

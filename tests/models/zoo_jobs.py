@@ -12,6 +12,7 @@ from torch import nn
 from flowpipe.models.torch import (VGG16, DenseNet121, EfficientNetB0, EncoderDecoder, ResNet50, SEResNeXt50,
                                    UNet)
 from flowpipe.models.torch.checks import BatchNormShardWarning
+from flowpipe.models.torch.layers import MultiLayer
 from flowpipe.parallel import distributed
 
 from .test_zoo import _DENSE, _EFF, _ENC, _NEXT, _RES, _SEG, _VGG
@@ -81,7 +82,8 @@ def fsdp_units(model):
 def ranks(folder):
     """In each rank: every family under DDP (micro-batches of 3) and under ``'sharding': 'full'`` (its units and
     a model file saved into ``folder`` by every rank, and the sharded model's predictions of the whole batch);
-    ResNet50 with its BatchNorm under DDP (its buffers)."""
+    ResNet50 and EfficientNetB0 sharded with ``sharding_units=MultiLayer``; ResNet50 with its BatchNorm under DDP
+    (its buffers)."""
     distributed.init()
     result = {'ddp': {}, 'full': {}}
     for name in FAMILIES:
@@ -91,6 +93,10 @@ def ranks(folder):
         images, _ = batch(FAMILIES[name][2])
         result['full'][name]['predictions'] = model.predict(images)
         result['full'][name]['units'] = fsdp_units(model)
+    result['layer_units'] = {}
+    for name in ('ResNet50', 'EfficientNetB0'):           # a unit per residual block, MBConv block, layer
+        model, result['layer_units'][name] = train(name, sharding='full', sharding_units=MultiLayer)
+        result['layer_units'][name]['units'] = fsdp_units(model)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', BatchNormShardWarning)       # 4 items a rank: the warning is expected
         model, result['batch_norm'] = train('ResNet50', norm='batch')
