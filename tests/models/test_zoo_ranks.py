@@ -9,6 +9,7 @@ import pytest
 
 from flowpipe.parallel import launch
 
+from ..parallel.test_sharded import _rel
 from . import zoo_jobs
 
 # one launch per default dtype (both families' runs in it), about a minute on a loaded 2-core machine: slow
@@ -16,10 +17,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('default_dtype')]
 
 TIMEOUT = 900     # a job's limit: only a hang reaches it, however loaded the machine
 NAMES = list(zoo_jobs.FAMILIES)
-
-
-def _rel(a, b):
-    return max(float(np.max(np.abs(x - y)) / max(np.max(np.abs(y)), 1e-300)) for x, y in zip(a, b))
 
 
 @pytest.fixture(scope='module')
