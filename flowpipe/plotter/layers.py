@@ -16,7 +16,8 @@ import numpy as np
 
 from .morphology import dilated
 
-__all__ = ['DRAW', 'annotate_subplot', 'prefixed', 'prepare_image', 'value_range', 'xy']
+__all__ = ['DRAW', 'annotate_subplot', 'batchflow_colormap', 'prefixed', 'prepare_image', 'text_and_options',
+           'value_range', 'wrap', 'xy']
 
 # the comparisons a string value of ``mask`` may start with ('<0.5', '==2', '>=1000')
 COMPARISONS = {'<=': operator.le, '>=': operator.ge, '==': operator.eq, '!=': operator.ne, '<': operator.lt,
@@ -53,9 +54,18 @@ def masked(data: np.ndarray, conditions: Any) -> np.ndarray:
     return np.ma.masked_array(data, mask=mask)
 
 
+def batchflow_colormap() -> Any:
+    """``cmap='batchflow'`` (batchflow's own colour map): magma, its top tenth running on into white."""
+    from matplotlib import colormaps, colors
+    magma = colormaps['magma'](np.linspace(0, 1, 230))
+    top = np.linspace(magma[-1], colors.to_rgba('white'), 27)[1:]
+    return colors.ListedColormap(np.vstack([magma, top]), name='batchflow')
+
+
 def _colormap(cmap: Any, mask_color: Any) -> tuple[Any, bool]:
     """A matplotlib colormap for ``cmap``, and whether it is a single colour (nonzero values in that colour)."""
     from matplotlib import colormaps, colors
+    cmap = batchflow_colormap() if isinstance(cmap, str) and cmap == 'batchflow' else cmap
     single = isinstance(cmap, str) and cmap not in colormaps and colors.is_color_like(cmap)
     if single or (isinstance(cmap, tuple) and colors.is_color_like(cmap)):
         colormap = colors.ListedColormap([cmap])
@@ -153,7 +163,11 @@ def draw_loss(ax: Any, data: Any, params: Mapping[str, Any]) -> Any:
     window = params.get('window', 20)
     smooth = window is not None and 1 < window <= len(loss)
     options = {'color': params.get('color'), **prefixed(params, 'loss')}
-    (line,) = ax.plot(loss, alpha=0.35 if smooth else 1.0, label=params.get('label', 'loss'), **options)
+    label = params.get('label', 'loss')
+    if params.get('final_window') is not None:      # the mean of the last values in the legend
+        count = min(int(params['final_window']), len(loss))
+        label = f"{label} (mean of the last {count}: {np.mean(loss[-count:]):.4g})"
+    (line,) = ax.plot(loss, alpha=0.35 if smooth else 1.0, label=label, **options)
     if smooth:
         mean = np.convolve(loss, np.ones(window) / window, mode='valid')
         ax.plot(np.arange(window - 1, len(loss)), mean, color=line.get_color(), linewidth=2,
@@ -163,6 +177,8 @@ def draw_loss(ax: Any, data: Any, params: Mapping[str, Any]) -> Any:
         lr_options = {'color': 'sandybrown', 'label': 'learning rate', **prefixed(params, 'lr')}
         lr_ax.plot(np.asarray(lr, dtype=float), **lr_options)
         lr_ax.set_ylabel('learning rate')
+        if params.get('log_lr'):
+            lr_ax.set_yscale('log')
     return line
 
 
@@ -180,6 +196,28 @@ def _legend_handle(artist: Any, label: str) -> Any:
         return Patch(color=artist.get_cmap()(1.0), alpha=artist.get_alpha(), label=label)
     artist.set_label(label)
     return artist
+
+
+def wrap(text: str, width: int, delimiter: str = ' ') -> str:
+    """``text`` broken into lines of at most ``width`` characters after ``delimiter``s (kept at the lines' ends);
+    an item longer than that on a line of its own."""
+    lines: list[str] = []
+    for item in text.split(delimiter):
+        if lines and len(lines[-1]) + len(delimiter) + len(item) <= width:
+            lines[-1] += delimiter + item
+        else:
+            lines.append(item)
+    return (delimiter + '\n').join(lines)
+
+
+def text_and_options(params: Mapping[str, Any], key: str) -> tuple[str, dict]:
+    """``params[key]`` as text (a list joined with commas; wrapped at ``{key}_wrap_width`` characters, after
+    ``{key}_wrap_delimiter``, a space by default) and the other ``{key}_*`` options."""
+    options = prefixed(params, key)
+    width, delimiter = options.pop('wrap_width', None), options.pop('wrap_delimiter', ' ')
+    text = params[key]
+    text = ', '.join(map(str, text)) if isinstance(text, list) else str(text)
+    return (wrap(text, width, delimiter) if width else text), options
 
 
 TICK_PARAMS = {'rotation': 'labelrotation', 'fontsize': 'labelsize', 'color': 'labelcolor'}
@@ -212,12 +250,10 @@ def annotate_subplot(ax: Any, mode: str, params: Mapping[str, Any], artists: lis
     """Title, axis labels, ticks, limits, log scale, grid, colour bar (of the first layer) and legend of one
     subplot; returns the colour bar (or ``None``)."""
     params = {**SUBPLOT_DEFAULTS.get(mode, {}), **params}
-    title = params.get('title')
-    if title is not None:
-        ax.set_title(', '.join(map(str, title)) if isinstance(title, list) else str(title), **prefixed(params, 'title'))
-    for key in ('xlabel', 'ylabel'):
+    for key in ('title', 'xlabel', 'ylabel'):
         if params.get(key) is not None:
-            getattr(ax, f'set_{key}')(params[key], **prefixed(params, key))
+            text, options = text_and_options(params, key)
+            getattr(ax, f'set_{key}')(text, **options)
     _ticks(ax, params)
     for key in ('xlim', 'ylim'):
         if params.get(key) is not None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .layers import prefixed, value_range
+from .layers import batchflow_colormap, prefixed, value_range
 
 __all__ = ['cell_text', 'draw_matrix']
 
@@ -54,8 +54,9 @@ def draw_matrix(ax: Any, data: np.ndarray, params: Mapping[str, Any]) -> Any:
         raise ValueError(f"Expected a matrix as a 2-d array in mode='matrix'. Received: shape {data.shape}. Draw "
                          f"images of other shapes with mode='image'.")
     vmin, vmax = value_range(data, params)
-    options = {'cmap': params.get('cmap', 'magma'), 'vmin': vmin, 'vmax': vmax, 'alpha': params.get('alpha'),
-               **prefixed(params, 'matrix')}
+    cmap = params.get('cmap', 'magma')
+    cmap = batchflow_colormap() if isinstance(cmap, str) and cmap == 'batchflow' else cmap
+    options = {'cmap': cmap, 'vmin': vmin, 'vmax': vmax, 'alpha': params.get('alpha'), **prefixed(params, 'matrix')}
     image = ax.matshow(data, **options)
     text_options = {'size': 12, 'ha': 'center', 'va': 'center', **prefixed(params, 'label')}
     label_format = text_options.pop('format', DEFAULT_FORMAT)

@@ -3,9 +3,9 @@ in their cells), histograms, curves and losses, on matplotlib.
 
 The data says what goes where: an array (or a list of numbers) is one subplot; a flat list is one subplot with the
 arrays one over another (``combine='overlay'``, the default) or one subplot each (``combine='separate'``); a list
-holding lists (``combine='mixed'``, inferred) gives each inner list a subplot of its own, layered. A parameter given as a *list*
-takes one item per subplot and, within a subplot, one per layer, as the data is nested (give pairs such as
-``xlim=(0, 10)`` as tuples); any other value is shared by all.
+holding lists (``combine='mixed'``, inferred) gives each inner list a subplot of its own, layered. A parameter
+given as a *list* takes one item per subplot and, within a subplot, one per layer, as the data is nested (give
+pairs such as ``xlim=(0, 10)`` as tuples); any other value is shared by all.
 
 The ``Plot`` returned can be drawn on again: ``plotter.plot(data, positions=[1, 3])`` fills other cells of its grid
 (or lays more layers over a cell's), ``plotter[i]`` is the ``i``-th cell (a ``Subplot``: ``add_text``, ``clear``,
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..progress.plots import NON_INTERACTIVE, finish_figure, pyplot
-from .layers import prefixed
+from .layers import prefixed, text_and_options
 from .subplot import FIGURE_KEYS, Subplot, as_numpy, check_keys, check_mode, pick
 
 __all__ = ['Plot', 'plot']
@@ -144,8 +144,8 @@ class Plot:
         self.mode, self.combine, self.config = mode, combine, kwargs
         for number, (position, layers) in enumerate(zip(positions, subplots)):
             index = None if combine == 'overlay' else number
-            params = {key: pick(key, value, index, 'subplot') for key, value in kwargs.items()
-                      if key not in FIGURE_KEYS}
+            params = {} if all(layer is None for layer in layers) else {   # an empty cell reads no parameters
+                key: pick(key, value, index, 'subplot') for key, value in kwargs.items() if key not in FIGURE_KEYS}
             self.subplots[position].draw(layers, mode, params)
         self._annotate_figure()
         path = path if path is not None else savepath
@@ -188,7 +188,8 @@ class Plot:
 
     def _annotate_figure(self) -> None:
         if self.config.get('suptitle') is not None:
-            self.figure.suptitle(self.config['suptitle'], **prefixed(self.config, 'suptitle'))
+            text, options = text_and_options(self.config, 'suptitle')
+            self.figure.suptitle(text, **options)
         if self.config.get('tight_layout', True):
             self.figure.tight_layout()
 

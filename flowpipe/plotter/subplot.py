@@ -21,7 +21,8 @@ FIGURE_KEYS = {'figsize', 'ncols', 'nrows', 'max_ncols', 'scale', 'suptitle', 'd
                'sharey', 'tight_layout'}
 SUBPLOT_KEYS = {'title', 'xlabel', 'ylabel', 'xlim', 'ylim', 'log', 'colorbar', 'grid'}
 LAYER_KEYS = {'cmap', 'alpha', 'vmin', 'vmax', 'vrange', 'mask', 'mask_color', 'transpose', 'extent', 'label',
-              'color', 'linestyle', 'linewidth', 'bins', 'window', 'flatten', 'dilate', 'augment_mask'}
+              'color', 'linestyle', 'linewidth', 'bins', 'window', 'flatten', 'dilate', 'augment_mask',
+              'final_window', 'log_lr'}
 PREFIXES = ('figure', 'suptitle', 'title', 'xlabel', 'ylabel', 'xtick', 'ytick', 'colorbar', 'legend', 'grid',
             'image', 'matrix', 'label', 'histogram', 'curve', 'loss', 'lr')
 # prefixes of a subplot's parameters (not read per layer): a list is one subplot's value, such as tick labels

@@ -162,8 +162,8 @@ def test_later_plot_calls_fill_other_cells():
 
 def test_subplots_layers_texts_and_updates():
     image = np.arange(12.0).reshape(3, 4)
-    result = plot([[image, image > 5], np.arange(4.0), None], mode='image', colorbar=[True, False, False],
-                  show=False)
+    result = plot([[image, image > 5], np.arange(4.0), None], mode='image', colorbar=[True, False],
+                  show=False)       # the empty cell needs no item of a list
     assert len(result.axes) == 3 and not result[-1].ax.axison
     text = result[-1].add_text('empty', size=20)
     assert text.get_text() == 'empty' and text.get_fontsize() == 20 and text.get_bbox_patch() is not None
@@ -227,3 +227,26 @@ def test_show_with_a_window_backend(monkeypatch):
     monkeypatch.setattr(result.figure, 'show', lambda: shown.append(True))
     result.redraw()
     assert shown == [True]
+
+
+def test_wrapped_titles_and_loss_options():
+    title = 'a long title of several words'
+    result = plot([np.eye(2), np.eye(2)], combine='separate', title=title, title_wrap_width=12,
+                  xlabel='x,y,z', xlabel_wrap_width=3, xlabel_wrap_delimiter=',', suptitle='one two',
+                  suptitle_wrap_width=3, show=False)
+    assert result.axes[0].get_title() == 'a long title \nof several \nwords'
+    assert result.axes[1].get_xlabel() == 'x,y,\nz' and result.figure.get_suptitle() == 'one \ntwo'
+    loss = np.arange(10.0)
+    (ax,) = plot((loss, np.full(10, 0.1)), mode='loss', final_window=4, log_lr=True, window=None, show=False).axes
+    assert ax.get_legend().get_texts()[0].get_text() == 'loss (mean of the last 4: 7.5)'
+    assert ax.figure.axes[1].get_yscale() == 'log'
+
+
+def test_batchflow_colour_map():
+    (ax,) = plot(np.eye(3), cmap='batchflow', show=False).axes
+    cmap = ax.images[0].get_cmap()
+    magma = matplotlib.colormaps['magma']
+    assert cmap.name == 'batchflow' and cmap(0.0) == magma(0.0) and cmap(1.0) == (1, 1, 1, 1)    # into white
+    assert np.allclose(cmap(0.5), magma(0.5 * 256 / 230), atol=0.01)        # magma over nine tenths
+    (ax,) = plot(np.eye(2), mode='matrix', cmap='batchflow', show=False).axes
+    assert ax.images[0].get_cmap().name == 'batchflow'
