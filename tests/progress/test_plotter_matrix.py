@@ -54,7 +54,7 @@ def test_matrix_formats_colours_and_tick_labels():
     assert texts(ax) == ['0.50', '0.25', '0.12', '1.00']
     result = plot(shares, mode='matrix', cmap='viridis', colorbar=False, label_format='.0%', label_color='red',
                   label_size=7, vmin=0, vmax=2, xtick_labels=['a', 'b'], ytick_labels=['c', 'd'],
-                  xtick_rotation=45, show=False)
+                  xtick_rotation=45, ytick_size=9, show=False)
     (ax,) = result.axes
     assert texts(ax) == ['50%', '25%', '12%', '100%'] and ax.texts[0].get_fontsize() == 7
     assert {matplotlib.colors.to_rgb(text.get_color()) for text in ax.texts} == {(1, 0, 0)}    # all cells dark
@@ -62,7 +62,10 @@ def test_matrix_formats_colours_and_tick_labels():
     assert len(result.figure.axes) == 1
     assert list(ax.get_xticks()) == [0, 1] and [label.get_text() for label in ax.get_xticklabels()] == ['a', 'b']
     assert [label.get_text() for label in ax.get_yticklabels()] == ['c', 'd']
-    assert ax.get_xticklabels()[0].get_rotation() == 45
+    assert ax.get_xticklabels()[0].get_rotation() == 45 and ax.get_yticklabels()[0].get_fontsize() == 9
+    (ax,) = plot(shares, mode='matrix', xtick_color='red', xtick_ha='left', show=False).axes   # matplotlib's ticks
+    assert {label.get_color() for label in ax.get_xticklabels()} == {'red'}
+    assert {label.get_horizontalalignment() for label in ax.get_xticklabels()} == {'left'}
     (ax,) = plot(np.array([[1, 2.5]]), mode='matrix', label_format={int: 'd', float: '.3f'}, show=False).axes
     assert texts(ax) == ['1.000', '2.500']    # a float array's values are floats
     ax = plot([np.array([[1, 2]]), np.array([[3, 4]])], mode='matrix', combine='separate', show=False,
