@@ -3,10 +3,13 @@
 ``network()`` has a stem, a body with dropout by item and by feature map and BatchNorm, and a head, in float64;
 ``train`` runs ``dist_jobs.train`` (a seeded, shuffled pipeline run) on it, with or without checkpointing.
 """
+import contextlib
 from collections import OrderedDict
 
 import torch
 from torch import nn
+
+from flowpipe.models.torch import checkpointing
 
 from . import dist_jobs
 from .dist_jobs import N_CLASSES, N_FEATURES
@@ -35,6 +38,58 @@ def train(checkpoint=None, batch_size=16, microbatch=None, **overrides):
     return {'params': run['params'], 'loss': run['loss'], 'plan': run['plan']}
 
 
+@contextlib.contextmanager
+def counted(calls):
+    """Count in ``calls['n']`` the checkpointed forwards run with gradients (``torch.utils.checkpoint`` calls)."""
+    original = checkpointing.checkpoint
+
+    def checkpoint(*args, **kwargs):
+        calls['n'] += 1
+        return original(*args, **kwargs)
+    checkpointing.checkpoint = checkpoint
+    try:
+        yield calls
+    finally:
+        checkpointing.checkpoint = original
+
+
+def with_and_without(run, checkpoint):
+    """``run(None)`` and ``run(checkpoint)``, the second with the count of its checkpointed forwards."""
+    plain = run(None)
+    with counted({'n': 0}) as calls:
+        checkpointed = run(checkpoint)
+    return {'plain': plain, 'checkpointed': {**checkpointed, 'calls': calls['n']}}
+
+
 def scenarios():
-    """With and without checkpointing the body (its dropout and BatchNorm inside), with micro-batches."""
-    return {'plain': train(None, microbatch=3), 'checkpointed': train(['body'], microbatch=3)}
+    """With and without checkpointing the body (its dropout inside), with micro-batches."""
+    return with_and_without(lambda checkpoint: train(checkpoint, microbatch=3), ['body'])
+
+
+def sharded(checkpoint=None):
+    """``sharded_jobs.train`` ('full' sharding, micro-batches of 3) on ``network_without_batch_norm()``, with Adam."""
+    from . import sharded_jobs
+    run = sharded_jobs.train(7, sharding='full', microbatch=3, overrides={
+        'model': network_without_batch_norm, 'optimizer': 'Adam', 'checkpoint_activations': checkpoint})
+    return {'params': run['params'], 'loss': run['loss'], 'plan': run['plan']}
+
+
+def sharded_scenarios():
+    """Sharded ranks with and without checkpointing the body."""
+    return with_and_without(sharded, ['body'])
+
+
+def pipelined(checkpoint=None):
+    """``pipeline_jobs``' 2 stages (1F1B, micro-batches of 2) checkpointing ``checkpoint``: the parameters each rank
+    holds, the losses and the predictions."""
+    from . import pipeline_jobs
+    pipeline = pipeline_jobs._pipeline({**pipeline_jobs.config(2, microbatch=2), 'checkpoint_activations': checkpoint})
+    pipeline.run(5, n_epochs=2, shuffle=True, seed=11)
+    run = pipeline_jobs._result(pipeline, 5)
+    return {'params': list(run['params'].values()), 'loss': run['loss'], 'plan': run['plan'],
+            'predictions': run['predictions']}
+
+
+def pipelined_scenarios():
+    """2 pipeline stages with and without checkpointing every top-level child that holds parameters."""
+    return with_and_without(pipelined, True)

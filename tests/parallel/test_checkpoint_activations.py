@@ -184,14 +184,33 @@ def test_a_model_built_at_its_first_step_names_the_value_then_the_modules():
     assert model.checkpointed and f"activations checkpointed: {', '.join(model.checkpointed)}" in model.device_plan(4)
 
 
-@pytest.mark.slow
-def test_two_ranks_train_the_same_bits_with_and_without_checkpointing():
-    ranks = launch(checkpoint_jobs.scenarios, 2, timeout=300)
-    one = checkpoint_jobs.train(None, microbatch=3)
+def _assert_same_ranks(ranks, checkpointed):
     for result in ranks:
+        assert result['checkpointed']['calls'] > 0
         assert result['plain']['loss'] == result['checkpointed']['loss']
         for a, b in zip(result['checkpointed']['params'], result['plain']['params']):
             np.testing.assert_array_equal(a, b)
+        assert f'activations checkpointed: {checkpointed}' in result['checkpointed']['plan']
+
+
+@pytest.mark.slow
+def test_two_ranks_train_the_same_bits_with_and_without_checkpointing():
+    ranks = launch(checkpoint_jobs.scenarios, 2, timeout=300)
+    _assert_same_ranks(ranks, 'body')
+    one = checkpoint_jobs.train(None, microbatch=3)
+    for result in ranks:
         for a, b in zip(result['checkpointed']['params'], one['params']):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
-        assert 'activations checkpointed: body' in result['checkpointed']['plan']
+
+
+@pytest.mark.slow
+def test_two_sharded_ranks_train_the_same_bits_with_and_without_checkpointing():
+    _assert_same_ranks(launch(checkpoint_jobs.sharded_scenarios, 2, timeout=300), 'body')
+
+
+@pytest.mark.slow
+def test_two_pipeline_stages_train_and_predict_the_same_bits_with_and_without_checkpointing():
+    ranks = launch(checkpoint_jobs.pipelined_scenarios, 2, timeout=300)
+    _assert_same_ranks(ranks, '0, 2, 4')
+    for result in ranks:
+        np.testing.assert_array_equal(result['checkpointed']['predictions'], result['plain']['predictions'])
