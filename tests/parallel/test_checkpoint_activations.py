@@ -184,6 +184,17 @@ def test_a_model_built_at_its_first_step_names_the_value_then_the_modules():
     assert model.checkpointed and f"activations checkpointed: {', '.join(model.checkpointed)}" in model.device_plan(4)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize('layout', [{'device': 'cuda'}, {'device': 'GPU:0x2', 'microbatch': 16},
+                                    {'device': 'cuda', 'randomness': 'torch'}])
+def test_on_a_gpu_the_recomputation_on_autograd_s_device_thread_draws_the_same(layout):
+    """On a GPU backward, and so the recomputation, runs on autograd's thread for the device, not the step's."""
+    expected, run = _train(None, **layout), _train(['body'], **layout)
+    assert run[0] == pytest.approx(expected[0], rel=1e-10)
+    for got, want in zip(run[1], expected[1]):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
 def _assert_same_ranks(ranks, checkpointed):
     for result in ranks:
         assert result['checkpointed']['calls'] > 0
