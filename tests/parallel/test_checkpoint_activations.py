@@ -10,6 +10,7 @@ from flowpipe.models.torch import SimpleCNN, TorchModel, checkpointing, io
 from flowpipe.models.torch.checkpointing import CheckpointedForward
 from flowpipe.parallel import launch
 
+from ..execution.checkpoint_cases import RUN, TRIGGER, outcome, pipeline
 from . import checkpoint_jobs
 from .dist_jobs import N_CLASSES, N_FEATURES
 
@@ -225,3 +226,23 @@ def test_two_pipeline_stages_train_and_predict_the_same_bits_with_and_without_ch
     _assert_same_ranks(ranks, '0, 2, 4')
     for result in ranks:
         np.testing.assert_array_equal(result['checkpointed']['predictions'], result['plain']['predictions'])
+
+
+@pytest.mark.parametrize('written, resumed', [(None, True), (True, None)])
+def test_a_run_resumes_with_checkpointing_switched_and_ends_with_the_same_bits(tmp_path, written, resumed):
+    """It changes no result, so a resumed run may switch it (to fit a smaller device), with a warning."""
+    make = {'dtype': torch.float64}
+    reference = outcome(pipeline(**make).run(**RUN))
+    TRIGGER.update(at=7, error=RuntimeError('batch 7'), where='first')
+    try:
+        with pytest.raises(RuntimeError, match='batch 7'):
+            pipeline(**make, checkpoint_activations=written).run(**RUN, checkpoint=tmp_path)
+    finally:
+        TRIGGER.update(at=None, error=None)
+    with pytest.warns(UserWarning, match=r"model 'net' checkpoint_activations: .* the new value applies"):
+        done = pipeline(**make, checkpoint_activations=resumed).run(**RUN, checkpoint=tmp_path, resume=True)
+    assert done.m('net').checkpointed == (() if resumed is None else ('0', '3'))
+    got = outcome(done)
+    assert got['loss'] == reference['loss']
+    for a, b in zip(got['parameters'], reference['parameters']):
+        assert torch.equal(a, b)
