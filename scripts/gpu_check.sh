@@ -19,7 +19,7 @@ BUDGET=${BUDGET:-480}
 WHEELS=.gpu-wheels
 SETUP=15                # seconds kept for the CUDA probe and the wheels' install
 STEPS=(engines gpu_tests ranks deterministic bench_speed bench_small bench_randomness)
-declare -A SECONDS_FOR=([engines]=60 [gpu_tests]=110 [ranks]=80 [deterministic]=35 [bench_speed]=85
+declare -A SECONDS_FOR=([engines]=60 [gpu_tests]=95 [ranks]=80 [deterministic]=35 [bench_speed]=100
                         [bench_small]=75 [bench_randomness]=20)
 declare -A ABOUT=(
     [engines]='engine kinds on cuda:0, GPU:0x2, CPU+GPU, micro-batches, model parallel GPU+CPU, amp; vs the CPU'
