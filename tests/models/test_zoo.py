@@ -158,3 +158,20 @@ def test_an_encoder_and_a_decoder_name_their_stage_parts():
     assert [name for name, _ in network.decoder.named_children()][:3] == ['upsample0', 'combine0', 'block0']
     assert network.decoder.stages[1] is network.decoder.combine0
     assert any(key.startswith('encoder.block0.') for key in network.state_dict())
+
+
+def test_a_file_with_the_stage_parts_in_one_list_still_loads():
+    """Files written while an encoder's and a decoder's stage parts were one list ``stages`` keep them under
+    ``<part>.stages.<index>.``: they load into the named children, each weight in its place."""
+    torch.manual_seed(0)
+    saved = UNet({'inputs/images/shape': (1, 16, 16), 'inputs/masks/classes': 2, **_SEG}).model
+    torch.manual_seed(1)
+    fresh = UNet({'inputs/images/shape': (1, 16, 16), 'inputs/masks/classes': 2, **_SEG}).model
+    listed = {}
+    for key, value in saved.state_dict().items():
+        part, child, rest = key.split('.', 2) if key.count('.') >= 2 else (key, '', '')
+        names = [name for _, _, name in getattr(getattr(saved, part, None), 'steps', [])]
+        listed[f'{part}.stages.{names.index(child)}.{rest}' if child in names else key] = value
+    assert any('.stages.' in key for key in listed) and not any('encoder.block0.' in key for key in listed)
+    fresh.load_state_dict(listed)
+    assert all(torch.equal(value, saved.state_dict()[key]) for key, value in fresh.state_dict().items())

@@ -62,6 +62,15 @@ class _Stages(nn.Module):
         """The stage parts in the order they run."""
         return [self._modules[name] for _, _, name in self.steps]
 
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        """Files written while the stage parts were one list keep them under ``stages.<index>``: renamed to
+        their children's names first, so those files still load."""
+        for index, (_, _, name) in enumerate(self.steps):
+            old = f'{prefix}stages.{index}.'
+            for key in [key for key in state_dict if key.startswith(old)]:
+                state_dict[f'{prefix}{name}.{key[len(old):]}'] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
 
 class DefaultModule(nn.Module):
     """One block (``Block``'s parameters: a ``layout``...), or ``module``: an ``nn.Module`` used as it is or a
