@@ -1,6 +1,7 @@
 """Activation checkpointing ('checkpoint_activations'): the same losses, gradients, parameters and buffers bit for bit
 as without it, on every layout of one process and on 2 gloo ranks, dropout and BatchNorm inside the recomputed
-module included; what it keeps for backward; its errors; saving and loading."""
+module included, under amp too; the generators a recomputation sets and the buffers it copies; what it keeps for
+backward; its errors; saving and loading."""
 import threading
 
 import numpy as np
