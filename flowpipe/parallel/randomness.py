@@ -16,18 +16,27 @@ So a piece's draws depend on the seed and on the piece's place in the batch, nev
 global generators are left as they were (but for the step seed drawn when none is given). All CPU replicas
 share the CPU generator, hence one lock: their pieces run one at a time (CUDA devices each have their own).
 Devices other than the CPU and CUDA keep their generators untouched.
+
+Activation checkpointing recomputes a forward during backward, with the generator states the forward started
+from (:class:`ForwardGenerators`). Backward of CPU tensors runs on the thread that called it, inside the piece, so
+the recomputation uses the generator the piece holds; backward of CUDA tensors runs on autograd's thread for the
+device, which does not hold the piece's lock: it uses the piece's generators (their owner waits in ``backward``)
+and locks any other it must set, such as the CPU generator shared with the CPU replicas.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterable, Iterator
 
 import torch
 
-__all__ = ['draw_step_seed', 'piece_random', 'piece_seed']
+__all__ = ['ForwardGenerators', 'draw_step_seed', 'piece_random', 'piece_seed']
 
 _MASK = (1 << 64) - 1
 _LOCKS: dict[tuple[str, int], threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
+_HELD = threading.local()       # per thread: how many times its pieces hold each generator's lock
 
 
 def _mix(value: int) -> int:
@@ -58,6 +67,10 @@ def _lock(key: tuple[str, int]) -> threading.RLock:
     return lock
 
 
+def _held() -> dict[tuple[str, int], int]:
+    return _HELD.__dict__.setdefault('counts', {})
+
+
 def _generator(key: tuple[str, int]) -> torch.Generator:
     return torch.default_generator if key[0] == 'cpu' else torch.cuda.default_generators[key[1]]
 
@@ -85,6 +98,8 @@ class piece_random:  # noqa: N801 - used as a function: ``with piece_random(devi
     def __enter__(self) -> None:
         if self._key is not None:
             _lock(self._key).acquire()
+            held = _held()
+            held[self._key] = held.get(self._key, 0) + 1
             generator = _generator(self._key)
             self._saved = generator.get_state()
             generator.manual_seed(self._seed)
@@ -92,4 +107,48 @@ class piece_random:  # noqa: N801 - used as a function: ``with piece_random(devi
     def __exit__(self, *exc_info: object) -> None:
         if self._key is not None:
             _generator(self._key).set_state(self._saved)
+            _held()[self._key] -= 1
             _lock(self._key).release()
+
+
+class ForwardGenerators:
+    """The states of the generators a forward may draw from (the CPU's and those of ``devices``' CUDA devices),
+    taken when it starts, to run its recomputation (activation checkpointing) with the same draws.
+
+    Create it when the forward starts and call :meth:`finish` when it ends: the recomputation sets again only the
+    generators the forward drew from. A generator whose lock the forward's thread held (its piece's, see
+    ``piece_random``) is set without locking: its owner waits in backward while the recomputation runs, on the
+    same thread (CPU) or on autograd's device thread (CUDA). Any other (the CPU generator of a CUDA piece, shared
+    with the CPU replicas' pieces; any generator outside a piece) is locked while it is set.
+    """
+
+    def __init__(self, devices: Iterable[torch.device]):
+        keys = {('cpu', 0)} | {key for key in map(_key, devices) if key is not None}
+        self._keys = sorted(keys)           # one order for the locks of every recomputation
+        held = _held()
+        self._owned = {key for key in self._keys if held.get(key)}
+        self._states = {key: _generator(key).get_state() for key in self._keys}
+        self._drawn: list[tuple[str, int]] = []
+
+    def finish(self) -> None:
+        """The forward has ended: keep the generators whose state it changed."""
+        self._drawn = [key for key in self._keys if not torch.equal(_generator(key).get_state(), self._states[key])]
+
+    @contextlib.contextmanager
+    def replaying(self) -> Iterator[None]:
+        """Run the block (a recomputation) from the forward's starting states, the current ones put back after."""
+        locks = [_lock(key) for key in self._drawn if key not in self._owned]
+        for lock in locks:
+            lock.acquire()
+        try:
+            current = [(key, _generator(key).get_state()) for key in self._drawn]
+            for key in self._drawn:
+                _generator(key).set_state(self._states[key])
+            try:
+                yield
+            finally:
+                for key, state in current:
+                    _generator(key).set_state(state)
+        finally:
+            for lock in reversed(locks):
+                lock.release()

@@ -9,18 +9,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from flowpipe.models.torch import (VGG16, DenseNet121, EfficientNetB0, EncoderDecoder, ResNet50, SEResNeXt50,
-                                   UNet)
+from flowpipe.models.torch import (VGG16, DenseNet121, DenseUNet, EfficientNetB0, EncoderDecoder, ResNet50,
+                                   ResUNet, SEResNeXt50, UNet)
 from flowpipe.models.torch.checks import BatchNormShardWarning
 from flowpipe.models.torch.layers import MultiLayer
 from flowpipe.parallel import distributed
 
-from .test_zoo import _DENSE, _EFF, _ENC, _NEXT, _RES, _SEG, _VGG
+from .test_zoo import _DENSE, _DENSE_SEG, _EFF, _ENC, _NEXT, _RES, _SEG, _VGG
 
 #: name -> (class, tiny options, segmenter)
 FAMILIES = {'ResNet50': (ResNet50, _RES, False), 'SEResNeXt50': (SEResNeXt50, _NEXT, False),
             'DenseNet121': (DenseNet121, _DENSE, False), 'EfficientNetB0': (EfficientNetB0, _EFF, False),
-            'VGG16': (VGG16, _VGG, False), 'UNet': (UNet, _SEG, True), 'EncoderDecoder': (EncoderDecoder, _ENC, True)}
+            'VGG16': (VGG16, _VGG, False), 'UNet': (UNet, _SEG, True), 'ResUNet': (ResUNet, _SEG, True),
+            'DenseUNet': (DenseUNet, _DENSE_SEG, True), 'EncoderDecoder': (EncoderDecoder, _ENC, True)}
 N_ITEMS, SIDE = 8, 16
 
 
@@ -69,8 +70,11 @@ def train(name, norm='layer', steps=2, **config):
 
 
 def one_process():
-    """Every family on the whole batch in this process (the reference)."""
-    return {name: train(name)[1] for name in FAMILIES}
+    """Every family on the whole batch in this process (the reference); ResNet50 with its BatchNorm on two
+    replicas of this process (``'batch_norm'``), which normalize the ranks' parts."""
+    result = {name: train(name)[1] for name in FAMILIES}
+    result['batch_norm'] = batch_norm(device=['CPU:0', 'CPU:1'])
+    return result
 
 
 def fsdp_units(model):
@@ -83,7 +87,7 @@ def ranks(folder):
     """In each rank: every family under DDP (micro-batches of 3) and under ``'sharding': 'full'`` (its units and
     a model file saved into ``folder`` by every rank, and the sharded model's predictions of the whole batch);
     ResNet50 and EfficientNetB0 sharded with ``sharding_units=MultiLayer``; ResNet50 with its BatchNorm under DDP
-    (its buffers)."""
+    and under ``'sharding': 'full'`` (``batch_norm``)."""
     distributed.init()
     result = {'ddp': {}, 'full': {}}
     for name in FAMILIES:
@@ -97,8 +101,25 @@ def ranks(folder):
     for name in ('ResNet50', 'EfficientNetB0'):           # a unit per residual block, MBConv block, layer
         model, result['layer_units'][name] = train(name, sharding='full', sharding_units=MultiLayer)
         result['layer_units'][name]['units'] = fsdp_units(model)
+    result['batch_norm'] = batch_norm()
+    result['batch_norm_full'] = batch_norm(sharding='full')
+    return result
+
+
+def batch_norm(**config):
+    """ResNet50 with its BatchNorm, two SGD steps on this rank's part (or on the whole batch in one process): the
+    losses, and the full parameters and buffers (running statistics, batch counts) after each step.
+
+    SGD, not Adam: a parameter just before a BatchNorm has a gradient of zero up to rounding, whose sign Adam's
+    first step turns into a step of the whole learning rate, so Adam would compare rounding, not the update."""
     with warnings.catch_warnings():
-        warnings.simplefilter('ignore', BatchNormShardWarning)       # 4 items a rank: the warning is expected
-        model, result['batch_norm'] = train('ResNet50', norm='batch')
-    result['batch_norm']['buffers'] = [b.numpy().copy() for b in model.model.buffers() if b.is_floating_point()]
+        warnings.simplefilter('ignore', BatchNormShardWarning)       # 4 items a piece: the warning is expected
+        model = make('ResNet50', 'batch', optimizer={'name': 'SGD', 'lr': 0.01}, **config)
+        images, targets = batch(False)
+        part = _part()                                              # the whole batch in one process
+        result = {'loss': [], 'params': [], 'buffers': []}
+        for step in (1, 2):
+            result['loss'].append(model.train(images[part], targets[part], fetches='loss', seed=step))
+            result['params'].append([full(p) for p in model.model.parameters()])
+            result['buffers'].append([full(b) for b in model.model.buffers()])
     return result

@@ -1,14 +1,20 @@
 """Activation checkpointing ('checkpoint_activations'): the same losses, gradients, parameters and buffers bit for bit
 as without it, on every layout of one process and on 2 gloo ranks, dropout and BatchNorm inside the recomputed
-module included; what it keeps for backward; its errors; saving and loading."""
+module included, under amp too; the generators a recomputation sets and the buffers it copies; what it keeps for
+backward; its errors; saving and loading."""
+import threading
+
 import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from flowpipe.models.torch import SimpleCNN, TorchModel, checkpointing, io
 from flowpipe.models.torch.checkpointing import CheckpointedForward
-from flowpipe.parallel import launch
+from flowpipe.parallel import MixedPrecision, launch, make_plan, randomness
+from flowpipe.parallel.engines import SingleEngine
+from flowpipe.parallel.engines.sam import make_sam
 
 from ..execution.checkpoint_cases import RUN, TRIGGER, outcome, pipeline
 from . import checkpoint_jobs
@@ -78,12 +84,12 @@ def test_the_recomputed_dropout_and_batchnorm_are_the_first_forward_s():
     """Without the replayed masks and the put-back buffers, the step would differ: a checkpointed forward whose
     recomputation counts new dropout calls and updates BatchNorm again trains another model."""
     expected = _train(None)
-    original = CheckpointedForward._contexts
+    original = checkpointing._contexts
     try:
-        CheckpointedForward._contexts = lambda self: torch.utils.checkpoint.noop_context_fn()
+        checkpointing._contexts = lambda module, devices: torch.utils.checkpoint.noop_context_fn()
         bare = _train(['body'])
     finally:
-        CheckpointedForward._contexts = original
+        checkpointing._contexts = original
     assert not all(torch.equal(a, b) for a, b in zip(bare[1], expected[1]))
     _assert_same_bits(_train(['body']), expected)
 
@@ -246,3 +252,120 @@ def test_a_run_resumes_with_checkpointing_switched_and_ends_with_the_same_bits(t
     assert got['loss'] == reference['loss']
     for a, b in zip(got['parameters'], reference['parameters']):
         assert torch.equal(a, b)
+
+
+def _float32_network():
+    """``checkpoint_jobs.network()`` in float32, which autocast lowers to bfloat16 (it leaves float64 as it is)."""
+    return checkpoint_jobs.network().float()
+
+
+AMP_LAYOUTS = {key: LAYOUTS[key] for key in ('one device', 'micro-batches', 'replicas',
+                                             'model parallel, micro-batches', 'torch randomness, micro-batches')}
+
+
+@pytest.mark.parametrize('layout', list(AMP_LAYOUTS))
+@pytest.mark.parametrize('amp', [True, 'bfloat16'])
+def test_under_amp_checkpointed_training_is_bit_for_bit_the_plain_one(layout, amp):
+    """bfloat16 autocast on the CPU (``amp=True`` there): the recomputation runs under the first forward's autocast
+    state, so its bfloat16 activations are the same; amp does apply (its losses differ from float32's)."""
+    config = {'model': _float32_network, 'amp': amp, **AMP_LAYOUTS[layout]}
+    expected = _train(None, loss=LOSSES['sum'], **config)
+    _assert_same_bits(_train(['body'], loss=LOSSES['sum'], **config), expected)
+    assert expected[0] != _train(None, loss=LOSSES['sum'], **{**config, 'amp': None})[0]
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_under_amp_with_sam_and_float16_s_scaler_checkpointing_changes_no_bit(dtype):
+    """The engine's two SAM passes under float16 autocast with its gradient scaler (which flowpipe's config gives on
+    a GPU only) and under bfloat16, on the CPU."""
+    def run(checkpoint):
+        network = _float32_network()
+        checkpointing.apply_checkpointing(network, checkpoint)
+        engine = SingleEngine(network, make_plan('cpu', num_gpus=0), MixedPrecision(torch.device('cpu'), dtype))
+        optimizer = torch.optim.Adam(engine.parameters())
+        x, y = _batch()
+        losses = [float(engine.train_step([x.float()], [y], F.cross_entropy, optimizer, sam=make_sam(0.05),
+                                          seed=step).loss) for step in range(3)]
+        return losses, [t.detach().clone() for t in [*network.parameters(), *network.buffers()]]
+    _assert_same_bits(run(['body']), run(None))
+
+
+def test_cpu_replicas_under_torch_randomness_recompute_the_masks_of_one_device_every_run():
+    """The CPU replicas share torch's CPU generator, one piece at a time under its lock; a recomputation runs in
+    the backward of its piece, on the piece's thread, so it cannot meet another replica's draws."""
+    expected = _train(None, randomness='torch', device='CPU:0x2')
+    for _ in range(3):
+        _assert_same_bits(_train(['body'], randomness='torch', device=['CPU:0', 'CPU:1']), expected)
+
+
+class _Probe(nn.Module):
+    """Records, at each call, whether this thread holds the lock of torch's CPU generator."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(randomness._lock(('cpu', 0))._is_owned())
+        return x
+
+
+def test_a_recomputation_outside_a_piece_sets_the_cpu_generator_under_its_lock():
+    """As autograd's thread for a GPU does (it holds no piece's lock): the CPU generator it sets back for torch's
+    dropout is shared with the CPU replicas' pieces."""
+    probe = _Probe()
+    network = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Dropout(0.5), probe, nn.Linear(4, 2)))
+    checkpointing.apply_checkpointing(network, ['1'])
+    network(torch.randn(3, 4)).sum().backward()
+    assert probe.seen == [False, True]          # the first forward, then the recomputation
+
+
+def test_a_recomputation_on_another_thread_uses_the_generator_its_piece_holds():
+    """Autograd's device thread recomputes while the piece's thread, holding the generator's lock, waits in
+    backward: it sets the piece's generator without the lock (taking it would never end) and draws the same."""
+    x = torch.randn(6, 4)
+
+    def gradients(checkpoint):
+        torch.manual_seed(0)
+        network = nn.Sequential(nn.Linear(4, 8), nn.Sequential(nn.Dropout(0.5), nn.Linear(8, 2)))
+        checkpointing.apply_checkpointing(network, checkpoint)
+        with randomness.piece_random(torch.device('cpu'), 7):
+            loss = network(x).sum()
+            worker = threading.Thread(target=loss.backward, daemon=True)
+            worker.start()
+            worker.join(timeout=300)                # seconds of backward at most; only a deadlock reaches it
+            assert not worker.is_alive()
+        return [p.grad for p in network.parameters()]
+    for got, want in zip(gradients(['1']), gradients(None)):
+        assert torch.equal(got, want)
+
+
+class _Table(nn.Module):
+    """A constant buffer of its own shape, read by the forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer('table', torch.randn(7, 13))
+
+    def forward(self, x):
+        return x + self.table.mean()
+
+
+@pytest.mark.parametrize('training', [True, False])
+def test_a_recomputation_copies_only_the_buffers_its_forward_changes(training, monkeypatch):
+    """BatchNorm's running statistics in training mode; neither a constant buffer nor statistics in eval mode."""
+    network = nn.Sequential(nn.Linear(4, 4), nn.Sequential(_Table(), nn.BatchNorm1d(4), nn.Linear(4, 2)))
+    network.train(training)
+    checkpointing.apply_checkpointing(network, ['1'])
+    before = [b.clone() for b in network.buffers()]
+    loss = network(torch.randn(6, 4)).sum()
+    after = [b.clone() for b in network.buffers()]
+    shapes, clone = [], torch.Tensor.clone
+    monkeypatch.setattr(torch.Tensor, 'clone', lambda self, *args, **kwargs: shapes.append(tuple(self.shape)) or clone(
+        self, *args, **kwargs))
+    loss.backward()
+    monkeypatch.undo()
+    assert (7, 13) not in shapes
+    assert ((4,) in shapes and () in shapes) == training
+    assert all(torch.equal(a, b) for a, b in zip(network.buffers(), after))
+    assert all(torch.equal(a, b) for a, b in zip(after, before)) != training

@@ -9,11 +9,13 @@ as not: its input instead of what it saves), ``None`` / ``False`` / ``[]`` for n
 Exact: the recomputation gives the first forward's values bit for bit, so the losses, gradients and parameters are
 those of the step without checkpointing.
 
-- Random layers draw the same numbers again: torch's generators are restored for the recomputation
-  (``preserve_rng_state``), and dropout drawn by item (``'randomness': 'by_item'``) replays the draws the first
-  forward made (``flowpipe.parallel.item_random.DrawLog``) instead of counting new calls.
-- Buffers the forward changes (BatchNorm's running statistics) change once: the recomputation puts back what it
-  changed.
+- Random layers draw the same numbers again: the generators the first forward drew from are set back to the
+  states it started from for the recomputation (``flowpipe.parallel.randomness.ForwardGenerators``, under the
+  generator locks of the pieces, as torch's ``preserve_rng_state`` does without them), and dropout drawn by item
+  (``'randomness': 'by_item'``) replays the draws the first forward made (``flowpipe.parallel.item_random.DrawLog``)
+  instead of counting new calls.
+- Buffers the forward changes (BatchNorm's running statistics in training mode: their version counters move)
+  change once: the recomputation copies those, and only those, and puts them back.
 - Without gradients (``predict``, evaluation) the module's forward runs as it is.
 
 The wrapping is the instance attribute ``forward`` of each named module (parameter names, ``state_dict`` keys and the
@@ -22,14 +24,17 @@ when it loads.
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _NormBase     # BatchNorm's and InstanceNorm's base: the running statistics
 from torch.utils.checkpoint import checkpoint
 
 from ...parallel.item_random import DrawLog, dropout_modules
+from ...parallel.randomness import ForwardGenerators
 
 __all__ = ['CheckpointedForward', 'apply_checkpointing', 'checkpointed_names', 'describe_checkpointing',
            'remove_checkpointing']
@@ -55,28 +60,66 @@ class CheckpointedForward:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return self._forward(*args, **kwargs)
-        return checkpoint(self._forward, *args, use_reentrant=False, context_fn=self._contexts, **kwargs)
+        devices = {arg.device for arg in args if isinstance(arg, torch.Tensor)}
+        # the generators are flowpipe's to restore (ForwardGenerators): torch's own restoring would set the CPU
+        # generator from autograd's device thread without the lock the CPU replicas' pieces hold
+        return checkpoint(self._forward, *args, use_reentrant=False, preserve_rng_state=False,
+                          context_fn=lambda: _contexts(self.module, devices), **kwargs)
 
-    def _contexts(self) -> tuple[Any, Any]:
-        log = DrawLog()
-        return log.recording(), _Recompute(self.module, log)
+
+def _contexts(module: nn.Module, devices: set[torch.device]) -> tuple[Any, Any]:
+    first = _FirstForward(module, devices)
+    return first, _Recompute(first)
+
+
+class _FirstForward:
+    """The context of a checkpointed module's forward: it records the dropout draws (``DrawLog``), the states of
+    the generators it starts from and which buffers it changes: the running statistics of its normalization
+    layers in training mode (BatchNorm, InstanceNorm with ``track_running_stats``; torch's kernels update them
+    without moving their version counters) and any other buffer whose version counter moves (an in-place update
+    in a user's forward)."""
+
+    def __init__(self, module: nn.Module, devices: set[torch.device]):
+        self.module, self.devices, self.log = module, devices, DrawLog()
+        self.generators: ForwardGenerators | None = None
+        self.versions: list[tuple[torch.Tensor, int]] = []
+        self.changed: list[torch.Tensor] = []
+        self.recording: Any = None
+
+    def __enter__(self) -> None:
+        self.versions = [(buffer, buffer._version) for buffer in self.module.buffers()]
+        self.changed = [buffer for layer in self.module.modules() if isinstance(layer, _NormBase) and layer.training
+                        and layer.track_running_stats for buffer in layer.buffers(recurse=False)]
+        self.generators = ForwardGenerators(self.devices)
+        self.recording = self.log.recording()
+        self.recording.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.recording.__exit__(*exc_info)
+        self.generators.finish()
+        known = {id(buffer) for buffer in self.changed}
+        self.changed += [buffer for buffer, version in self.versions
+                         if buffer._version != version and id(buffer) not in known]
+        self.versions = []
 
 
 class _Recompute:
-    """The context of a recomputation: dropout replays ``log``; the module's buffers are put back on exit."""
+    """The context of a recomputation: the generators start where the first forward's did, dropout replays its
+    draws, and the buffers it changed are put back on exit (copied first: only those)."""
 
-    def __init__(self, module: nn.Module, log: DrawLog):
-        self.module, self.log = module, log
+    def __init__(self, first: _FirstForward):
+        self.first = first
         self.saved: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.replay: Any = None
+        self.contexts = contextlib.ExitStack()
 
     def __enter__(self) -> None:
-        self.saved = [(buffer, buffer.detach().clone()) for buffer in self.module.buffers()]
-        self.replay = self.log.replaying()
-        self.replay.__enter__()
+        self.saved = [(buffer, buffer.detach().clone()) for buffer in self.first.changed]
+        self.contexts = contextlib.ExitStack()
+        self.contexts.enter_context(self.first.generators.replaying())
+        self.contexts.enter_context(self.first.log.replaying())
 
     def __exit__(self, *exc_info: Any) -> None:
-        self.replay.__exit__(*exc_info)
+        self.contexts.__exit__(*exc_info)
         with torch.no_grad():
             for buffer, value in self.saved:
                 buffer.copy_(value)
