@@ -1,7 +1,7 @@
 """How a run drives the progress bar, the profiler and the prefetcher."""
 import pytest
 
-from flowpipe.execution import run as run_module
+from flowpipe.execution import run_loop
 from flowpipe.expr import B, R, V
 
 from tests.pipeline.helpers import make_dataset
@@ -46,7 +46,7 @@ def test_bar_shows_the_ready_count_with_prefetch(bars):
 def test_no_bar_is_opened_when_the_prefetcher_cannot_be_built(bars, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError('no workers today')
-    monkeypatch.setattr(run_module, 'Prefetcher', broken)
+    monkeypatch.setattr(run_loop, 'Prefetcher', broken)
     with pytest.raises(RuntimeError, match='no workers today'):
         make_dataset().p.run(3, bar=RecordingBar, prefetch=2)
     assert bars == []
