@@ -1,4 +1,4 @@
-"""The split of ``TorchModel`` and of the run into modules a reader can hold in their head: each under the size guide,
+"""The split of ``TorchModel``, of the run and of the pipeline into modules a reader can hold in their head: each under the size guide,
 every public name importable from where it was, and pickles naming the classes' modules as before (so that files
 and checkpoints written before the split still load)."""
 import importlib
@@ -12,9 +12,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: the modules that the split made of ``models/torch/model.py`` and ``execution/run.py``
+#: the modules that the split made of ``models/torch/model.py``, ``execution/run.py`` and two of ``pipeline/``
 SPLIT = ('flowpipe/models/torch/model.py', 'flowpipe/models/torch/building.py', 'flowpipe/models/torch/steps.py',
-         'flowpipe/models/torch/files.py', 'flowpipe/execution/run.py', 'flowpipe/execution/run_loop.py')
+         'flowpipe/models/torch/files.py', 'flowpipe/execution/run.py', 'flowpipe/execution/run_loop.py',
+         'flowpipe/pipeline/pipeline.py', 'flowpipe/pipeline/profiling.py', 'flowpipe/pipeline/model_actions.py',
+         'flowpipe/pipeline/loaded_models.py')
 
 
 @pytest.mark.parametrize('path', SPLIT)
@@ -30,6 +32,7 @@ def test_each_part_is_under_the_size_guide_and_says_what_it_is_for(path):
     ('flowpipe.models.torch', ('FETCHES', 'TorchModel')),
     ('flowpipe.execution.run', ('RunArgs', 'iterate', 'next_batch', 'run_pipeline', 'whole_batches')),
     ('flowpipe.execution', ('RunArgs', 'iterate', 'next_batch', 'run_pipeline')),
+    ('flowpipe.pipeline.model_actions', ('PendingModel', 'load_model', 'loaded_files', 'mark_loaded')),
 ])
 def test_public_names_stay_where_they_were(module, names):
     loaded = importlib.import_module(module)
@@ -63,3 +66,12 @@ def test_pickles_name_the_classes_where_they_always_were():
     args = dill.dumps(RunArgs.merge(None, batch_size=3, n_epochs=2))
     assert b'flowpipe.execution.run' in args and b'RunArgs' in args
     assert dill.loads(args) == RunArgs(batch_size=3, n_epochs=2)
+
+
+def test_the_pipeline_keeps_its_profile_accessors_and_no_instance_dict():
+    from tests.pipeline.helpers import make_dataset
+    pipeline = make_dataset().p.add(1)
+    assert not hasattr(pipeline, '__dict__')            # still only the slots of its definition and state
+    assert pipeline.profiler is None and pipeline.profile_info is None and pipeline.profile_rows is None
+    pipeline.run(5, profile=True)
+    assert pipeline.profiler is not None and '0: add' in pipeline.profile_summary()

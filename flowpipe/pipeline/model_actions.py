@@ -23,7 +23,8 @@ from ..data.shards import shard_of, stepping
 from ..errors import ExpressionError
 from ..plan_keys import PLACEMENT_KEYS
 from ..expr import assign, contains_expressions, evaluate
-from ..expr.context import Context, Store
+from ..expr.context import Context
+from .loaded_models import forget_load, is_loaded, load_records, loaded_files, mark_loaded
 from .registry import builtin
 
 __all__ = ['PLACEMENT_KEYS', 'PendingModel', 'declared_model', 'import_model', 'init_model', 'load_model',
@@ -223,7 +224,7 @@ def init_model(ctx: Context, name: str, model_class: Any, mode: str, config: Any
     with ctx.models.lock:
         if name not in ctx.models:
             ctx.models[name] = static.model if static is not None else PendingModel(name, model_class, config)
-            _forget_load(ctx.models, name)
+            forget_load(ctx.models, name)
 
 
 def get_model(ctx: Context, name: str) -> Any:
@@ -252,7 +253,7 @@ def import_model(ctx: Context, name: str, source: Any) -> None:
     if ctx.models.get(name) is not model:
         with ctx.models.lock:
             ctx.models[name] = model
-            _forget_load(ctx.models, name)
+            forget_load(ctx.models, name)
 
 
 def _declare_step(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -337,10 +338,10 @@ def load_model(ctx: Context, name: str, *args: Any, path: Any = None, config: Ma
     """
     model_class, path = _load_arguments(args, path)
     source = os.path.abspath(os.fspath(path))
-    if _is_loaded(ctx.models, name, source):
+    if is_loaded(ctx.models, name, source):
         return
     with ctx.models.lock:
-        if _is_loaded(ctx.models, name, source):
+        if is_loaded(ctx.models, name, source):
             return
         current = ctx.models.get(name)
         if model_class is None and current is not None and not isinstance(current, PendingModel):
@@ -349,7 +350,7 @@ def load_model(ctx: Context, name: str, *args: Any, path: Any = None, config: Ma
             from ..models.torch import io
             current = ctx.models[name] = io.load(path, model_class=model_class, trusted=trusted,
                                                  **dict(config or {}))
-        _loads(ctx.models)[name] = (weakref.ref(current), source)
+        load_records(ctx.models)[name] = (weakref.ref(current), source)
 
 
 def _load_arguments(args: tuple, path: Any) -> tuple[Any, Any]:
@@ -365,38 +366,3 @@ def _load_arguments(args: tuple, path: Any) -> tuple[Any, Any]:
                         f"model_class, 'dynamic', path=path). Received: {len(args) + 1} positional arguments and "
                         f"path={path!r}.")
     return (args[0] if args else None), path
-
-
-def _loads(models: Store) -> dict:
-    """``{name: (weak reference to the model, file)}`` of what ``load_model`` loaded into this store.
-
-    The record lives beside the store rather than in it (it is no model), and holds the model weakly so that
-    ``reset('models')`` still frees it; a name registered anew by ``init_model``/``import_model`` drops its record.
-    """
-    loads = getattr(models, 'model_loads', None)
-    if loads is None:
-        loads = models.model_loads = {}
-    return loads
-
-
-def _is_loaded(models: Store, name: str, source: str) -> bool:
-    record = _loads(models).get(name)
-    current = models.get(name)
-    return record is not None and current is not None and record[0]() is current and record[1] == source
-
-
-def _forget_load(models: Store, name: str) -> None:
-    _loads(models).pop(name, None)
-
-
-def loaded_files(models: Store) -> dict[str, str]:
-    """``{name: file}`` of the models ``load_model`` loaded that are still registered (a checkpoint keeps them)."""
-    with models.lock:
-        return {name: source for name, (_, source) in _loads(models).items() if _is_loaded(models, name, source)}
-
-
-def mark_loaded(models: Store, files: dict[str, str]) -> None:
-    """Record the registered models ``files`` names as loaded from them, so ``load_model`` does not load again."""
-    with models.lock:
-        for name, source in files.items():
-            _loads(models)[name] = (weakref.ref(models[name]), source)

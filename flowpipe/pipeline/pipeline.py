@@ -16,6 +16,7 @@ from ..config import Config
 from ..errors import ExpressionError
 from .aliases import PipelineAliases, bar_or_notifier
 from .names import any_batch_action, batch_action_names, check_action, check_dataset
+from .profiling import PipelineProfile
 from .records import ActionRecord, MaybeRecord
 from .registry import builtin_names, get_builtin
 from .sections import SectionBuilder, adder as _adder
@@ -26,7 +27,7 @@ __all__ = ['Pipeline']
 _DEFINITION = ('_actions', '_before', '_after', '_dataset', '_config', '_run_args', '_namespaces')
 
 
-class Pipeline(PipelineAliases):
+class Pipeline(PipelineAliases, PipelineProfile):
     """A lazy chain of actions applied to every batch of a dataset.
 
     Args:
@@ -346,38 +347,6 @@ class Pipeline(PipelineAliases):
         else:
             args = cached[1]
         return next_batch(self, args, reset)
-
-    @property
-    def profiler(self) -> Any:
-        """The ``Profiler`` of the last run made with ``profile=True`` (``None`` before one)."""
-        return self._state.profiler
-
-    @property
-    def profile_info(self) -> Any:
-        """Per action of the last profiled run: ``count``, ``total``, ``mean``, ``max`` seconds, as a
-        ``pandas.DataFrame`` when pandas is installed, else a dict (``None`` before a profiled run)."""
-        profiler = self._state.profiler
-        if profiler is None:
-            return None
-        try:
-            from ..execution.profile_tables import info_frame
-            return info_frame(profiler)
-        except ImportError:
-            return profiler.info
-
-    @property
-    def profile_rows(self) -> Any:
-        """One row per batch and action of the last profiled run: ``batch``, ``action``, ``seconds`` (or ``None``)."""
-        profiler = self._state.profiler
-        return None if profiler is None else profiler.rows
-
-    def profile_summary(self) -> str:
-        """A printable table of time per action for the last profiled run."""
-        profiler = self._state.profiler
-        if profiler is None:
-            raise ValueError("Expected a run with profile=True first. Received: no profiled run yet. "
-                             "Call pipeline.run(..., profile=True).")
-        return profiler.summary()
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__}(dataset={_short(self._dataset)}, config={_short(dict(self._config))})"]
