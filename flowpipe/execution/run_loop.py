@@ -34,21 +34,15 @@ def run_batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int |
              ahead: bool, checkpoints: RunCheckpoints | None, main: bool = True,
              events: TrainingRun | None = None, clock: EpochClock | None = None,
              block: tuple[int, int] | None = None, stepped: list | None = None) -> Iterator[Any]:
+    """The generator of the run's batches (``run.iterate`` makes it): the ``before`` section, the stages, every
+    batch delivered, everything closed, the ``after`` section."""
     # Only `pipeline` is kept here, never its state: next_batch passes a weak proxy, so that the iterator its state
     # holds does not keep the pipeline (and the prefetch workers) alive once the user drops it.
     in_processes = args.in_processes
-    # A checkpoint is taken, and callbacks are called, between two batches: stateful actions run in the caller's
-    # thread, as for gen_batch, so that no batch after a callback's stop reaches a model step.
-    defer = not in_processes and ((args.prefetch > 0 and not ahead) or checkpoints is not None or events is not None)
     # a rank's block of whole batches keeps the run's batch numbers: the seeds, I('c') and epochs of one process
     first = 0 if block is None else block[0]
     locks = OrderedLocks(first) if args.prefetch else None
-    plan = compile_plan(pipeline.actions, getattr(pipeline.dataset, 'batch_class', None), locks, args.batch_size,
-                        defer=defer)
-    if events is not None and plan.rebatches:
-        raise ValueError("Expected a pipeline without rebatch for a run with callbacks. Received: a rebatch "
-                         "action, whose batches do not follow the epochs. Run without callbacks=, or rebatch in "
-                         "the dataset instead.")
+    plan = _plan(pipeline, args, locks, ahead, checkpoints, events)
     runners = _runners(pipeline, args, plan, locks, total, seeds, clock,
                        None if events is None else events.collect)
     sections = runners[0].section_context()
@@ -64,17 +58,8 @@ def run_batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int |
     # SIGTERM, SIGUSR1, a first Ctrl-C: noted until the workers are stopped (a second Ctrl-C stops at once)
     with signals if signals is not None else contextlib.nullcontext():
         try:
-            if checkpoints is not None:
-                checkpoints.check(stream)
-                checkpoints.events, checkpoints.signals = events, signals
-                checkpoints.restore(stream)
-            if events is not None:
-                events.start()
-            shown = total if block is None else block[1] - block[0]          # a rank's bar counts its own block
-            progress = _progress(args.bar if main else False, shown, pipeline.state.variables,   # rank 0's only
-                                 checkpoints)
-            if events is not None and progress is not None:
-                events.write = progress.write           # the epoch summary above the bar, not through it
+            progress = _started(stream, pipeline, args, checkpoints, events, signals,
+                                total if block is None else block[1] - block[0], main)
             # Without prefetch nothing ever waits in a queue: the bar shows no `ready` count.
             yield from _delivered(stream, pipeline, progress, prefetcher if args.prefetch > 0 else None,
                                   checkpoints, seeds, events, signals)
@@ -94,6 +79,39 @@ def run_batches(pipeline: Any, args: RunArgs, indices: IndexSource, total: int |
     if signals is not None:                             # the checkpoint is written: requeue, raise
         signals.stop(checkpoints.world is None or checkpoints.world.rank == 0, checkpoints.spec.requeue)
     _run_section(pipeline.after.actions, sections)
+
+
+def _plan(pipeline: Any, args: RunArgs, locks: OrderedLocks | None, ahead: bool,
+          checkpoints: RunCheckpoints | None, events: TrainingRun | None) -> Any:
+    """The run's compiled steps (``steps.compile_plan``), the stateful ones deferred to the caller's thread where
+    the run needs them there."""
+    in_processes = args.in_processes
+    # A checkpoint is taken, and callbacks are called, between two batches: stateful actions run in the caller's
+    # thread, as for gen_batch, so that no batch after a callback's stop reaches a model step.
+    defer = not in_processes and ((args.prefetch > 0 and not ahead) or checkpoints is not None or events is not None)
+    plan = compile_plan(pipeline.actions, getattr(pipeline.dataset, 'batch_class', None), locks, args.batch_size,
+                        defer=defer)
+    if events is not None and plan.rebatches:
+        raise ValueError("Expected a pipeline without rebatch for a run with callbacks. Received: a rebatch "
+                         "action, whose batches do not follow the epochs. Run without callbacks=, or rebatch in "
+                         "the dataset instead.")
+    return plan
+
+
+def _started(stream: Any, pipeline: Any, args: RunArgs, checkpoints: RunCheckpoints | None,
+             events: TrainingRun | None, signals: GracefulStop | None, shown: int | None, main: bool) -> Any:
+    """The run started on its stages: a checkpoint's state restored into them, the callbacks told, and the progress
+    bar (rank 0's only; ``shown`` batches: a rank's bar counts its own block) opened, or ``None``."""
+    if checkpoints is not None:
+        checkpoints.check(stream)
+        checkpoints.events, checkpoints.signals = events, signals
+        checkpoints.restore(stream)
+    if events is not None:
+        events.start()
+    progress = _progress(args.bar if main else False, shown, pipeline.state.variables, checkpoints)
+    if events is not None and progress is not None:
+        events.write = progress.write           # the epoch summary above the bar, not through it
+    return progress
 
 
 def _signals(checkpoints: RunCheckpoints | None) -> GracefulStop | None:
