@@ -69,7 +69,10 @@ class PipelineSource:
             if self.root or not experiment.instance_creators[owner].root:
                 # a Pipeline's definition is immutable; its runtime state is the one part meant to change
                 object.__setattr__(self.bound, '_state', pipeline.state)
-                setattr(instance, attribute, self.bound)
+                try:
+                    setattr(instance, attribute, self.bound)
+                except AttributeError:      # a read-only attribute (a property) keeps giving its own pipeline
+                    pass
         return self.bound
 
     def values(self) -> list:

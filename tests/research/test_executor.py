@@ -175,3 +175,16 @@ def test_a_root_instances_pipeline_run_by_each_branch_keeps_one_state_per_branch
     assert [run.results['total'] for run in runs] == [{0: 1, 1: 2}, {0: 10, 1: 20}]
     assert runs[0].instances['summer'] is runs[1].instances['summer']
     assert runs[0].instances['summer'].ppl.v('total') == 0          # the shared instance's pipeline is left as it was
+
+
+class Computed:
+    @property
+    def ppl(self):
+        return (Pipeline().init_variable('total', 0).update(V('total'), V('total') + C('k'))
+                .run_later(2, n_epochs=1)) << Dataset(4)
+
+
+def test_an_instances_pipeline_given_by_a_property_runs_bound_to_the_config():
+    experiment = Experiment().add_instance('computed', Computed).add_pipeline('computed.ppl', variables='total')
+    [running] = Executor(experiment, target='f', configs=[{'k': 3}], n_iters=2).run()
+    assert running.exception is None and running.results['total'] == {0: 3, 1: 6}
