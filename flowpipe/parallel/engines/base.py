@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
+from ...data.shards import NO_RUN, RunContext
 from ...torchutils import NO_CONTEXT
 from ..item_random import BY_ITEM, ItemStreams
 from ..losses import ITEM_SHARES, PLAIN_SUM, StepLoss, normalized, normalizer_value, weighting
@@ -137,6 +138,7 @@ class Engine:
         self._nonfinite_flags: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
         self._item_streams: ItemStreams | None = None
         self.item_offset = 0
+        self.run = NO_RUN
 
     @property
     def module(self) -> nn.Module:
@@ -196,7 +198,7 @@ class Engine:
     def train_step(self, inputs: Tensors, targets: Tensors, loss_fn: Callable, optimizer: torch.optim.Optimizer,
                    *, return_outputs: bool = False, clip_grad_norm: float | None = None,
                    clip_grad_value: float | Callable | None = None, seed: int | None = None,
-                   sam: Sam | None = None) -> StepResult:
+                   sam: Sam | None = None, run: RunContext | None = None) -> StepResult:
         """One optimizer step on the whole batch, however the plan splits it.
 
         The step runs in ``step_context()``, from ``before_step`` to ``after_step``; the full-batch gradient is
@@ -217,7 +219,10 @@ class Engine:
                 ``None`` draws one from torch's global generator.
             sam: sharpness-aware minimization (``engines.sam.make_sam``): a second pass at weights perturbed along
                 the first pass's full-batch gradient gives the gradient the optimizer steps with; ``None``: off.
+            run: where the step lies in its run (``data.shards.RunContext``: the shard of the global batch, which a
+                distributed engine checks every rank is on); ``None``: a whole batch outside a run.
         """
+        self.run = NO_RUN if run is None else run
         max_norm = check_max_norm(clip_grad_norm)
         clip_value = check_clip_value(clip_grad_value)
         with self.step_context():
@@ -378,21 +383,26 @@ class Engine:
         outputs = concat([to_device(out, primary) for _, out in ordered]) if keep_outputs else None
         return StepResult(total, outputs)
 
-    def batch_mean(self, mean: float, count: int) -> float:
+    def batch_mean(self, mean: float, count: int, run: RunContext | None = None) -> float:
         """The mean over the whole batch of a value averaged over this process's ``count`` items (``mean``):
-        ``mean`` itself here, NaN for no items; a distributed engine combines the ranks' shards."""
+        ``mean`` itself here, NaN for no items; a distributed engine combines the ranks' shards (``run``: where
+        the batch lies in its run, as in ``train_step``)."""
         return mean if count else math.nan
 
-    def predicted_loss(self, loss_fn: Callable, outputs: Any, targets: Sequence[torch.Tensor]) -> float:
+    def predicted_loss(self, loss_fn: Callable, outputs: Any, targets: Sequence[torch.Tensor],
+                       run: RunContext | None = None) -> float:
         """The loss of a predicted batch (``targets`` on the outputs' device): ``loss_fn`` on the whole batch here,
-        NaN for no items; a distributed engine's is the global batch's, from every rank's shard."""
+        NaN for no items; a distributed engine's is the global batch's, from every rank's shard (``run``: where the
+        batch lies in its run, as in ``train_step``)."""
         if not _items(targets):
             return math.nan
         with torch.no_grad():
             return float(loss_fn(outputs, *targets))
 
-    def predict(self, inputs: Tensors) -> Any:
-        """Outputs for a batch in evaluation mode, without gradients, in batch order, on the primary device."""
+    def predict(self, inputs: Tensors, run: RunContext | None = None) -> Any:
+        """Outputs for a batch in evaluation mode, without gradients, in batch order, on the primary device
+        (``run``: where the batch lies in its run, as in ``train_step``)."""
+        self.run = NO_RUN if run is None else run
         batch = self.prepare(inputs, ())
         groups = self.groups(batch.size)
         set_mode(self.replicas, False)

@@ -16,7 +16,7 @@ The run loop hands every rank its contiguous shard of the global batch (``flowpi
 4. every rank clips and steps alike; floating buffers (BatchNorm statistics) are averaged over the ranks that saw
    items, integer ones taken from rank 0; the full-batch loss is all-reduced.
 
-The exchange of item counts (1.) also carries the global batch each rank is on (``flowpipe.data.shards.current_shard``):
+The exchange of item counts (1.) also carries the global batch each rank is on (the shard of the call's ``run``):
 ranks on different batches (``SkipBatch`` raised on some ranks only) raise there, naming the ranks and batches.
 In a run with checkpoints it carries what the ranks agree on after the batch as well (the shard's ``agreement``:
 a stop signal, rank 0's clock), so stopping on a signal costs no collective of its own.
@@ -37,7 +37,7 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from ...data.shards import current_shard
+from ...data.shards import RunContext
 from ...torchutils import NO_CONTEXT
 from .. import distributed
 from ..item_random import BY_ITEM
@@ -242,7 +242,7 @@ class DistributedEngine(Engine):
         shard's ``agreement``)."""
         tensors = as_batch(inputs, 'inputs')
         local = int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 0
-        shard = current_shard()
+        shard = self.run.shard
         self._batch = -1 if shard is None else shard.batch
         if shard is not None and shard.stepped is not None and not any(e is self for e in shard.stepped):
             shard.stepped.append(self)          # the run's first engine to step checks that the ranks end alike
@@ -291,16 +291,17 @@ class DistributedEngine(Engine):
             groups = self._groups[key] = {0: pieces}
         return groups
 
-    def predicted_loss(self, loss_fn: Callable, outputs: Any, targets: Sequence[torch.Tensor]) -> float:
+    def predicted_loss(self, loss_fn: Callable, outputs: Any, targets: Sequence[torch.Tensor],
+                       run: RunContext | None = None) -> float:
         """The global batch's loss from every rank's shard (one all-reduce of its sum and normalizer, or of its mean
         and item count for a loss flowpipe cannot place, every rank joins); a whole batch's own loss when the
         prediction is not on a shard (a validation run gives each rank whole batches)."""
-        if current_shard() is None:
+        if run is None or run.shard is None:
             return super().predicted_loss(loss_fn, outputs, targets)
         form = normalized(loss_fn)
         rule, count = weighting(form), int(targets[0].shape[0]) if targets[0].dim() else 1
         if rule == ITEM_SHARES:
-            return self.batch_mean(super().predicted_loss(loss_fn, outputs, targets), count)
+            return self.batch_mean(super().predicted_loss(loss_fn, outputs, targets), count, run)
         with torch.no_grad():
             total = float(form.sum(outputs, *targets)) if count else 0.0
         if rule == PLAIN_SUM:           # the sum over the ranks, divided once by 1
@@ -357,11 +358,11 @@ class DistributedEngine(Engine):
         outputs = concat([to_device(out, device) for _, out in ordered]) if keep_outputs and ordered else None
         return StepResult(total, outputs)
 
-    def batch_mean(self, mean: float, count: int) -> float:
+    def batch_mean(self, mean: float, count: int, run: RunContext | None = None) -> float:
         """The global batch's mean from every rank's shard mean and item count (one all-reduce; every rank joins,
         an idle one with nothing to add); a whole batch's own mean when the step is not on a shard (a validation
         run gives each rank whole batches)."""
-        if current_shard() is None:
+        if run is None or run.shard is None:
             return super().batch_mean(mean, count)
         return self._reduced_ratio(mean * count if count else 0.0, count)
 
@@ -375,7 +376,7 @@ class DistributedEngine(Engine):
         total, normalizer = totals.tolist()
         return total / normalizer if normalizer else math.nan
 
-    def predict(self, inputs: Sequence[torch.Tensor]) -> Any:
+    def predict(self, inputs: Sequence[torch.Tensor], run: RunContext | None = None) -> Any:
         """This rank's outputs, from the network itself (no collective), micro-batch by micro-batch as in one
         process: an empty shard gives empty outputs."""
         batch = self.prepare(inputs, ())

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ...data.shards import WHOLE_BATCHES
+from ...data.shards import NO_RUN, RunContext
 from ...torchutils import NO_CONTEXT
 from .. import distributed, sharded_state
 from ..losses import StepLoss
@@ -236,10 +236,12 @@ class ShardedEngine(DistributedEngine):
         with distributed.collective("the broadcast of rank 0's buffers"):
             _coalesced(list(self._inner.buffers()), _from_rank_0)
 
-    def predict(self, inputs: Sequence[torch.Tensor]) -> Any:
+    def predict(self, inputs: Sequence[torch.Tensor], run: RunContext | None = None) -> Any:
         """This rank's outputs, micro-batch by micro-batch; a collective: the ranks exchange their item counts and
-        run as many pieces each (pieces without items on the ranks with fewer)."""
-        if WHOLE_BATCHES.get() == 'split':
+        run as many pieces each (pieces without items on the ranks with fewer). ``run``: where the batch lies in its
+        run; one whose whole batches are split into blocks over the ranks is refused."""
+        self.run = NO_RUN if run is None else run
+        if self.run.whole_batches == 'split':
             raise ValueError("Expected Validate(..., shard=False) for a sharded model: a sharded forward is a "
                              "collective every rank joins, and shard=True gives the ranks blocks of batches that may "
                              "differ in number (a rank would wait for the others forever). Received: a prediction in "
