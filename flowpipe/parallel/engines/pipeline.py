@@ -76,7 +76,7 @@ class PipelineEngine(Engine):
         device = plan.primary.device
         self.skeleton = skeleton(module)       # what a model file stores of a network given in the config
         self.placement = StagePlacement(module, plan.pipeline, plan.mesh, device)
-        super().__init__(plan, [self.placement.chain], [device], precision)
+        super().__init__(plan, self.placement, None, precision)
         self._network, self._checked, self._meta_network = module, False, None
         mesh = plan.mesh
         self._pp = _my_group(mesh.groups('pp'), dist.get_rank())
