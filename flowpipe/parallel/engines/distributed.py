@@ -26,13 +26,13 @@ from .ranks import DataRanks, counts_need_own_group
 if TYPE_CHECKING:
     from .sync import GradientSync
 
-__all__ = ['DistributedEngine', 'rank_parts', 'ranked_parts']
+__all__ = ['DistributedEngine', 'data_ranks', 'ranked_parts']
 
 _counts_need_own_group = counts_need_own_group      # looked up here at every build (a test makes it always own)
 
 
-def rank_parts(plan: DevicePlan, engine_name: str) -> tuple[torch.device, DataRanks]:
-    """The rank's device (checked against the job's backend, made current on a GPU) and its ``DataRanks``; a clear
+def data_ranks(plan: DevicePlan, engine_name: str) -> DataRanks:
+    """This rank's ``DataRanks``, its device checked against the job's backend and made current on a GPU; a clear
     error outside a distributed job."""
     distributed.init()
     if not dist.is_initialized():
@@ -46,14 +46,14 @@ def rank_parts(plan: DevicePlan, engine_name: str) -> tuple[torch.device, DataRa
                          f"gloo (FLOWPIPE_DIST_BACKEND=gloo, or flowpipe.parallel.distributed.init('gloo')).")
     if device.type == 'cuda':
         torch.cuda.set_device(device)       # NCCL's collectives (and object gathers) run on the rank's GPU
-    return device, DataRanks(device, _counts_need_own_group(dist.get_backend()))
+    return DataRanks(device, _counts_need_own_group(dist.get_backend()))
 
 
 def ranked_parts(engine: Engine, module: nn.Module, plan: DevicePlan, precision: Precision | None,
                  make_sync: 'type[GradientSync]', engine_name: str) -> None:
     """Build ``engine`` on the data-parallel ranks of a job: ``module`` on the rank's device (``OneDevice``), the
     batch part ``DataRanks`` and the gradient synchronization ``make_sync(ranks)``."""
-    device, ranks = rank_parts(plan, engine_name)
+    ranks = data_ranks(plan, engine_name)
     Engine.__init__(engine, plan, OneDevice(module, plan), make_sync(ranks), precision, ranks)
 
 

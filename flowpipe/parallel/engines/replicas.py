@@ -16,6 +16,7 @@ from ..precision import Precision
 from .base import Engine
 from .placement import Replicas
 from .sync import ReplicaSum
+from .workers import ReplicaWorkers
 
 __all__ = ['ReplicaEngine']
 
@@ -30,5 +31,6 @@ class ReplicaEngine(Engine):
         super().__init__(plan, Replicas(module, plan), ReplicaSum(), precision)
 
     @property
-    def _workers(self):     # the placement's worker threads (tests and benchmarks look at them)
+    def _workers(self) -> ReplicaWorkers:
+        """The placement's worker threads (``Replicas.workers``)."""
         return self.placement.workers
