@@ -87,8 +87,7 @@ class Engine:
         forwards: what each replica's pieces are fed to: the replica, or its ``torch.compile`` wrapper.
         skip_nonfinite: leave the model as before the batch and return ``stepped=False`` when a step's full-batch
             loss or gradient holds a ``nan`` or ``inf`` (``step.StepRecipe``); ``TorchModel`` sets it.
-        item_offset: the index in the global batch of the first item this process computes (the batch part sets
-            it at every step). Under ``'randomness': 'by_item'`` dropout masks are keyed by global items.
+        item_offset: the global batch's index of this process's first item (dropout masks ``'by_item'`` use it).
         run: where the current call's batch lies in its run (``data.shards.RunContext``), as the call gave it.
     """
 
@@ -194,7 +193,8 @@ class Engine:
             sam: sharpness-aware minimization (``engines.sam.make_sam``): a second pass at weights perturbed along
                 the first pass's full-batch gradient gives the gradient the optimizer steps with; ``None``: off.
             run: where the step lies in its run (``data.shards.RunContext``: the shard of the global batch, which a
-                distributed engine checks every rank is on); ``None``: a whole batch outside a run.
+                distributed engine checks every rank is on); ``None``: outside a run (no global batch number to
+                check; a distributed engine's predicted losses are then each rank's own batch's).
         """
         self.run = NO_RUN if run is None else run
         recipe = StepRecipe.of(clip_grad_norm, clip_grad_value, sam, self.skip_nonfinite)
