@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ...data.shards import current_shard
+from ...data.shards import NO_RUN, RunContext
 from .. import distributed
 from ..losses import ITEM_SHARES, PLAIN_SUM, StepLoss, normalized, weighting
 from ..plan import DevicePlan
@@ -76,7 +76,7 @@ class PipelineEngine(Engine):
         device = plan.primary.device
         self.skeleton = skeleton(module)       # what a model file stores of a network given in the config
         self.placement = StagePlacement(module, plan.pipeline, plan.mesh, device)
-        super().__init__(plan, [self.placement.chain], [device], precision)
+        super().__init__(plan, self.placement, None, precision)
         self._network, self._checked, self._meta_network = module, False, None
         mesh = plan.mesh
         self._pp = _my_group(mesh.groups('pp'), dist.get_rank())
@@ -173,8 +173,9 @@ class PipelineEngine(Engine):
     def train_step(self, inputs: Any, targets: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer, *,
                    return_outputs: bool = False, clip_grad_norm: float | None = None,
                    clip_grad_value: float | Callable | None = None, seed: int | None = None,
-                   sam: Any = None) -> StepResult:
+                   sam: Any = None, run: RunContext | None = None) -> StepResult:
         """One optimizer step of every stage on the global batch (see the module docstring)."""
+        self.run = NO_RUN if run is None else run
         if sam is not None:
             raise ValueError("Expected no sam_rho with 'pipeline' (not supported yet). Received: a SAM step. Drop sam_rho.")
         max_norm, clip_value = check_max_norm(clip_grad_norm), check_clip_value(clip_grad_value)
@@ -212,7 +213,7 @@ class PipelineEngine(Engine):
         """At every step, that the ranks of the pipeline hold the same items (one small all-reduce over the
         pipeline: a run that did not read the model's ``'pipeline'`` before its first batch splits them, and the
         stages would wait for each other); at the first, that the network is a chain of its children."""
-        shard = current_shard()
+        shard = self.run.shard
         start = -1 if shard is None else shard.start
         values = torch.tensor([batch.size, -batch.size, start, -start], dtype=torch.float64)
         dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self._pp)
@@ -308,8 +309,9 @@ class PipelineEngine(Engine):
 
     # prediction and state
 
-    def predict(self, inputs: Sequence[torch.Tensor]) -> Any:
+    def predict(self, inputs: Sequence[torch.Tensor], run: RunContext | None = None) -> Any:
         """The outputs of this pipeline's items, forward through the stages, on every rank of the pipeline."""
+        self.run = NO_RUN if run is None else run
         batch = self.prepare(as_batch(inputs, 'inputs'), ())
         set_mode(self.replicas, False)
         pieces = split_batch(batch.size, 1, self.plan.microbatch) if batch.size else ()
@@ -321,10 +323,11 @@ class PipelineEngine(Engine):
                 self._step['outputs'] = {} if output is None else {0: output}
         return self._outputs(True, batch)
 
-    def predicted_loss(self, loss_fn: Callable, outputs: Any, targets: Sequence[torch.Tensor]) -> float:
+    def predicted_loss(self, loss_fn: Callable, outputs: Any, targets: Sequence[torch.Tensor],
+                       run: RunContext | None = None) -> float:
         """The global batch's loss from every pipeline's part (one all-reduce of its sum and normalizer over the
         ``dp`` group, every rank joins); a whole batch's own loss when the prediction is not on a part."""
-        if current_shard() is None or self._dp is None:
+        if run is None or run.shard is None or self._dp is None:
             return super().predicted_loss(loss_fn, outputs, targets)
         form = normalized(loss_fn)
         rule, count = weighting(form), int(targets[0].shape[0]) if targets[0].dim() else 1
