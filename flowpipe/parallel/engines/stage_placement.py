@@ -17,7 +17,7 @@ from torch import nn
 
 from ..mesh import Mesh
 from ..sharded_state import skeleton as meta_skeleton
-from ..stages import Pipelining, cut
+from ..stages import Pipelining, check_parameters, cut
 
 __all__ = ['Chain', 'StagePlacement', 'check_chain']
 
@@ -49,6 +49,7 @@ class StagePlacement:
     def __init__(self, network: nn.Module, pipelining: Pipelining, mesh: Mesh, device: torch.device):
         self.network, self.mesh = network, mesh
         self.parts = cut(list(network.named_children()), pipelining)
+        check_parameters(list(network.named_children()), self.parts)
         self.stage = mesh.coordinate('pp')
         mine = self.parts[self.stage]
         for name, child in network.named_children():

@@ -1,0 +1,93 @@
+"""Functions the tests of resuming pipelined runs on another layout run in every rank (``flowpipe.parallel.launch``)
+and in one process alone: a run with checkpoints stopped at a batch, then resumed with another ``'pipeline'``
+(or none) on another number of processes.
+
+Each returns plain data: the full parameters (gathered from the stages), the losses, the items and per-item draws
+the rank collected.
+"""
+import os
+
+import numpy as np
+import torch
+
+from flowpipe import B, I, P, Checkpoint, Pipeline, R, V
+from flowpipe.parallel import distributed
+
+from .pipeline_jobs import N_CLASSES, N_FEATURES, dataset, network
+
+BATCH, EPOCHS, STOP_AT = 5, 2, 6          # 23 items: 5 batches an epoch, the last of 3
+#: the batch at which a run stops (set by ``train``; read by the pipeline's ``call``, outside its definition)
+STOP = {'at': None}
+
+
+class Stopped(Exception):
+    """The failure a written run stops with."""
+
+
+def _stop(number):
+    if STOP['at'] is not None and number == STOP['at']:
+        raise Stopped(number)
+
+
+def config(stages=None, microbatch=2, dropout=False, loss='ce'):
+    """The pipelined MLP of ``pipeline_jobs`` (five children; with ``dropout`` a by-item ``nn.Dropout`` after the
+    first ``Tanh``), Adam."""
+    model = network()
+    if dropout:
+        layers = list(model.children())
+        model = torch.nn.Sequential(*layers[:2], torch.nn.Dropout(0.3), *layers[2:])
+    result = {'model': model, 'inputs/x/shape': (N_FEATURES,), 'inputs/y/classes': N_CLASSES, 'loss': loss,
+              'optimizer': {'name': 'Adam', 'lr': 0.01}, 'microbatch': microbatch, 'device': 'cpu'}
+    if stages is not None:
+        result['pipeline'] = stages
+    return result
+
+
+def pipeline(stages=None, microbatch=2, dropout=False, loss='ce'):
+    """Per-item draws, the part's items and the global loss in list variables, a training step."""
+    return (Pipeline()
+            .init_variable('loss', [])
+            .init_variable('ids', [])
+            .init_variable('draws', [])
+            .init_model('net', config=config(stages, microbatch, dropout, loss))
+            .call(_stop, I('c'))
+            .update(V('ids', mode='a'), B.indices)
+            .update(V('draws', mode='a'), P(R('uniform')))
+            .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << dataset()
+
+
+def train(folder=None, stop=None, **kwargs):
+    """Run ``EPOCHS`` epochs (seeded, shuffled) with checkpoints in ``folder`` (resuming from them when there are
+    some), stopping at batch ``stop``; the state at the end (or at the stop). ``kwargs``: ``pipeline``'s."""
+    STOP['at'] = stop
+    done = pipeline(**kwargs)
+    checkpoint = None if folder is None else Checkpoint(folder)
+    try:
+        done.run(BATCH, n_epochs=EPOCHS, shuffle=True, seed=11, checkpoint=checkpoint,
+                 resume=folder is not None and os.path.isdir(folder) and bool(os.listdir(folder)))
+    except Stopped:
+        pass
+    finally:
+        STOP['at'] = None
+    model = done.m('net')
+    state = model.engine.state_dict()           # a collective under a pipeline: rank 0 gathers every stage
+    state = distributed.broadcast(state) if distributed.world_size() > 1 else state
+    held = sorted(name for name, param in model.model.named_parameters() if param.device.type != 'meta')
+    return {'params': {name: value.numpy().copy() for name, value in state.items()}, 'loss': list(done.v('loss')),
+            'held': held,
+            'ids': [np.asarray(ids) for ids in done.v('ids')],
+            'draws': [np.asarray(draws, dtype=float) for draws in done.v('draws')],
+            'world': distributed.world_size(), 'stages': getattr(model.plan.pipeline, 'stages', None)}
+
+
+def stop_and_resume(folder, written, resumed):
+    """On every rank of one job: the run of ``written`` (``train``'s keywords) stopped at ``STOP_AT``, its
+    checkpoints in ``folder``; or, with ``written=None``, the run of ``resumed`` resumed from ``folder``."""
+    if written is not None:
+        return train(folder, STOP_AT, **written)
+    return train(folder, **resumed)
+
+
+def runs(jobs):
+    """On every rank: ``stop_and_resume(*args)`` for each ``(name, args)`` of ``jobs``."""
+    return {name: stop_and_resume(*args) for name, args in jobs}
