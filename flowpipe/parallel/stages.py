@@ -13,7 +13,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-__all__ = ['SCHEDULES', 'Pipelining', 'check_parameters', 'cut', 'make_pipelining']
+__all__ = ['SCHEDULES', 'Pipelining', 'check_parameters', 'cut', 'make_pipelining', 'no_shards']
 
 #: schedule name -> what it does, for the plan
 SCHEDULES = {'1f1b': "one forward, one backward: a stage keeps at most as many micro-batches' activations as there "
@@ -122,3 +122,14 @@ def check_parameters(children: Sequence[tuple[str, Any]], parts: Sequence[Sequen
                              f'its stage). Received: stage {index} of {len(parts)} holds {list(part)}, without '
                              f'parameters; the stages are {[list(p) for p in parts]}. Use fewer stages, or '
                              f'pipeline_split naming children that give each stage parameters.')
+
+
+def no_shards(stages: int) -> ValueError:
+    """The error for a sharded run checkpoint (``Checkpoint(sharded=True)``) of a pipelined model, written or
+    resumed: its file holds the stages' weights gathered, which resume on any layout."""
+    return ValueError(f"Expected a run checkpoint whose file holds a pipelined model's weights (Checkpoint(sharded="
+                      f"False), the default: rank 0 gathers every stage, and the file resumes on any layout). "
+                      f"Received: Checkpoint(sharded=True) shards to write or read for a model with pipeline="
+                      f"{stages}, whose stages torch.distributed.checkpoint does not lay out here. Drop sharded=True; "
+                      f"to go on pipelined from a sharded checkpoint, resume it on its own layout and write a "
+                      f"checkpoint without sharded=True first.")

@@ -56,12 +56,13 @@ def pipeline(stages=None, microbatch=2, dropout=False, loss='ce'):
             .train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a'))) << dataset()
 
 
-def train(folder=None, stop=None, **kwargs):
+def train(folder=None, stop=None, sharded=False, **kwargs):
     """Run ``EPOCHS`` epochs (seeded, shuffled) with checkpoints in ``folder`` (resuming from them when there are
-    some), stopping at batch ``stop``; the state at the end (or at the stop). ``kwargs``: ``pipeline``'s."""
+    some; ``sharded``: their weights in shards), stopping at batch ``stop``; the state at the end (or at the stop).
+    ``kwargs``: ``pipeline``'s."""
     STOP['at'] = stop
     done = pipeline(**kwargs)
-    checkpoint = None if folder is None else Checkpoint(folder)
+    checkpoint = None if folder is None else Checkpoint(folder, sharded=sharded)
     try:
         done.run(BATCH, n_epochs=EPOCHS, shuffle=True, seed=11, checkpoint=checkpoint,
                  resume=folder is not None and os.path.isdir(folder) and bool(os.listdir(folder)))
@@ -91,3 +92,15 @@ def stop_and_resume(folder, written, resumed):
 def runs(jobs):
     """On every rank: ``stop_and_resume(*args)`` for each ``(name, args)`` of ``jobs``."""
     return {name: stop_and_resume(*args) for name, args in jobs}
+
+
+def sharded_refused(root):
+    """On every rank: the errors of a pipelined run writing sharded checkpoints, and of a DDP run's sharded
+    checkpoint resumed pipelined."""
+    errors = []
+    for folder, stop, stages in (('pp', None, 2), ('ddp', STOP_AT, None), ('ddp', None, 2)):
+        try:
+            train(os.path.join(root, folder), stop, sharded=True, stages=stages)
+        except ValueError as error:
+            errors.append(str(error))
+    return errors

@@ -133,3 +133,11 @@ def test_two_pipelines_of_two_stages_resume_under_ddp_on_two(reference, on_four,
     for rank in range(2):        # as many parts: each DDP rank continues its pipeline's lists
         _continues(resumed[rank]['ddp'], reference, written[rank]['2x2']['ids'])
         assert len(resumed[rank]['ddp']['ids']) == len(reference['ids'])
+
+
+def test_sharded_checkpoints_of_a_pipelined_model_are_refused_naming_the_fix(tmp_path):
+    for errors in launch(jobs.sharded_refused, 2, args=(str(tmp_path),), timeout=TIMEOUT):
+        assert len(errors) == 2          # writing under the pipeline, and resuming DDP's shards pipelined
+        for error in errors:
+            assert 'Received: Checkpoint(sharded=True) shards to write or read for a model with pipeline=2' in error
+            assert 'Drop sharded=True' in error

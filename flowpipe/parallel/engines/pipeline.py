@@ -35,6 +35,7 @@ from ..plan import DevicePlan
 from ..precision import Precision
 from ..sharded_state import skeleton
 from ..split import Piece, split_batch
+from ..stages import no_shards
 from .base import Engine, StepResult
 from .clipping import check_clip_value, check_max_norm
 from .stage_placement import StagePlacement, check_chain
@@ -350,6 +351,10 @@ class PipelineEngine(Engine):
 
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: Any) -> None:
         self.placement.load_optimizer_state_dict(optimizer, state)
+
+    def sharded_state_dict(self, optimizer: torch.optim.Optimizer, with_optimizer: bool | None = None) -> dict:
+        """Refused (``stages.no_shards``): run checkpoints of a pipelined model gather the stages into the file."""
+        raise no_shards(len(self.placement.parts))
 
     def sync(self) -> None:
         """Nothing to copy: every rank loaded its stage from the whole state."""
