@@ -29,27 +29,34 @@ def _stop(number):
         raise Stopped(number)
 
 
-def config(stages=None, microbatch=2, dropout=False, loss='ce'):
-    """The pipelined MLP of ``pipeline_jobs`` (five children; with ``dropout`` a by-item ``nn.Dropout`` after the
-    first ``Tanh``), Adam."""
+def config(stages=None, microbatch=2, dropout=False, loss='ce', amp=None, schedule=None):
+    """The pipelined MLP of ``pipeline_jobs`` (five children), Adam; with ``dropout`` two ``nn.Dropout`` children
+    (masks by item, the default), one on each of 2 stages (cut at ``'3'``)."""
     model = network()
-    if dropout:
-        layers = list(model.children())
-        model = torch.nn.Sequential(*layers[:2], torch.nn.Dropout(0.3), *layers[2:])
-    result = {'model': model, 'inputs/x/shape': (N_FEATURES,), 'inputs/y/classes': N_CLASSES, 'loss': loss,
+    result = {'inputs/x/shape': (N_FEATURES,), 'inputs/y/classes': N_CLASSES, 'loss': loss,
               'optimizer': {'name': 'Adam', 'lr': 0.01}, 'microbatch': microbatch, 'device': 'cpu'}
+    if dropout:
+        first, tanh, middle, tanh_, last = model.children()
+        model = torch.nn.Sequential(first, torch.nn.Dropout(0.3), tanh, middle, tanh_, torch.nn.Dropout(0.2), last)
+        if stages == 2:
+            result['pipeline_split'] = ['3']
+    if amp is not None:            # autocast lowers float32 only
+        model, result['amp'] = model.float(), amp
+    result['model'] = model
     if stages is not None:
         result['pipeline'] = stages
+    if schedule is not None and stages is not None:
+        result['pipeline_schedule'] = schedule
     return result
 
 
-def pipeline(stages=None, microbatch=2, dropout=False, loss='ce'):
+def pipeline(stages=None, microbatch=2, dropout=False, loss='ce', amp=None, schedule=None):
     """Per-item draws, the part's items and the global loss in list variables, a training step."""
     return (Pipeline()
             .init_variable('loss', [])
             .init_variable('ids', [])
             .init_variable('draws', [])
-            .init_model('net', config=config(stages, microbatch, dropout, loss))
+            .init_model('net', config=config(stages, microbatch, dropout, loss, amp, schedule))
             .call(_stop, I('c'))
             .update(V('ids', mode='a'), B.indices)
             .update(V('draws', mode='a'), P(R('uniform')))

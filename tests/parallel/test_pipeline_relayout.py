@@ -25,12 +25,15 @@ def reference(default_dtype):
 
 @pytest.fixture(scope='module')
 def written(tmp_path_factory, default_dtype):
-    """The stopped runs: 'one' in one process, 'pp' (2 stages) and 'ddp' on 2 ranks; their results by name."""
+    """The stopped runs: 'one' in one process, 'pp' (2 stages), 'ddp' and 'dropout' (2 stages, masks by item) on 2
+    ranks; their results by name."""
     root = tmp_path_factory.mktemp('written')
     done = {'one': [jobs.train(str(root / 'one'), jobs.STOP_AT)]}
     ranks = launch(jobs.runs, 2, args=([('pp', (str(root / 'pp'), {'stages': 2}, None)),
-                                        ('ddp', (str(root / 'ddp'), {}, None))],), timeout=TIMEOUT)
-    done.update({name: [rank[name] for rank in ranks] for name in ('pp', 'ddp')})
+                                        ('ddp', (str(root / 'ddp'), {}, None)),
+                                        ('dropout', (str(root / 'dropout'), {'stages': 2, 'dropout': True}, None))],),
+                   timeout=TIMEOUT)
+    done.update({name: [rank[name] for rank in ranks] for name in ('pp', 'ddp', 'dropout')})
     return root, done
 
 
@@ -61,12 +64,18 @@ def test_a_pipelined_checkpoint_resumes_in_one_process(written, reference, tmp_p
     np.testing.assert_array_equal(np.concatenate(result['draws']), np.concatenate(reference['draws']))
 
 
+def test_a_pipelined_checkpoint_with_dropout_by_item_resumes_in_one_process(written, tmp_path):
+    result = jobs.train(_copy(written, 'dropout', tmp_path), dropout=True)
+    _continues(result, jobs.train(dropout=True), written[1]['dropout'][0]['ids'])
+
+
 @pytest.fixture(scope='module')
 def on_two(written, tmp_path_factory):
     copy = tmp_path_factory.mktemp('two')
     jobs_ = [('pp-ddp', (_copy(written, 'pp', copy), None, {})),
              ('ddp-pp', (_copy(written, 'ddp', copy), None, {'stages': 2})),
-             ('one-pp', (_copy(written, 'one', copy), None, {'stages': 2}))]
+             ('one-pp', (_copy(written, 'one', copy), None, {'stages': 2})),
+             ('dropout-ddp', (_copy(written, 'dropout', copy), None, {'dropout': True}))]
     return launch(jobs.runs, 2, args=(jobs_,), timeout=TIMEOUT)
 
 
@@ -78,6 +87,12 @@ def test_a_pipelined_checkpoint_resumes_under_ddp(written, reference, on_two):
     for batch, whole in enumerate(reference['ids'][jobs.STOP_AT:]):
         halves = [on_two[rank]['pp-ddp']['ids'][jobs.STOP_AT + batch] for rank in range(2)]
         np.testing.assert_array_equal(np.concatenate(halves), whole)
+
+
+def test_a_pipelined_checkpoint_with_dropout_by_item_resumes_under_ddp(on_two):
+    reference = jobs.train(dropout=True)
+    for rank in range(2):
+        _continues(on_two[rank]['dropout-ddp'], reference, reference['ids'][:jobs.STOP_AT])
 
 
 @pytest.mark.parametrize('name', ['ddp-pp', 'one-pp'])

@@ -66,14 +66,11 @@ class PipelineEngine(Engine):
 
     def __init__(self, module: nn.Module, plan: DevicePlan, precision: Precision | None = None):
         distributed.init()
-        if plan.amp or plan.compile or plan.memory_format is not None:
-            raise ValueError(f"Expected no amp, compile or memory_format with 'pipeline' (not supported yet). "
-                             f"Received: amp={plan.amp!r}, compile={plan.compile!r}, "
-                             f"memory_format={plan.memory_format!r}. Drop them.")
-        if any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in module.modules()) and \
-                plan.randomness == 'by_item':
-            raise ValueError("Expected 'randomness': 'torch' for a pipelined network with dropout (masks drawn by item "
-                             "are not supported across stages yet). Received: randomness='by_item'.")
+        if plan.compile or plan.memory_format is not None or plan.amp == 'float16':
+            raise ValueError(f"Expected no compile or memory_format, and amp only as 'bfloat16' (no loss scaler: its "
+                             f"skipped steps are not agreed over the stages), with 'pipeline'. Received: "
+                             f"amp={plan.amp!r}, compile={plan.compile!r}, memory_format={plan.memory_format!r}. Drop "
+                             f"them, or give amp='bfloat16'.")
         device = plan.primary.device
         self.skeleton = skeleton(module)       # what a model file stores of a network given in the config
         self.placement = StagePlacement(module, plan.pipeline, plan.mesh, device)
@@ -114,6 +111,7 @@ class PipelineEngine(Engine):
                 self.placement.parts) and training else ScheduleGPipe
             self._schedules[key] = kind(stage, chunks, loss_fn=self._chunk_loss if training else None,
                                         scale_grads=False)
+            self._name_chunks(stage)
         return self._schedules[key]
 
     def _padded(self, batch_inputs: Sequence[torch.Tensor], pieces: Sequence[Piece], size: int
@@ -186,8 +184,10 @@ class PipelineEngine(Engine):
             set_mode(self.replicas, True)
             self.zero_grad(optimizer)
             self._step = {'batch': batch, 'loss': step_loss, 'keep': return_outputs}
-            if pieces:
-                self._run_schedule(batch, pieces, training=True)
+            with self.item_random(self.step_seed(seed)), self.precision.autocast(self.devices[0]):
+                self._item_chunks(batch, pieces)
+                if pieces:
+                    self._run_schedule(batch, pieces, training=True)
             loss = self._reduce(optimizer)
             outputs = self._outputs(return_outputs, batch)
             stepped = not (self.skip_nonfinite and self.nonfinite(loss, optimizer))
@@ -196,6 +196,37 @@ class PipelineEngine(Engine):
             else:
                 self.zero_grad(optimizer)
             return StepResult(loss, outputs, stepped)
+
+    def _item_chunks(self, batch: Any, pieces: Sequence[Piece]) -> None:
+        """Under ``'randomness': 'by_item'``: each micro-batch's first item in the global batch (its pipeline's part
+        starts after the parts of the pipelines before it: one all-gather of the item counts over ``dp``), for the
+        stage's dropout modules, which draw as one process does (``item_random``). torch's first step runs the
+        stage once more on the first micro-batch's shapes: with its items too. Every rank joins, with items or
+        without."""
+        if self._item_streams is None:
+            return
+        offset = 0
+        if self._dp is not None:
+            counts = [torch.zeros(1, dtype=torch.long) for _ in range(self.plan.mesh.data_size)]
+            dist.all_gather(counts, torch.tensor([batch.size]), group=self._dp)
+            offset = int(sum(counts[:self.plan.mesh.data_rank]))
+        if not pieces:
+            return
+        size = max(piece.size for piece in pieces)
+        self._step['chunks'] = ([offset + piece.start for piece in pieces], size)
+        self._item_streams.piece(0, offset + pieces[0].start, size)
+
+    def _name_chunks(self, stage: Any) -> None:
+        """Each micro-batch's forward on ``stage`` (a ``PipelineStage``) tells the dropout modules its items
+        (``_item_chunks``), under ``'randomness': 'by_item'``."""
+        forward = stage.forward_one_chunk
+
+        def forward_one_chunk(chunk: int, *args: Any, **kwargs: Any) -> Any:
+            chunks = self._step.get('chunks')
+            if chunks is not None and self._item_streams is not None:
+                self._item_streams.piece(0, chunks[0][chunk], chunks[1])
+            return forward(chunk, *args, **kwargs)
+        stage.forward_one_chunk = forward_one_chunk
 
     def _pieces(self, batch: Any, loss_fn: Callable) -> tuple[StepLoss, tuple[Piece, ...]]:
         """What each micro-batch's loss is (``losses.StepLoss``, as every engine weighs it: a sum over the global
@@ -318,7 +349,8 @@ class PipelineEngine(Engine):
         with torch.no_grad():
             self._check(batch)
             if pieces:
-                output = self._run_schedule(batch, pieces, training=False)
+                with self.precision.autocast(self.devices[0]):
+                    output = self._run_schedule(batch, pieces, training=False)
                 self._step['outputs'] = {} if output is None else {0: output}
         return self._outputs(True, batch)
 
