@@ -20,6 +20,7 @@ A schedule with fewer micro-batches than stages (a short last batch) runs as GPi
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from typing import Any, Callable, Sequence
@@ -38,6 +39,7 @@ from ..split import Piece, split_batch
 from ..stages import no_shards
 from .base import Engine, StepResult
 from .clipping import check_clip_value, check_max_norm
+from .stage_items import ChunkItems, part_offset
 from .stage_placement import StagePlacement, check_chain
 from .tensors import BatchTensors, as_batch, concat, set_mode
 
@@ -83,6 +85,7 @@ class PipelineEngine(Engine):
         self._schedules: dict[tuple[int, int, bool], Any] = {}
         self.counts: tuple[int, int] | None = None
         self._step: dict[str, Any] = {}
+        self._chunk_items = ChunkItems()
 
     @property
     def module(self) -> nn.Module:
@@ -111,7 +114,7 @@ class PipelineEngine(Engine):
                 self.placement.parts) and training else ScheduleGPipe
             self._schedules[key] = kind(stage, chunks, loss_fn=self._chunk_loss if training else None,
                                         scale_grads=False)
-            self._name_chunks(stage)
+            self._chunk_items.wrap(stage)
         return self._schedules[key]
 
     def _padded(self, batch_inputs: Sequence[torch.Tensor], pieces: Sequence[Piece], size: int
@@ -184,8 +187,8 @@ class PipelineEngine(Engine):
             set_mode(self.replicas, True)
             self.zero_grad(optimizer)
             self._step = {'batch': batch, 'loss': step_loss, 'keep': return_outputs}
-            with self.item_random(self.step_seed(seed)), self.precision.autocast(self.devices[0]):
-                self._item_chunks(batch, pieces)
+            with self.item_random(self.step_seed(seed)), self.precision.autocast(self.devices[0]), \
+                    self._item_chunks(batch, pieces):         # dropout masks by item, when the plan says so
                 if pieces:
                     self._run_schedule(batch, pieces, training=True)
             loss = self._reduce(optimizer)
@@ -197,36 +200,12 @@ class PipelineEngine(Engine):
                 self.zero_grad(optimizer)
             return StepResult(loss, outputs, stepped)
 
-    def _item_chunks(self, batch: Any, pieces: Sequence[Piece]) -> None:
-        """Under ``'randomness': 'by_item'``: each micro-batch's first item in the global batch (its pipeline's part
-        starts after the parts of the pipelines before it: one all-gather of the item counts over ``dp``), for the
-        stage's dropout modules, which draw as one process does (``item_random``). torch's first step runs the
-        stage once more on the first micro-batch's shapes: with its items too. Every rank joins, with items or
-        without."""
+    def _item_chunks(self, batch: Any, pieces: Sequence[Piece]) -> contextlib.AbstractContextManager:
+        """Under ``'randomness': 'by_item'``, the step's context that tells the stage's dropout modules the items of
+        every micro-batch (``stage_items``; a collective of every rank, with items or without)."""
         if self._item_streams is None:
-            return
-        offset = 0
-        if self._dp is not None:
-            counts = [torch.zeros(1, dtype=torch.long) for _ in range(self.plan.mesh.data_size)]
-            dist.all_gather(counts, torch.tensor([batch.size]), group=self._dp)
-            offset = int(sum(counts[:self.plan.mesh.data_rank]))
-        if not pieces:
-            return
-        size = max(piece.size for piece in pieces)
-        self._step['chunks'] = ([offset + piece.start for piece in pieces], size)
-        self._item_streams.piece(0, offset + pieces[0].start, size)
-
-    def _name_chunks(self, stage: Any) -> None:
-        """Each micro-batch's forward on ``stage`` (a ``PipelineStage``) tells the dropout modules its items
-        (``_item_chunks``), under ``'randomness': 'by_item'``."""
-        forward = stage.forward_one_chunk
-
-        def forward_one_chunk(chunk: int, *args: Any, **kwargs: Any) -> Any:
-            chunks = self._step.get('chunks')
-            if chunks is not None and self._item_streams is not None:
-                self._item_streams.piece(0, chunks[0][chunk], chunks[1])
-            return forward(chunk, *args, **kwargs)
-        stage.forward_one_chunk = forward_one_chunk
+            return contextlib.nullcontext()
+        return self._chunk_items.step(self._item_streams, part_offset(batch.size, self._dp, self.plan.mesh), pieces)
 
     def _pieces(self, batch: Any, loss_fn: Callable) -> tuple[StepLoss, tuple[Piece, ...]]:
         """What each micro-batch's loss is (``losses.StepLoss``, as every engine weighs it: a sum over the global
