@@ -10,23 +10,13 @@ import os
 import numpy as np
 import torch
 
-from flowpipe import B, I, P, Checkpoint, Pipeline, R, V
+from flowpipe import B, I, P, Pipeline, R, V
 from flowpipe.parallel import distributed
 
 from .pipeline_jobs import N_CLASSES, N_FEATURES, dataset, network
+from .relayout_jobs import _stop, run_stopped
 
-BATCH, EPOCHS, STOP_AT = 5, 2, 6          # 23 items: 5 batches an epoch, the last of 3
-#: the batch at which a run stops (set by ``train``; read by the pipeline's ``call``, outside its definition)
-STOP = {'at': None}
-
-
-class Stopped(Exception):
-    """The failure a written run stops with."""
-
-
-def _stop(number):
-    if STOP['at'] is not None and number == STOP['at']:
-        raise Stopped(number)
+BATCH, STOP_AT = 5, 6          # 23 items: 5 batches an epoch, the last of 3; two epochs (``relayout_jobs.EPOCHS``)
 
 
 def config(stages=None, microbatch=2, dropout=False, loss='ce', amp=None, schedule=None):
@@ -67,16 +57,8 @@ def train(folder=None, stop=None, sharded=False, **kwargs):
     """Run ``EPOCHS`` epochs (seeded, shuffled) with checkpoints in ``folder`` (resuming from them when there are
     some; ``sharded``: their weights in shards), stopping at batch ``stop``; the state at the end (or at the stop).
     ``kwargs``: ``pipeline``'s."""
-    STOP['at'] = stop
     done = pipeline(**kwargs)
-    checkpoint = None if folder is None else Checkpoint(folder, sharded=sharded)
-    try:
-        done.run(BATCH, n_epochs=EPOCHS, shuffle=True, seed=11, checkpoint=checkpoint,
-                 resume=folder is not None and os.path.isdir(folder) and bool(os.listdir(folder)))
-    except Stopped:
-        pass
-    finally:
-        STOP['at'] = None
+    run_stopped(done, BATCH, folder, stop, sharded)
     model = done.m('net')
     state = model.engine.state_dict()           # a collective under a pipeline: rank 0 gathers every stage
     state = distributed.broadcast(state) if distributed.world_size() > 1 else state

@@ -16,8 +16,9 @@ from typing import Any, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
-from ..item_random import ItemStreams
+from ..item_random import ItemStreams, dropout_modules
 from ..mesh import Mesh
 from ..split import Piece
 
@@ -41,6 +42,13 @@ class ChunkItems:
         self.streams: ItemStreams | None = None
         self._starts: list[int] | None = None
         self._size = 0
+        self._dropout: bool | None = None
+
+    def needed(self, network: nn.Module) -> bool:
+        """Whether ``network`` (the whole one, every rank alike) has dropout modules that draw by item."""
+        if self._dropout is None:
+            self._dropout = bool(dropout_modules(network))
+        return self._dropout
 
     @contextlib.contextmanager
     def step(self, streams: ItemStreams, offset: int, pieces: Sequence[Piece]) -> Iterator[None]:
