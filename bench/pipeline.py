@@ -9,11 +9,15 @@ runs in 2 processes started by ``flowpipe.parallel.launch`` (start-up not timed)
 epoch after two warm-up steps and reports the median step. The arms run in rounds ordered A B B A; each ratio is
 the median over rounds of the ratio within a round.
 
-Run: ``python bench/pipeline.py [--rounds 4] [--device cpu]`` (``--device GPU:*`` on a machine with 2 GPUs, NCCL).
+Run: ``python bench/pipeline.py [--rounds 4] [--device cpu]``. ``--device cuda`` is the GPU arm: one GPU per rank
+(each rank takes ``cuda:LOCAL_RANK``) over NCCL, on a machine with 2 GPUs or more; with fewer it says why and exits
+with status 2 (NCCL refuses two ranks on one GPU, and gloo, which lets ranks share one, does not send CUDA tensors
+from rank to rank, which the stages do).
 """
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -51,11 +55,26 @@ def epoch(stages=None, device='cpu'):
     return {'step': statistics.median(np.diff(pipeline.v('steps'))), 'bytes': distributed.gather(held, dst=None)}
 
 
+def check_gpus(device):
+    """Exit with the reason where ``device`` is not the CPU and fewer than 2 GPUs are visible."""
+    if device == 'cpu':
+        return
+    import torch
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count < 2:
+        print(f"Expected 2 GPUs for --device {device}: one per rank, over NCCL. Received: {count} GPU(s). NCCL refuses "
+              "two ranks on one GPU, and gloo, which lets ranks share one, does not send CUDA tensors from rank to "
+              "rank, which the pipeline's stages do. Run it with --device cpu, or on a machine with 2 GPUs.",
+              file=sys.stderr)
+        sys.exit(2)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--rounds', type=int, default=4)
     parser.add_argument('--device', default='cpu')
     args = parser.parse_args()
+    check_gpus(args.device)
     from flowpipe.parallel import launch
     backend = 'gloo' if args.device == 'cpu' else 'nccl'
     env = {'FLOWPIPE_DIST_BACKEND': backend, 'OMP_NUM_THREADS': '1'}

@@ -15,7 +15,9 @@ here, once:
 Workers ignore the signals a run with a checkpoint stops on (:data:`STOP_SIGNALS`, ``execution/signals.py``):
 Ctrl-C reaches the whole process group, and Slurm sends SIGTERM or SIGUSR1 to every process of a job step. The
 caller's run then finishes its batch with its workers still there, writes its checkpoint and stops them with
-:func:`stop`. A rank runs a pipeline of its own, so it keeps its signals.
+:func:`stop`. A rank runs a pipeline of its own, so it keeps its signals; it starts in a process group of its own,
+so that a Ctrl-C in the caller's terminal reaches the caller only, and the caller passes the signals it gets on to
+its ranks (:class:`Forwarding`): each rank gets each signal once, as torchrun's workers do.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .lifeline import watch_caller
 
-__all__ = ['Child', 'Forked', 'Launcher', 'STOP_SIGNALS', 'Spawned', 'Spec', 'hidden_main', 'release', 'stop']
+__all__ = ['Child', 'Forked', 'Forwarding', 'Launcher', 'STOP_SIGNALS', 'Spawned', 'Spec', 'hidden_main', 'release',
+           'stop']
 
 #: the signals a run with a checkpoint stops on (those the platform has); worker processes ignore them
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ('SIGTERM', 'SIGUSR1', 'SIGINT') if hasattr(signal, name))
@@ -86,6 +89,16 @@ class Child:
     def stop(self, grace: float, now: bool = False) -> None:
         """:func:`stop` for this process alone."""
         stop([self], grace, now)
+
+    def signal(self, number: int) -> None:
+        """Send signal ``number`` unless the process is known to have ended. Safe in a signal handler: it reads the
+        exit code already collected and never waits for one (``exitcode`` reads it from a pipe, and a handler that
+        ran inside that read would take the code from the read it interrupted)."""
+        popen = getattr(self.process, '_popen', None)
+        if self.pid is None or getattr(popen, 'returncode', None) is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, number)
 
     def _steps(self, now: bool) -> list[int | None]:
         """The stop sequence's requests, in order: ``None`` (``ask``), SIGTERM, SIGKILL."""
@@ -147,6 +160,58 @@ def release(channels: Iterable[Any]) -> None:
             channel.join_thread()
 
 
+class Forwarding:
+    """The caller's stop signals passed on to its children while it waits for them: ``with Forwarding(children)``.
+
+    Each of ``signals`` the caller receives in the block is noted in ``received`` and sent to every child in
+    ``children`` that runs (the list is read at each signal: a child started in the block gets the signals that
+    come after its start). A second SIGINT is passed on and raises ``KeyboardInterrupt`` at once (a Ctrl-C while a
+    stop is pending, as in a run). Handlers are set in the main thread only (Python's rule): elsewhere the block
+    runs without them and the signals act on the caller as they would without flowpipe. A signal the caller
+    ignores, or whose handler was set outside Python, is left alone. The previous handlers are put back when the
+    block ends (one installed over ours meanwhile stays); ``call_previous`` then calls those of the signals
+    received that are Python functions (not Python's own SIGINT handler: the caller raises ``KeyboardInterrupt``
+    itself where it should).
+
+    Attributes:
+        received: the signals received in the block, in order (their numbers).
+    """
+
+    def __init__(self, children: list[Child], signals: tuple[int, ...] = STOP_SIGNALS):
+        self.children, self.signals = children, tuple(signals)
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> Forwarding:
+        if threading.current_thread() is threading.main_thread():
+            for number in self.signals:
+                previous = signal.getsignal(number)
+                if previous is not None and previous != signal.SIG_IGN:
+                    self._previous[number] = previous
+                    signal.signal(number, self._pass_on)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for number, handler in self._previous.items():
+            if signal.getsignal(number) == self._pass_on:
+                signal.signal(number, handler)
+
+    def call_previous(self) -> None:
+        """Call the previous Python handlers of the signals received (each once, in the order first received)."""
+        for number in dict.fromkeys(self.received):
+            handler = self._previous.get(number)
+            if callable(handler) and handler is not signal.default_int_handler:
+                handler(number, None)
+
+    def _pass_on(self, number: int, frame: Any) -> None:
+        again = number == signal.SIGINT and number in self.received
+        self.received.append(number)
+        for child in list(self.children):
+            child.signal(number)
+        if again:
+            raise KeyboardInterrupt
+
+
 class Launcher:
     """How one kind of process starts: ``context()`` (its ``multiprocessing`` context, for the channels to give
     it) and ``start(spec) -> Child``.
@@ -156,11 +221,16 @@ class Launcher:
         ignore: the signals the processes ignore.
         deathsig: whether Linux kills a process when its parent dies.
         daemon: whether the processes are daemonic (they can start no processes of their own).
+        group: whether each process starts a process group of its own (signals sent to the caller's group, such
+            as a Ctrl-C in its terminal, do not reach it).
+        default: the signals set back to their default action in the process (its parent ignored them).
     """
     method = 'spawn'
     ignore: tuple[int, ...] = ()
     deathsig = False
     daemon = False
+    group = False
+    default: tuple[int, ...] = ()
 
     def context(self) -> Any:
         import multiprocessing
@@ -169,7 +239,7 @@ class Launcher:
     def start(self, spec: Spec) -> Child:
         """Start ``spec.target(*spec.args)`` in a new process that ends with its caller."""
         process = self.context().Process(target=_enter, name=spec.name, daemon=self.daemon,
-                                         args=(os.getpid(), self.ignore, self.deathsig, spec.target, spec.args))
+                                         args=(os.getpid(), self, spec.target, spec.args))
         with self.starting():
             process.start()
         return Child(process, spec, self.ignore)
@@ -195,16 +265,23 @@ class Spawned(Launcher):
 class Forked(Launcher):
     """Ranks of a distributed job: forks of a forkserver that imported ``preload`` once (no thread or CUDA state of
     the caller is copied; later starts take a fraction of a second). They may start processes of their own, keep
-    their signals, and are killed by Linux when the forkserver dies.
+    their signals (each in a process group of its own: the caller passes signals on, :class:`Forwarding`), and are
+    killed by Linux when the forkserver dies.
+
+    The forkserver imports :mod:`flowpipe.forkserver` first, which has it ignore SIGTERM and SIGUSR1: a signal
+    sent to the caller's whole process group leaves it (and so its ranks) running, and the ranks stop gracefully
+    on the signal the caller passes on. The ranks set the two back to their default action.
 
     Args:
         preload: the modules the forkserver imports.
     """
     method = 'forkserver'
     deathsig = True
+    group = True
+    default = tuple(getattr(signal, name) for name in ('SIGTERM', 'SIGUSR1') if hasattr(signal, name))
 
     def __init__(self, preload: tuple[str, ...] = ()):
-        self.preload = tuple(preload)
+        self.preload = ('flowpipe.forkserver', *preload)
 
     def context(self) -> Any:
         context = super().context()
@@ -233,13 +310,19 @@ def hidden_main(lock: bool = True) -> Iterator[None]:
 
 # ----- in the child -----
 
-def _enter(caller: int, ignore: tuple[int, ...], deathsig: bool, target: Callable[..., Any], args: tuple) -> Any:
-    """A child's first steps, then its target: the signals ignored, Linux's parent-death signal asked for (the
-    parent of a rank is the forkserver, which outlives a killed caller as long as any rank holds its pipe), a
-    thread that ends the process once the caller is gone (even in the middle of a task)."""
-    for number in ignore:
+def _enter(caller: int, launcher: Launcher, target: Callable[..., Any], args: tuple) -> Any:
+    """A child's first steps as its ``launcher`` says, then its target: a process group of its own, the signals
+    set back to their default action and those ignored, Linux's parent-death signal asked for (the parent of a rank
+    is the forkserver, which outlives a killed caller as long as any rank holds its pipe), a thread that ends the
+    process once the caller is gone (even in the middle of a task)."""
+    if launcher.group:
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
+    for number in launcher.default:
+        signal.signal(number, signal.SIG_DFL)
+    for number in launcher.ignore:
         signal.signal(number, signal.SIG_IGN)
-    if deathsig and sys.platform.startswith('linux'):
+    if launcher.deathsig and sys.platform.startswith('linux'):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)    # PR_SET_PDEATHSIG
     watch_caller(caller)

@@ -19,15 +19,15 @@ BUDGET=${BUDGET:-480}
 WHEELS=.gpu-wheels
 SETUP=15                # seconds kept for the CUDA probe and the wheels' install
 STEPS=(engines gpu_tests ranks deterministic bench_speed bench_small bench_randomness)
-declare -A SECONDS_FOR=([engines]=60 [gpu_tests]=110 [ranks]=80 [deterministic]=35 [bench_speed]=100
-                        [bench_small]=60 [bench_randomness]=20)
+declare -A SECONDS_FOR=([engines]=60 [gpu_tests]=95 [ranks]=80 [deterministic]=35 [bench_speed]=100
+                        [bench_small]=75 [bench_randomness]=20)
 declare -A ABOUT=(
     [engines]='engine kinds on cuda:0, GPU:0x2, CPU+GPU, micro-batches, model parallel GPU+CPU, amp; vs the CPU'
     [gpu_tests]='other gpu-marked tests for one GPU: pinned copies, save on GPU / load on CPU, layouts, SAM...'
     [ranks]='two ranks sharing the GPU: DDP and sharding over gloo, NCCL refusing them; one-rank NCCL sharding'
     [deterministic]='run(deterministic=True) twice on the GPU: bit-identical parameters and losses'
     [bench_speed]='bench/speed.py, GPU arms: naive loop vs flowpipe options (cnn, resnet18)'
-    [bench_small]='bench/replicas.py --reduction (GPU:0x2 reduction cost), then bench/augment.py --device cuda'
+    [bench_small]='bench/replicas.py --reduction (GPU:0x2), bench/checkpoint_activations.py, bench/augment.py (cuda)'
     [bench_randomness]="bench/randomness.py: dropout masks by item vs torch's generator, CPU and GPU arms")
 
 step_command() {        # the command of step $1, one word per line of the array it fills: CMD
@@ -41,6 +41,7 @@ step_command() {        # the command of step $1, one word per line of the array
                             -k deterministic);;
         bench_speed) CMD=("$PYTHON" bench/speed.py --no-cpu --networks cnn resnet18 --rounds 3 --iters 8);;
         bench_small) CMD=(bash -c '"$0" bench/replicas.py --reduction --no-cpu --steps 5 --blocks 7 &&
+                             "$0" bench/checkpoint_activations.py --device cuda --rounds 3 --steps 5 &&
                              "$0" bench/augment.py --device cuda --repeats 4' "$PYTHON");;
         bench_randomness) CMD=("$PYTHON" bench/randomness.py --rounds 3 --steps 5);;
     esac
@@ -90,6 +91,15 @@ if [ -n "$missing" ]; then
              "here). Run \`bash scripts/gpu_wheels.sh\` where pip reaches an index, and carry $WHEELS." >&2
         exit 2; }
 fi
+# bench/pipeline.py's GPU arm runs one rank per GPU over NCCL: not on this check's one GPU
+if [ "$gpus" -lt 2 ]; then
+    pipeline_note="bench/pipeline.py: not run: its 2 ranks need a GPU each (NCCL refuses two ranks on one GPU, and"
+    pipeline_note+=" gloo, which lets ranks share one, does not send CUDA tensors between ranks, as the stages do)"
+else
+    pipeline_note="bench/pipeline.py: not run by this one-GPU check; on these $gpus GPUs: python bench/pipeline.py"
+    pipeline_note+=" --device cuda (2 ranks, NCCL)"
+fi
+echo "gpu_check: $pipeline_note"
 mkdir -p "$DIR"
 report="$DIR/report.md"
 {
@@ -97,6 +107,8 @@ report="$DIR/report.md"
     echo
     echo "$(date -u '+%Y-%m-%d %H:%M UTC'): $gpus GPU(s), $gpu_name; torch $torch_version, CUDA $cuda_version;" \
          "$PYTHON; budget $BUDGET s"
+    echo
+    echo "$pipeline_note"
     echo
     echo '| step | result | seconds | budget |'
     echo '|---|---|---|---|'

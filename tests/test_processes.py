@@ -104,3 +104,46 @@ def test_a_signal_to_the_whole_process_group_stops_a_run_in_worker_processes_gra
     rest = subprocess.run([*script, str(checkpoints), str(marks)], env=env, check=True, capture_output=True,
                           text=True).stdout.splitlines()
     assert first + rest == whole
+
+
+class _Recorder:
+    """A child that records the signals sent to it."""
+    def __init__(self):
+        self.sent = []
+
+    def signal(self, number):
+        self.sent.append(number)
+
+
+def test_forwarding_passes_the_callers_signals_on_and_puts_the_handlers_back():
+    from flowpipe.processes import Forwarding
+    called, children = [], [_Recorder()]
+    previous = signal.signal(signal.SIGUSR1, lambda number, frame: called.append(number))
+    ignored = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        before = [signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)]
+        with Forwarding(children) as forwarding:
+            children.append(_Recorder())                   # a child started in the block gets the later signals
+            os.kill(os.getpid(), signal.SIGUSR1)
+            os.kill(os.getpid(), signal.SIGTERM)           # ignored by the caller: not passed on
+            os.kill(os.getpid(), signal.SIGINT)
+            with pytest.raises(KeyboardInterrupt):         # a second Ctrl-C is passed on and raises at once
+                os.kill(os.getpid(), signal.SIGINT)
+        assert [child.sent for child in children] == [[signal.SIGUSR1, signal.SIGINT, signal.SIGINT]] * 2
+        assert forwarding.received == [signal.SIGUSR1, signal.SIGINT, signal.SIGINT] and called == []
+        assert [signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)] == before
+        forwarding.call_previous()                         # the Python handlers, once each; not Python's SIGINT one
+        assert called == [signal.SIGUSR1]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        signal.signal(signal.SIGTERM, ignored)
+
+
+def test_a_rank_starts_a_process_group_of_its_own_and_a_worker_stays_in_its_callers():
+    groups, pids = [], []
+    for launcher in (Forked(), Spawned()):
+        child, tasks = _start(launcher, process_jobs.obey)
+        groups.append(os.getpgid(child.pid))
+        pids.append(child.pid)
+        child.stop(READY_SECONDS)
+    assert groups == [pids[0], os.getpgid(0)]

@@ -22,6 +22,11 @@ user's modules are left as they were). Their ``p``, ``inplace``, training or eva
 (a sequence-first transformer), a subclass with its own ``forward``, and random operations that are not these
 modules (``F.dropout`` in a user's ``forward``, attention dropout inside ``nn.MultiheadAttention``) draw from
 torch's generator of the piece as under ``'torch'`` (a warning names such a module once).
+
+Activation checkpointing (``flowpipe.models.torch.checkpointing``) runs a checkpointed module's forward a second time
+during backward. Its dropout calls must not count as new calls: around the first forward a :class:`DrawLog` records
+every draw (the stream and the first item, or torch's own dropout), and around the recomputation it hands them back
+in the same order, so the recomputed masks are the first forward's bit for bit.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import contextlib
 import hashlib
 import inspect
 import math
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
@@ -36,7 +42,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import torch
 from torch import nn
 
-__all__ = ['BY_ITEM', 'RANDOMNESS', 'TORCH', 'ItemStreams', 'call_stream', 'check_randomness', 'describe_randomness',
+__all__ = ['BY_ITEM', 'RANDOMNESS', 'TORCH', 'DrawLog', 'ItemStreams', 'call_stream', 'check_randomness', 'describe_randomness',
            'dropout_modules', 'item_dropout', 'keep_mask', 'mix']
 
 BY_ITEM, TORCH = 'by_item', 'torch'
@@ -166,6 +172,64 @@ class _Piece:
     calls: dict[int, int] = field(default_factory=dict)
 
 
+class _Draw(NamedTuple):
+    """One by-item dropout call: its stream and the global index of its input's first item."""
+
+    stream: int
+    start: int
+
+
+_FRAMES = threading.local()     # per thread: the DrawLog frames entered (recording or replaying), innermost last
+
+
+class DrawLog:
+    """The dropout draws of one checkpointed forward, in call order, replayed when backward recomputes it.
+
+    ``recording()`` wraps the first forward: every by-item dropout call in it (on this thread) appends its
+    :class:`_Draw`, or ``None`` for one that ran torch's own dropout (its generator state is the checkpoint's to
+    restore). ``replaying()`` wraps a recomputation (entered again for each): the calls take the recorded draws in
+    order instead of counting new calls.
+    """
+
+    def __init__(self) -> None:
+        self.draws: list[_Draw | None] = []
+        self.replay = False
+        self.position = 0
+
+    def recording(self) -> contextlib.AbstractContextManager:
+        """The context of the first forward."""
+        return _entered(self, replay=False)
+
+    def replaying(self) -> contextlib.AbstractContextManager:
+        """The context of a recomputation (reusable: a second backward through the same graph replays again)."""
+        return _entered(self, replay=True)
+
+    def next(self) -> _Draw | None:
+        """The next recorded draw."""
+        if self.position >= len(self.draws):
+            raise RuntimeError(f"Expected a recomputed forward to make the {len(self.draws)} dropout call(s) of its "
+                               "first forward. Received: more calls. A checkpointed module must run the same "
+                               "dropout modules each time it is called; leave it out of 'checkpoint_activations'.")
+        self.position += 1
+        return self.draws[self.position - 1]
+
+
+@contextlib.contextmanager
+def _entered(log: DrawLog, replay: bool) -> Iterator[None]:
+    frames = _FRAMES.__dict__.setdefault('frames', [])
+    log.replay, log.position = replay, 0
+    frames.append(log)
+    try:
+        yield
+    finally:
+        frames.pop()
+
+
+def _active_log() -> DrawLog | None:
+    frames = getattr(_FRAMES, 'frames', None)
+    return frames[-1] if frames else None
+
+
 class ItemStreams:
     """The dropout modules of an engine's replicas and, during a step, their forwards that draw by item.
 
@@ -207,17 +271,32 @@ class ItemStreams:
         own, key = type(module).forward, _name_key(name)
 
         def forward(input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's name
-            if not module.training or module.p == 0 or piece.size is None:
+            if not module.training or module.p == 0:
                 return own(module, input)
-            call = piece.calls.get(key, 0)
-            piece.calls[key] = call + 1
-            if (input.dim() < 2 if kind.feature else input.dim() < 1) or input.shape[0] != piece.size or (
-                    kind.dims is not None and input.dim() not in kind.dims):
-                self._warn(name, input, piece.size)
+            log = _active_log()
+            if log is not None and log.replay:
+                draw = log.next()
+            else:
+                draw = self._draw(piece, key, name, kind, input)
+                if log is not None:
+                    log.draws.append(draw)
+            if draw is None:
                 return own(module, input)
-            return item_dropout(input, float(module.p), module.inplace, kind, call_stream(piece.seed, key, call),
-                                piece.start)
+            return item_dropout(input, float(module.p), module.inplace, kind, draw.stream, draw.start)
         return forward
+
+    def _draw(self, piece: _Piece, key: int, name: str, kind: Kind, input: torch.Tensor) -> _Draw | None:  # noqa: A002
+        """The draw of a new call of a module in ``piece``; ``None`` when torch's own dropout runs (outside a piece,
+        or an input that does not hold the piece's items along its first axis: warned once)."""
+        if piece.size is None:
+            return None
+        call = piece.calls.get(key, 0)
+        piece.calls[key] = call + 1
+        if (input.dim() < 2 if kind.feature else input.dim() < 1) or input.shape[0] != piece.size or (
+                kind.dims is not None and input.dim() not in kind.dims):
+            self._warn(name, input, piece.size)
+            return None
+        return _Draw(call_stream(piece.seed, key, call), piece.start)
 
     def _warn(self, name: str, input: torch.Tensor, size: int) -> None:  # noqa: A002
         if name not in self._warned:

@@ -14,7 +14,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ['DRAW', 'annotate_subplot', 'prefixed']
+from .morphology import dilated
+
+__all__ = ['DRAW', 'annotate_subplot', 'batchflow_colormap', 'prefixed', 'prepare_image', 'text_and_options',
+           'value_range', 'wrap', 'xy']
 
 # the comparisons a string value of ``mask`` may start with ('<0.5', '==2', '>=1000')
 COMPARISONS = {'<=': operator.le, '>=': operator.ge, '==': operator.eq, '!=': operator.ne, '<': operator.lt,
@@ -51,9 +54,18 @@ def masked(data: np.ndarray, conditions: Any) -> np.ndarray:
     return np.ma.masked_array(data, mask=mask)
 
 
+def batchflow_colormap() -> Any:
+    """``cmap='batchflow'`` (batchflow's own colour map): magma, its top tenth running on into white."""
+    from matplotlib import colormaps, colors
+    magma = colormaps['magma'](np.linspace(0, 1, 230))
+    top = np.linspace(magma[-1], colors.to_rgba('white'), 27)[1:]
+    return colors.ListedColormap(np.vstack([magma, top]), name='batchflow')
+
+
 def _colormap(cmap: Any, mask_color: Any) -> tuple[Any, bool]:
     """A matplotlib colormap for ``cmap``, and whether it is a single colour (nonzero values in that colour)."""
     from matplotlib import colormaps, colors
+    cmap = batchflow_colormap() if isinstance(cmap, str) and cmap == 'batchflow' else cmap
     single = isinstance(cmap, str) and cmap not in colormaps and colors.is_color_like(cmap)
     if single or (isinstance(cmap, tuple) and colors.is_color_like(cmap)):
         colormap = colors.ListedColormap([cmap])
@@ -66,7 +78,7 @@ def _colormap(cmap: Any, mask_color: Any) -> tuple[Any, bool]:
     return colormap, single or isinstance(cmap, tuple)
 
 
-def _value_range(data: np.ndarray, params: Mapping[str, Any]) -> tuple[Any, Any]:
+def value_range(data: np.ndarray, params: Mapping[str, Any]) -> tuple[Any, Any]:
     """``vmin``/``vmax`` as given (a string is a quantile of the data), or symmetric about 0 from ``vrange``."""
     vrange = params.get('vrange')
     if vrange is not None:
@@ -95,15 +107,22 @@ def _image_array(data: np.ndarray, transpose: Any) -> np.ndarray:
                      f"{data.shape}. Pass transpose=(1, 2, 0) for channels first.")
 
 
+def prepare_image(data: np.ndarray, params: Mapping[str, Any]) -> tuple[np.ndarray, Any]:
+    """The array ``imshow`` gets (transposed, dilated, values masked) and its colour map: a single colour as
+    ``cmap`` leaves zeros transparent (a mask over an image)."""
+    data = _image_array(np.asarray(data), params.get('transpose'))
+    data = dilated(data, params.get('dilate'))
+    colormap, single = _colormap(params.get('cmap', 'Greys_r'), params.get('mask_color'))
+    if single:
+        data = np.ma.masked_equal(data, 0)
+    return masked(data, params.get('mask')), colormap
+
+
 def draw_image(ax: Any, data: np.ndarray, params: Mapping[str, Any]) -> Any:
     """``imshow`` of a 2-d array (through ``cmap``) or of RGB(A); a single colour as ``cmap`` draws the nonzero
     values in that colour and leaves zeros transparent (a mask over an image)."""
-    data = _image_array(np.asarray(data), params.get('transpose'))
-    colormap, single = _colormap(params.get('cmap', 'Greys_r'), params.get('mask_color'))
-    if single:
-        data = np.ma.masked_equal(data, 0) if not np.ma.isMaskedArray(data) else data
-    data = masked(data, params.get('mask'))
-    vmin, vmax = _value_range(data, params)
+    data, colormap = prepare_image(data, params)
+    vmin, vmax = value_range(data, params)
     options = {'alpha': params.get('alpha'), 'extent': params.get('extent'), **prefixed(params, 'image')}
     return ax.imshow(data, cmap=colormap, vmin=vmin, vmax=vmax, **options)
 
@@ -118,7 +137,7 @@ def draw_histogram(ax: Any, data: np.ndarray, params: Mapping[str, Any]) -> Any:
     return patches[0] if len(patches) else None
 
 
-def _xy(data: Any) -> tuple[np.ndarray, np.ndarray]:
+def xy(data: Any) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(data, tuple):
         if len(data) != 2:
             raise ValueError(f"Expected a curve as y or as a tuple (x, y). Received: a tuple of {len(data)}.")
@@ -129,7 +148,7 @@ def _xy(data: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def draw_curve(ax: Any, data: Any, params: Mapping[str, Any]) -> Any:
     """A line through ``y`` (against its positions) or through ``(x, y)``."""
-    x, y = _xy(data)
+    x, y = xy(data)
     options = {'color': params.get('color'), 'alpha': params.get('alpha'), 'linestyle': params.get('linestyle'),
                'linewidth': params.get('linewidth'), 'label': params.get('label'), **prefixed(params, 'curve')}
     (line,) = ax.plot(x, y, **{key: value for key, value in options.items() if value is not None})
@@ -144,7 +163,11 @@ def draw_loss(ax: Any, data: Any, params: Mapping[str, Any]) -> Any:
     window = params.get('window', 20)
     smooth = window is not None and 1 < window <= len(loss)
     options = {'color': params.get('color'), **prefixed(params, 'loss')}
-    (line,) = ax.plot(loss, alpha=0.35 if smooth else 1.0, label=params.get('label', 'loss'), **options)
+    label = params.get('label', 'loss')
+    if params.get('final_window') is not None:      # the mean of the last values in the legend
+        count = min(int(params['final_window']), len(loss))
+        label = f"{label} (mean of the last {count}: {np.mean(loss[-count:]):.4g})"
+    (line,) = ax.plot(loss, alpha=0.35 if smooth else 1.0, label=label, **options)
     if smooth:
         mean = np.convolve(loss, np.ones(window) / window, mode='valid')
         ax.plot(np.arange(window - 1, len(loss)), mean, color=line.get_color(), linewidth=2,
@@ -154,12 +177,14 @@ def draw_loss(ax: Any, data: Any, params: Mapping[str, Any]) -> Any:
         lr_options = {'color': 'sandybrown', 'label': 'learning rate', **prefixed(params, 'lr')}
         lr_ax.plot(np.asarray(lr, dtype=float), **lr_options)
         lr_ax.set_ylabel('learning rate')
+        if params.get('log_lr'):
+            lr_ax.set_yscale('log')
     return line
 
 
 DRAW: dict[str, Callable[[Any, Any, Mapping[str, Any]], Any]] = {
     'image': draw_image, 'histogram': draw_histogram, 'curve': draw_curve, 'loss': draw_loss}
-SUBPLOT_DEFAULTS = {'histogram': {'xlabel': 'Values', 'ylabel': 'Counts'},
+SUBPLOT_DEFAULTS = {'histogram': {'xlabel': 'Values', 'ylabel': 'Counts'}, 'matrix': {'colorbar': True},
                     'loss': {'xlabel': 'Iterations', 'ylabel': 'Loss'}}
 
 
@@ -173,27 +198,77 @@ def _legend_handle(artist: Any, label: str) -> Any:
     return artist
 
 
-def annotate_subplot(ax: Any, mode: str, params: Mapping[str, Any], artists: list, labels: list) -> None:
-    """Title, axis labels, limits, log scale, grid, colour bar (of the first layer) and legend of one subplot."""
+def wrap(text: str, width: int, delimiter: str = ' ') -> str:
+    """``text`` broken into lines of at most ``width`` characters after ``delimiter``s (kept at the lines' ends);
+    an item longer than that on a line of its own."""
+    lines: list[str] = []
+    for item in text.split(delimiter):
+        if lines and len(lines[-1]) + len(delimiter) + len(item) <= width:
+            lines[-1] += delimiter + item
+        else:
+            lines.append(item)
+    return (delimiter + '\n').join(lines)
+
+
+def text_and_options(params: Mapping[str, Any], key: str) -> tuple[str, dict]:
+    """``params[key]`` as text (a list joined with commas; wrapped at ``{key}_wrap_width`` characters, after
+    ``{key}_wrap_delimiter``, a space by default) and the other ``{key}_*`` options."""
+    options = prefixed(params, key)
+    width, delimiter = options.pop('wrap_width', None), options.pop('wrap_delimiter', ' ')
+    text = params[key]
+    text = ', '.join(map(str, text)) if isinstance(text, list) else str(text)
+    return (wrap(text, width, delimiter) if width else text), options
+
+
+TICK_PARAMS = {'rotation': 'labelrotation', 'fontsize': 'labelsize', 'color': 'labelcolor'}
+
+
+def _style_tick_labels(ax: Any, axis: str, options: dict[str, Any]) -> None:
+    """Text properties on the tick labels of ``axis`` (rotation, size and colour kept for ticks placed later)."""
+    ax.tick_params(axis=axis, **{TICK_PARAMS[key]: options.pop(key) for key in list(options) if key in TICK_PARAMS})
+    for label in getattr(ax, f'get_{axis}ticklabels')():
+        label.update(options)
+
+
+def _ticks(ax: Any, params: Mapping[str, Any]) -> None:
+    """``xtick_*``/``ytick_*``: ``locations``, ``labels`` (at ``0, 1, ...`` without locations), ``size`` and the
+    labels' text properties (``rotation``, ``ha``, ``color``...)."""
+    for axis in ('x', 'y'):
+        options = prefixed(params, f'{axis}tick')
+        locations, labels = options.pop('locations', None), options.pop('labels', None)
+        if 'size' in options:
+            options['fontsize'] = options.pop('size')
+        if locations is not None or labels is not None:
+            getattr(ax, f'set_{axis}ticks')(list(range(len(labels)) if locations is None else locations))
+        if labels is not None:
+            getattr(ax, f'set_{axis}ticklabels')([str(label) for label in labels], **options)
+        elif options:
+            _style_tick_labels(ax, axis, options)
+
+
+def annotate_subplot(ax: Any, mode: str, params: Mapping[str, Any], artists: list, labels: list) -> Any:
+    """Title, axis labels, ticks, limits, log scale, grid, colour bar (of the first layer) and legend of one
+    subplot; returns the colour bar (or ``None``)."""
     params = {**SUBPLOT_DEFAULTS.get(mode, {}), **params}
-    title = params.get('title')
-    if title is not None:
-        ax.set_title(', '.join(map(str, title)) if isinstance(title, list) else str(title), **prefixed(params, 'title'))
-    for key in ('xlabel', 'ylabel'):
+    for key in ('title', 'xlabel', 'ylabel'):
         if params.get(key) is not None:
-            getattr(ax, f'set_{key}')(params[key], **prefixed(params, key))
+            text, options = text_and_options(params, key)
+            getattr(ax, f'set_{key}')(text, **options)
+    _ticks(ax, params)
     for key in ('xlim', 'ylim'):
         if params.get(key) is not None:
             getattr(ax, f'set_{key}')(params[key])
     if params.get('log'):
         ax.set_yscale('log')
-    if params.get('grid') or (params.get('grid') is None and mode != 'image'):
+    if params.get('grid') or (params.get('grid') is None and mode not in ('image', 'matrix')):
         ax.grid(alpha=0.3, **prefixed(params, 'grid'))
+    colorbar = None
     if params.get('colorbar') and artists and artists[0] is not None:
-        ax.figure.colorbar(artists[0], ax=ax, **prefixed(params, 'colorbar'))
+        colorbar = ax.figure.colorbar(artists[0], ax=ax, **prefixed(params, 'colorbar'))
     handles = [_legend_handle(artist, label) for artist, label in zip(artists, labels)
                if label is not None and artist is not None]
     if mode == 'loss':
         ax.legend(**prefixed(params, 'legend'))
     elif handles:
         ax.legend(handles=handles, **prefixed(params, 'legend'))
+    return colorbar

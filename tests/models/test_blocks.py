@@ -68,8 +68,43 @@ def test_a_network_by_order_joins_encoder_skips_in_the_decoder():
     assert next(m for m in first_block.modules() if isinstance(m, torch.nn.Conv2d)).in_channels == 16 + 8
 
 
+MLP_DECODER = {**UNET, 'order': ['initial_block', 'encoder', 'decoder', 'head'],
+               'decoder': {'type': 'mlp-decoder', 'upsample': {'channels': [4, 4, 8]}, 'block': {'channels': 6}}}
+
+
+def test_an_mlp_decoder_brings_every_tensor_to_one_size_joins_and_mixes_them():
+    network = Network((2, 1, 16, 16), MLP_DECODER)
+    decoder = network.decoder
+    assert [name for name, _ in decoder.named_children()] == ['upsample0', 'upsample1', 'upsample2', 'combine', 'block']
+    x = torch.rand(2, 1, 16, 16)
+    network.eval()
+    tensors = network.encoder(network.initial_block(x))          # skips of 16x16 and 8x8, the last 4x4
+    resized = [decoder.upsample0(tensors[0]), decoder.upsample1(tensors[1]), decoder.upsample2(tensors[2])]
+    assert [tuple(t.shape) for t in resized] == [(2, 4, 16, 16), (2, 4, 16, 16), (2, 8, 16, 16)]
+    assert torch.equal(decoder(tensors), decoder.block(torch.cat(resized, 1)))
+    assert tuple(network(x).shape) == (2, 3, 16, 16)
+
+
+def test_an_mlp_decoder_takes_one_tensor_a_size_and_refuses_another_count():
+    decoder = Network((2, 4, 8, 8), {'body': {'type': 'mlpdecoder', 'size': (12, 10)}}).body
+    assert tuple(decoder(torch.rand(3, 4, 8, 8)).shape) == (3, 4, 12, 10)
+    with pytest.raises(ValueError, match=r'Expected 1 tensor\(s\) into the mlp-decoder.*Received: 2'):
+        decoder([torch.rand(3, 4, 8, 8), torch.rand(3, 4, 8, 8)])
+
+
+def test_a_segmenter_with_an_mlp_decoder_trains():
+    config = {key: value for key, value in MLP_DECODER.items() if key not in ('head', 'embedding')}
+    model = TorchModel({**config, 'inputs/images/shape': (1, 16, 16), 'inputs/masks/classes': 3,
+                        'head': {'layout': 'c', 'kernel_size': 1}})
+    images = np.random.default_rng(0).random((4, 1, 16, 16)).astype('float32')
+    masks = np.random.default_rng(1).integers(0, 3, (4, 16, 16))
+    assert np.isfinite(model.train(images, masks, fetches='loss'))
+    assert model.predict(images).shape == (4, 3, 16, 16)
+
+
 @pytest.mark.parametrize('section, error, match', [
-    ({'type': 'timm'}, ValueError, "type='timm'.*nn.Module"),
+    ({'type': 'timm'}, ValueError, "type='timm'.*does not load networks of timm.*nn.Module"),
+    ({'type': 'hugging-face'}, ValueError, "type='hugging-face'.*timm or Hugging Face"),
     ({'type': 'decoderx'}, ValueError, "part type among"),
     ({'type': 'encoder'}, ValueError, "num_stages as a positive int"),
     ({'type': 'encoder', 'num_stages': 1, 'order': 'bx'}, ValueError, "order as letters"),

@@ -118,3 +118,60 @@ def test_a_zoo_config_merges_the_users_sections():
 def test_resnet50_at_its_widths_builds():
     model = ResNet50({'inputs_shapes': (3, 32, 32), 'classes': 1000})
     assert 25.0e6 < sum(p.numel() for p in model.model.parameters()) < 26.0e6     # the paper's 25.6 M
+
+
+def test_the_norm_of_the_config_reaches_every_layer_shortcuts_included():
+    # a projection shortcut made its own BatchNorm whatever the block's normalization_type: a layer-norm ResNet
+    # was then batch-dependent, not exact across ranks or replicas
+    for model_class, options in [(ResNet50, _RES), (SEResNet18, _SE)]:
+        model = model_class({'inputs_shapes': (3, 16, 16), 'classes': 5, **options,
+                             'common/normalization_type': 'layer'})
+        norms = [m for m in model.model.modules() if isinstance(m, (torch.nn.BatchNorm2d, torch.nn.GroupNorm))]
+        assert norms and all(isinstance(m, torch.nn.GroupNorm) and m.num_groups == 1 for m in norms)
+
+
+def _network(model_class, options):
+    if (model_class, options) in SEGMENTERS:
+        return model_class({'inputs/images/shape': (1, 16, 16), 'inputs/masks/classes': 2, **options}).model
+    return model_class({'inputs_shapes': (3, 16, 16), 'classes': 5, **options}).model
+
+
+UNITS = [(ResNet50, _RES), (DenseNet121, _DENSE), (EfficientNetB0, _EFF), (VGG16, _VGG), (UNet, _SEG)]
+
+
+@pytest.mark.parametrize('model_class, options', UNITS, ids=[c.__name__ for c, _ in UNITS])
+def test_the_default_sharding_units_are_blocks_that_run(model_class, options):
+    from flowpipe.parallel.engines.sharded import sharding_units
+    network = _network(model_class, options)
+    units = sharding_units(network, None)
+    # FSDP2 shards only modules with a forward of their own: an encoder's stages in a ModuleList were refused
+    assert units and all(type(unit).forward is not torch.nn.Module.forward for unit in units)
+    assert sum(p.numel() for unit in units for p in unit.parameters()) == sum(p.numel() for p in network.parameters())
+    if all(hasattr(network, name) for name in ('initial_block', 'body', 'head')):     # each block of body a unit
+        parts = [name for name, _ in network.body.named_children()]
+        assert len(units) == 2 + sum(any(True for _ in getattr(network.body, n).parameters()) for n in parts)
+
+
+def test_an_encoder_and_a_decoder_name_their_stage_parts():
+    network = UNet({'inputs/images/shape': (1, 16, 16), 'inputs/masks/classes': 2, **_SEG}).model
+    assert [name for name, _ in network.encoder.named_children()][:3] == ['block0', 'skip0', 'downsample0']
+    assert [name for name, _ in network.decoder.named_children()][:3] == ['upsample0', 'combine0', 'block0']
+    assert network.decoder.stages[1] is network.decoder.combine0
+    assert any(key.startswith('encoder.block0.') for key in network.state_dict())
+
+
+def test_a_file_with_the_stage_parts_in_one_list_still_loads():
+    """Files written while an encoder's and a decoder's stage parts were one list ``stages`` keep them under
+    ``<part>.stages.<index>.``: they load into the named children, each weight in its place."""
+    torch.manual_seed(0)
+    saved = UNet({'inputs/images/shape': (1, 16, 16), 'inputs/masks/classes': 2, **_SEG}).model
+    torch.manual_seed(1)
+    fresh = UNet({'inputs/images/shape': (1, 16, 16), 'inputs/masks/classes': 2, **_SEG}).model
+    listed = {}
+    for key, value in saved.state_dict().items():
+        part, child, rest = key.split('.', 2) if key.count('.') >= 2 else (key, '', '')
+        names = [name for _, _, name in getattr(getattr(saved, part, None), 'steps', [])]
+        listed[f'{part}.stages.{names.index(child)}.{rest}' if child in names else key] = value
+    assert any('.stages.' in key for key in listed) and not any('encoder.block0.' in key for key in listed)
+    fresh.load_state_dict(listed)
+    assert all(torch.equal(value, saved.state_dict()[key]) for key, value in fresh.state_dict().items())

@@ -1,13 +1,16 @@
 """The launcher: results in rank order, a failing or killed rank fails the job within the timeout, no orphans."""
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from flowpipe.errors import LaunchError
+from flowpipe.errors import LaunchError, RunStopped
+from flowpipe.lifeline import alive
 from flowpipe.parallel import launch
 
 from . import dist_jobs
@@ -146,6 +149,85 @@ def test_ranks_end_when_their_caller_is_killed(tmp_path):
     while any(_alive(pid) for pid in ranks) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in ranks)
+
+
+def _handlers():
+    return [signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)]
+
+
+def _wait_for_signal(ready, handled):
+    """In a rank: note SIGUSR1, report in ``ready``, wait until it comes (or until the caller's own handler ran:
+    then the caller did not pass it on); the signals noted."""
+    noted = []
+    signal.signal(signal.SIGUSR1, lambda number, frame: noted.append(signal.Signals(number).name))
+    open(ready, 'w').close()
+    while not noted and not os.path.exists(handled):
+        time.sleep(0.01)
+    return noted
+
+
+@pytest.mark.slow
+def test_a_signal_to_the_caller_reaches_the_ranks_then_the_callers_own_handler(tmp_path):
+    ready, handled, done = tmp_path / 'ready', tmp_path / 'handled', threading.Event()
+    called = []
+
+    def handler(number, frame):
+        called.append(number)
+        handled.touch()
+
+    def send():
+        while not ready.exists() and not done.is_set():
+            time.sleep(0.01)
+        if not done.is_set():
+            os.kill(os.getpid(), signal.SIGUSR1)
+    previous = signal.signal(signal.SIGUSR1, handler)
+    sender = threading.Thread(target=send)
+    try:
+        before = _handlers()
+        sender.start()
+        assert launch(_wait_for_signal, 1, args=(str(ready), str(handled)), timeout=TIMEOUT) == [['SIGUSR1']]
+        assert called == [signal.SIGUSR1]          # once, after the ranks ended
+        assert _handlers() == before
+    finally:
+        done.set()
+        sender.join()
+        signal.signal(signal.SIGUSR1, previous)
+
+
+@pytest.mark.slow
+def test_launch_from_another_thread_runs_without_passing_signals_on():
+    before, returned = _handlers(), []
+    thread = threading.Thread(target=lambda: returned.append(launch(_threads, 1, timeout=TIMEOUT)))
+    thread.start()
+    thread.join()
+    assert returned == [[1]] and _handlers() == before
+
+
+def _stop_in_turn(folder):
+    """Rank 1 raises ``RunStopped`` at once, rank 0 only once rank 1 has exited (a checkpoint slow to write),
+    with its Slurm job requeued."""
+    if os.environ['RANK'] == '1':
+        with open(os.path.join(folder, 'pid.part'), 'w', encoding='ascii') as file:
+            file.write(str(os.getpid()))
+        os.replace(os.path.join(folder, 'pid.part'), os.path.join(folder, 'pid'))
+        raise RunStopped('SIGUSR1')
+    while not os.path.exists(os.path.join(folder, 'pid')):
+        time.sleep(0.01)
+    with open(os.path.join(folder, 'pid'), encoding='ascii') as file:
+        pid = int(file.read())
+    while alive(pid):
+        time.sleep(0.01)
+    raise RunStopped('SIGUSR1', requeued=True)
+
+
+@pytest.mark.slow
+def test_ranks_that_stop_gracefully_are_all_waited_for_and_the_caller_raises_run_stopped(tmp_path):
+    with pytest.raises(RunStopped) as info:
+        launch(_stop_in_turn, 2, args=(str(tmp_path),), timeout=TIMEOUT)
+    assert (info.value.signal, info.value.code, info.value.requeued) == ('SIGUSR1', 138, True)   # rank 0's report too
+    assert isinstance(info.value.__cause__, LaunchError) and info.value.__cause__.rank == 1
+    assert 'the run stopped on SIGUSR1 after writing its checkpoint' in str(info.value.__cause__)
+    assert not multiprocessing.active_children()
 
 
 def test_launch_error_is_exported_from_flowpipe_as_the_docs_name_it():

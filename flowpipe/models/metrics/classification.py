@@ -263,7 +263,8 @@ class ClassificationMetrics(Metrics):
         (or share of its actual class, ``normalize=True``) written in it; returns the axes.
 
         ``path`` saves the figure to a file (in a script, where matplotlib shows nothing: a warning says so);
-        ``ax`` draws on given axes; ``figsize`` and ``cmap`` go to the figure and the image.
+        ``ax`` draws on given axes; ``figsize`` is a new figure's size; other keywords are ``plot``'s parameters
+        of its ``'matrix'`` mode (``cmap``, ``colorbar``, ``label_format``...).
         """
         from .plots import plot_matrix
         matrix = self.confusion_matrix.astype(float)

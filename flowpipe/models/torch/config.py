@@ -19,6 +19,7 @@ Keys read here (everything else is kept for the network classes, e.g. ``body/fil
 - ``nonfinite_loss``: what a nan or inf training loss does (``flowpipe.models.torch.checks``).
 - ``sam_rho``, ``sam_individual_norm``: sharpness-aware minimization (``flowpipe.parallel.engines.sam``).
 - ``weights_averaging`` (or ``wa``, ``swa``): weight averaging (``flowpipe.models.torch.averaging``).
+- ``checkpoint_activations``: modules whose activations backward recomputes (``flowpipe.models.torch.checkpointing``).
 
 Every top-level key flowpipe reads is in ``TOP_KEYS`` (add a key there when code starts reading it). A key close to
 a known one is an error naming it; another unknown key is reported by ``unknown_keys`` (``TorchModel`` warns, unless
@@ -44,11 +45,11 @@ __all__ = ['TOP_KEYS', 'ModelSpec', 'as_dtype', 'flat_paths', 'get_path', 'merge
 
 #: The top-level model config keys flowpipe reads, in one place: a key read by new code is added here.
 #: The placement keys come from ``flowpipe.plan_keys`` (the one list the plan's readers share).
-TOP_KEYS = tuple(sorted({'batch_norm', 'benchmark', 'body', 'callbacks', 'clip_grad_norm', 'clip_grad_value', 'common',
-                         'decay', 'dtype', 'gradient_clipping', 'head', 'init_weights', 'initial_block', 'inputs', 'loss',
-                         'model', 'name', 'nonfinite_loss', 'optimizer', 'order', 'output', 'placeholder_batch_size',
-                         'profile', 'sam_individual_norm', 'sam_rho', 'swa', 'trainable', 'wa', 'weights_averaging',
-                         *PLACEMENT_KEYS}))
+TOP_KEYS = tuple(sorted({'batch_norm', 'benchmark', 'body', 'callbacks', 'checkpoint_activations', 'clip_grad_norm',
+                         'clip_grad_value', 'common', 'decay', 'dtype', 'gradient_clipping', 'head', 'init_weights',
+                         'initial_block', 'inputs', 'loss', 'model', 'name', 'nonfinite_loss', 'optimizer', 'order',
+                         'output', 'placeholder_batch_size', 'profile', 'sam_individual_norm', 'sam_rho', 'swa',
+                         'trainable', 'wa', 'weights_averaging', *PLACEMENT_KEYS}))
 #: Where a few keys that are often put at the top level belong.
 _KEY_HINTS = {'lr': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",
               'learning_rate': "the learning rate goes in the optimizer: 'optimizer': {'name': 'Adam', 'lr': 0.001}",

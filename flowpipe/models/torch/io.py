@@ -31,6 +31,7 @@ from ...atomic import dump_atomically
 from ...errors import ModelFileError, UnsafeFileError, add_note
 from ...parallel.model_parallel import remove_move_hooks
 from ...parallel.sharded_state import filled, materialize
+from .checkpointing import remove_checkpointing
 from .config import flat_paths, nest
 
 if TYPE_CHECKING:
@@ -50,14 +51,15 @@ def _flowpipe_version() -> str:
 
 def _cpu_copy(module: torch.nn.Module) -> torch.nn.Module:
     """A deep copy of ``module`` whose parameters and buffers are made on the CPU directly (copying a GPU module
-    first would need a second copy of its weights on the GPU), without placement hooks."""
+    first would need a second copy of its weights on the GPU), without placement hooks or checkpointed forwards (the
+    config's keys put them back where it loads)."""
     memo: dict[int, Any] = {}
     for tensor in itertools.chain(module.parameters(), module.buffers()):
         cpu = tensor.detach().to('cpu', copy=True)
         if isinstance(tensor, torch.nn.Parameter):
             cpu = torch.nn.Parameter(cpu, tensor.requires_grad)
         memo[id(tensor)] = cpu          # deepcopy takes these instead of copying the originals
-    return remove_move_hooks(copy.deepcopy(module, memo)).to('cpu')
+    return remove_checkpointing(remove_move_hooks(copy.deepcopy(module, memo))).to('cpu')
 
 
 def payload(model: 'TorchModel', tensors: bool = True) -> dict:
@@ -76,8 +78,8 @@ def payload(model: 'TorchModel', tensors: bool = True) -> dict:
         # the input-moving hooks of its placement; loading places it again as the (new) config says. A sharded
         # network cannot be copied: its skeleton (taken before sharding) is filled with the gathered state.
         frame = getattr(engine, 'skeleton', None)
-        module = (_cpu_copy(model.model) if frame is None else frame if state['network'] is None
-                  else filled(frame, state['network']))
+        module = remove_checkpointing(_cpu_copy(model.model) if frame is None else frame if state['network'] is None
+                                      else filled(frame, state['network']))
         config['model'] = None
     return {
         'format': FORMAT, 'format_version': FORMAT_VERSION,

@@ -9,7 +9,8 @@ Who owns what: ``config.parse_config`` reads inputs and targets, ``losses.make_l
 key (called here after every step), ``state`` the parts of its state (``parts``, ``state``, ``load_state``),
 ``io`` saving and loading, ``export`` the other file formats, ``batch_size``
 the batch-size finder, ``batchflow_keys`` batchflow's ``init_weights`` and ``benchmark`` keys and the refusal of
-its keys flowpipe does not read, ``averaging`` the ``weights_averaging`` (``wa``, ``swa``) key; the ``sam_rho``
+its keys flowpipe does not read, ``averaging`` the ``weights_averaging`` (``wa``, ``swa``) key, ``checkpointing`` the
+``checkpoint_activations`` key (wrapped into the network as it is built); the ``sam_rho``
 and ``sam_individual_norm`` keys go to every training step (``engines.sam``).
 Ready networks (``ResNet18``...) are subclasses that only say how to make their ``nn.Module``.
 """
@@ -32,6 +33,7 @@ from . import batch_size as batch_size_module, export, io
 from .averaging import make_averaging
 from .batchflow_keys import apply_benchmark, apply_init_weights, apply_trainable, check_batchflow_keys
 from .callbacks import make_callbacks
+from .checkpointing import apply_checkpointing, describe_checkpointing
 from .checks import BatchNormCheck, InputCheck, LossCheck
 from .clipping import read_clipping
 from .config import ModelSpec, as_dtype, flat_paths, merge_nested, nest, parse_config, unknown_keys
@@ -95,6 +97,7 @@ class TorchModel(ModelState, HistoryPlots, GradCam):
         self._warn_unknown_keys()
         self.output_names = check_output(self.spec.get('output'))    # batchflow's 'output': fetchable by name
         self.engine = self.loss_fn = self.optimizer = self.decay = self.averaging = None
+        self.checkpointed: tuple[str, ...] | None = None        # the modules checkpointed, once built
         self.sam = make_sam(self.spec.get('sam_rho'), self.spec.get('sam_individual_norm', True))
         self.clip_grad_value, self.clip_grad_norm = read_clipping(self.spec)
         self._loss_check = LossCheck(self.spec.get('nonfinite_loss'))
@@ -185,6 +188,8 @@ class TorchModel(ModelState, HistoryPlots, GradCam):
         dtype = self.spec.get('dtype')
         if dtype is not None:
             network = network.to(as_dtype(dtype))
+        self.checkpointed = apply_checkpointing(network, self.spec.get('checkpoint_activations'),
+                                                self.spec.get('compile'))
         return network
 
     def build_network(self, spec: ModelSpec) -> nn.Module:
@@ -220,9 +225,11 @@ class TorchModel(ModelState, HistoryPlots, GradCam):
 
         Available before the network is built (then without sizes and the parts of a ``device_map='auto'``).
         """
+        checkpointing = describe_checkpointing(self.checkpointed, self.spec.get('checkpoint_activations'))
         if self.engine is None:
-            return self._plan.describe(batch_size) + '\n  network not built yet: it is built at the first step'
-        return self.engine.describe(batch_size, loss=self.loss_fn)
+            return '\n'.join([self._plan.describe(batch_size), *checkpointing,
+                              '  network not built yet: it is built at the first step'])
+        return '\n'.join([self.engine.describe(batch_size, loss=self.loss_fn), *checkpointing])
 
     # steps
 

@@ -1,5 +1,10 @@
 """Network parts (a section of the model config each): ``DefaultModule`` (one block), ``EncoderModule`` (stages
-that shrink the spatial size and keep their skips), ``DecoderModule`` (stages that grow it and join the skips).
+that shrink the spatial size and keep their skips), ``DecoderModule`` (stages that grow it and join the skips),
+``MLPDecoderModule`` (every tensor of a list brought to one size, joined and mixed by a block).
+
+An encoder's and a decoder's stage parts are their direct children, named after the letter and the stage
+(``block0``, ``skip0``, ``downsample0``; ``upsample0``, ``combine0``), so each is a block of its own to whatever
+walks the network's children (``sharding_units=None`` makes each a sharding unit, ``docs/distributed.md``).
 
 A part passes either one tensor or a list of tensors on: an encoder gives the list of its skips and its last
 output (``output_type='list'``), a module with ``input_type='list'`` reads the item ``input_index`` of a list
@@ -18,7 +23,7 @@ from ..layers.multilayer import unpack
 from ..layers.shapes import as_example, remember_output, run_example
 from .core import Block, DefaultBlock, Downsample, Upsample
 
-__all__ = ['DecoderModule', 'DefaultModule', 'EncoderModule']
+__all__ = ['DecoderModule', 'DefaultModule', 'EncoderModule', 'MLPDecoderModule']
 
 
 def _one(inputs: Any, index: int) -> Any:
@@ -32,6 +37,39 @@ def _letters(order: Any, allowed: str, part: str) -> str:
             raise ValueError(f"Expected the {part}'s order as letters (or words starting with them) among "
                              f"{allowed!r}. Received: order={order!r}.")
     return letters
+
+
+_WORDS = {'s': 'skip', 'b': 'block', 'd': 'downsample', 'p': 'downsample', 'u': 'upsample', 'c': 'combine'}
+
+
+class _Stages(nn.Module):
+    """A part whose stage parts are its direct children, in the order they run (``stages``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[tuple[str, int, str]] = []      # (letter, stage, child name), in order
+
+    def add_stage_part(self, letter: str, stage: int, part: nn.Module) -> None:
+        """Register ``part`` as the child ``<word><stage>`` (a suffix where ``order`` repeats a letter)."""
+        name = base = f'{_WORDS[letter]}{stage}'
+        while name in self._modules:
+            name = f'{base}_{len(self.steps)}'
+        self.add_module(name, part)
+        self.steps.append((letter, stage, name))
+
+    @property
+    def stages(self) -> list[nn.Module]:
+        """The stage parts in the order they run."""
+        return [self._modules[name] for _, _, name in self.steps]
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        """Files written while the stage parts were one list keep them under ``stages.<index>``: renamed to
+        their children's names first, so those files still load."""
+        for index, (_, _, name) in enumerate(self.steps):
+            old = f'{prefix}stages.{index}.'
+            for key in [key for key in state_dict if key.startswith(old)]:
+                state_dict[f'{prefix}{name}.{key[len(old):]}'] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
 
 class DefaultModule(nn.Module):
@@ -66,7 +104,7 @@ class DefaultModule(nn.Module):
         return output
 
 
-class EncoderModule(nn.Module):
+class EncoderModule(_Stages):
     """``num_stages`` stages, each the letters of ``order``: ``'s'`` keeps a skip (``skip``'s branch on the
     tensor), ``'b'`` a block (``blocks``), ``'d'``/``'p'`` a downsampling (``downsample``); list parameters inside
     ``blocks``, ``downsample`` and ``skip`` give one item per stage. Outputs the skips and the last tensor
@@ -87,7 +125,6 @@ class EncoderModule(nn.Module):
         sections = {'s': config.pop('skip'), 'b': config.pop('blocks'), 'd': config.pop('downsample')}
         sections['p'] = sections['d']
         x = as_example(_one(inputs, input_index))
-        self.stages = nn.ModuleList()
         skips = []
         for stage in range(num_stages):
             for letter in self.order:
@@ -98,13 +135,14 @@ class EncoderModule(nn.Module):
                 else:
                     part = (Block if letter == 'b' else Downsample)(inputs=x, **{**config, **args})
                     x = run_example(part, x)
-                self.stages.append(part)
+                self.add_stage_part(letter, stage, part)
         remember_output(self, inputs, [*skips, x] if output_type == 'list' else x)
 
     def forward(self, inputs: Any) -> Any:
         x = _one(inputs, self.input_index)
         skips = []
-        for letter, part in zip(self.order * len(self.stages), self.stages):
+        for letter, _, name in self.steps:
+            part = self._modules[name]
             if letter == 's':
                 skips.append(part(x))
             else:
@@ -112,7 +150,7 @@ class EncoderModule(nn.Module):
         return [*skips, x] if self.output_type == 'list' else x
 
 
-class DecoderModule(nn.Module):
+class DecoderModule(_Stages):
     """``num_stages`` stages (by default two fewer than the tensors it gets), each the letters of ``order``:
     ``'u'`` an upsampling (``upsample``), ``'b'`` a block (``blocks``), ``'c'`` a join (``combine``: ``op``,
     ``leading_index``) with the skip ``indices[stage]`` of the input list (by default the third from the end,
@@ -134,8 +172,6 @@ class DecoderModule(nn.Module):
         self.order = _letters(config.pop('order'), 'ubc', 'decoder')
         self.skip = skip
         sections = {'u': config.pop('upsample'), 'b': config.pop('blocks'), 'c': config.pop('combine')}
-        self.stages = nn.ModuleList()
-        self.letters: list[str] = []
         x = tensors[-1]
         for stage in range(num_stages):
             for letter in self.order:
@@ -149,8 +185,7 @@ class DecoderModule(nn.Module):
                 else:
                     part = (Upsample if letter == 'u' else Block)(inputs=x, **{**config, **args})
                     x = run_example(part, x)
-                self.stages.append(part)
-                self.letters.append(f'{letter}{stage}')
+                self.add_stage_part(letter, stage, part)
         remember_output(self, inputs, x)
 
     def _joins(self, stage: int, count: int) -> bool:
@@ -159,9 +194,55 @@ class DecoderModule(nn.Module):
     def forward(self, inputs: Any) -> torch.Tensor:
         tensors = inputs if isinstance(inputs, list) else [inputs]
         x = tensors[-1]
-        for name, part in zip(self.letters, self.stages):
-            if name[0] == 'c':
-                x = part([tensors[self.indices[int(name[1:])]], x])
+        for letter, stage, name in self.steps:
+            part = self._modules[name]
+            if letter == 'c':
+                x = part([tensors[self.indices[stage]], x])
             else:
                 x = part(x)
         return x
+
+
+class MLPDecoderModule(nn.Module):
+    """batchflow's ``'mlp-decoder'`` part (SegFormer's decoder): each input tensor (one, or every item of a list
+    such as an encoder's skips and last output) is brought to ``size`` by its upsampling (``upsample``: by default a
+    3x3 convolution keeping its channels, then a bilinear resize to ``size``), the results are joined (``combine``:
+    a concatenation along channels) and pass through ``block`` (by default ``DefaultBlock``: ``'cna'``, the same
+    channels); one tensor out.
+
+    Args:
+        inputs: an example tensor or list of tensors.
+        size: the output's spatial size; by default the first input's.
+        upsample: parameters of every upsampling (``Upsample``); a list inside gives one item per input.
+        combine: parameters of the join (``Combine``: ``op``, ``leading_index``).
+        block: parameters of the block after the join (``Block``).
+        **kwargs: parameters of every upsampling and of the block (``common``'s).
+    """
+
+    DEFAULTS: dict = {'upsample': {'layout': 'cb', 'channels': 'same'}, 'combine': {'op': 'concat'},
+                      'block': {'base_block': DefaultBlock}}
+
+    def __init__(self, inputs: Any = None, size: Sequence[int] | None = None, upsample: dict | None = None,
+                 combine: dict | None = None, block: dict | None = None, **kwargs: Any):
+        super().__init__()
+        tensors = [as_example(item) for item in (inputs if isinstance(inputs, list) else [inputs])]
+        self.size = tuple(int(side) for side in (size if size is not None else tensors[0].shape[2:]))
+        upsample = merged(self.DEFAULTS['upsample'], upsample or {})
+        resized = []
+        for index, tensor in enumerate(tensors):
+            part = Upsample(inputs=tensor, **{**kwargs, **unpack(upsample, index, len(tensors)), 'shape': self.size})
+            self.add_module(f'upsample{index}', part)
+            resized.append(run_example(part, tensor))
+        self.count = len(tensors)
+        self.combine = Combine(inputs=resized, **merged(self.DEFAULTS['combine'], combine or {}))
+        joined = run_example(self.combine, resized)
+        self.block = Block(inputs=joined, **{**kwargs, **merged(self.DEFAULTS['block'], block or {})})
+        remember_output(self, inputs, run_example(self.block, joined))
+
+    def forward(self, inputs: Any) -> torch.Tensor:
+        tensors = inputs if isinstance(inputs, list) else [inputs]
+        if len(tensors) != self.count:
+            raise ValueError(f"Expected {self.count} tensor(s) into the mlp-decoder, as when it was built. Received: "
+                             f"{len(tensors)}. Build the network on inputs of the same structure.")
+        resized = [self._modules[f'upsample{index}'](tensor) for index, tensor in enumerate(tensors)]
+        return self.block(self.combine(resized))

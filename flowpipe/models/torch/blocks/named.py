@@ -25,14 +25,19 @@ class VGGBlock(Block):
                          kernel_size=[3] * depth3 + [1] * depth1, **kwargs)
 
 
-def _shortcut(in_channels: int, channels: int, stride: int, branch: dict | None) -> dict:
-    """The shortcut of a residual block: ``branch`` if given, a strided 1x1 convolution and norm where the
-    shape changes, else the identity."""
+#: the block's parameters its default shortcut takes too: its norm is the block's (``normalization_type``...)
+_SHORTCUT_KEYS = ('normalization_type', 'normalization', 'batch_norm')
+
+
+def _shortcut(in_channels: int, channels: int, stride: int, branch: dict | None, kwargs: dict) -> dict:
+    """The shortcut of a residual block: ``branch`` if given, a strided 1x1 convolution and the block's norm
+    where the shape changes, else the identity."""
     if branch is not None:
         return branch
     if channels == in_channels and stride == 1:
         return {}
-    return {'layout': 'cn', 'channels': channels, 'kernel_size': 1, 'stride': stride}
+    norm = {key: kwargs[key] for key in _SHORTCUT_KEYS if key in kwargs}
+    return {'layout': 'cn', 'channels': channels, 'kernel_size': 1, 'stride': stride, **norm}
 
 
 class ResBlock(Block):
@@ -47,7 +52,8 @@ class ResBlock(Block):
         downsample: ``True`` (2) or a factor: the first repetition's convolution ``downsample_idx`` strides by it.
         attention: ``'se'`` (or ``True``) adds a squeeze-and-excitation before the join.
         op: the join letters (``'+a'``, ``'+'``, ``'|'``...).
-        branch: the shortcut's parameters (by default a strided 1x1 convolution and norm where the shape changes).
+        branch: the shortcut's parameters (by default a strided 1x1 convolution and the block's norm, its
+            ``normalization_type`` and ``normalization``, where the shape changes).
         n_reps: repetitions (the later ones keep the shape).
         **kwargs: other layer parameters (``activation``, ``normalization_type``, ``bias``...).
     """
@@ -66,7 +72,8 @@ class ResBlock(Block):
                 strides[downsample_idx] = factor
             elif rep > 0:
                 strides = [1] * convs
-            shortcut = _shortcut(in_channels, channels[-1], _product(strides), branch if rep == 0 else None)
+            shortcut = _shortcut(in_channels, channels[-1], _product(strides), branch if rep == 0 else None,
+                                 kwargs)
             full = 'R' + layout + ('S' if attention else '') + op
             parts.append(dict(layout=full, channels=list(channels), kernel_size=kernel_size, stride=strides,
                               groups=groups, branch=shortcut, attention=_attention(attention), **kwargs))

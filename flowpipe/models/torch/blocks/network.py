@@ -8,22 +8,24 @@ from typing import Any
 from torch import nn
 
 from ..layers.shapes import as_example, run_example
-from .modules import DecoderModule, DefaultModule, EncoderModule
+from .modules import DecoderModule, DefaultModule, EncoderModule, MLPDecoderModule
 
 __all__ = ['DEFAULT_ORDER', 'PART_TYPES', 'Network', 'make_part']
 
 DEFAULT_ORDER = ('initial_block', 'body', 'head')
 #: a section's ``type`` -> the class that makes the part
 PART_TYPES: dict[str, type] = {'default': DefaultModule, 'wrapper': DefaultModule, 'encoder': EncoderModule,
-                               'decoder': DecoderModule}
-_NOT_MADE = ('mlp-decoder', 'mlpdecoder', 'timm', 'hugging-face', 'huggingface', 'hf')
+                               'decoder': DecoderModule, 'mlp-decoder': MLPDecoderModule,
+                               'mlpdecoder': MLPDecoderModule}
+#: batchflow's part types that load networks of other libraries (and their weights), which flowpipe does not
+_NOT_MADE = ('timm', 'hugging-face', 'huggingface', 'hf')
 #: section keys that flowpipe's model reads, not the part
 _MODEL_KEYS = ('inputs',)
 
 
 def make_part(inputs: Any, section: Any, name: str = 'part') -> nn.Module | None:
     """The part made from one section: an ``nn.Module`` as it is, a dict by its ``type`` (``'default'``,
-    ``'encoder'``, ``'decoder'`` or a class taking ``inputs=``); ``None`` for an empty section."""
+    ``'encoder'``, ``'decoder'``, ``'mlp-decoder'`` or a class taking ``inputs=``); ``None`` for an empty section."""
     if isinstance(section, nn.Module):
         return section
     if not isinstance(section, Mapping):
@@ -42,7 +44,9 @@ def make_part(inputs: Any, section: Any, name: str = 'part') -> nn.Module | None
                          "'model': an nn.Module, or use a ready network class that reads these options.")
     if kind in _NOT_MADE:
         raise ValueError(f"Expected a part type flowpipe makes {sorted(PART_TYPES)}. Received: type={kind!r} in "
-                         f"{name!r}. Give the section as an nn.Module instead.")
+                         f"{name!r}: flowpipe does not load networks of timm or Hugging Face. Make the network "
+                         f"with that library (timm.create_model(...), transformers' from_pretrained(...)) and give "
+                         f"it as the section {name!r} (an nn.Module) or as 'model'.")
     if kind not in PART_TYPES:
         raise ValueError(f"Expected a part type among {sorted(PART_TYPES)} or a class. Received: type={kind!r} in "
                          f"{name!r}.")
