@@ -17,7 +17,7 @@ from torch import nn
 
 from ..mesh import Mesh
 from ..sharded_state import skeleton as meta_skeleton
-from ..stages import Pipelining, cut
+from ..stages import Pipelining, check_parameters, cut
 from .placement import Placement
 
 __all__ = ['Chain', 'StagePlacement', 'check_chain']
@@ -51,6 +51,7 @@ class StagePlacement(Placement):
     def __init__(self, network: nn.Module, pipelining: Pipelining, mesh: Mesh, device: torch.device):
         self.network, self.mesh = network, mesh
         self.parts = cut(list(network.named_children()), pipelining)
+        check_parameters(list(network.named_children()), self.parts)
         self.stage = mesh.coordinate('pp')
         mine = self.parts[self.stage]
         for name, child in network.named_children():
