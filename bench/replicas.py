@@ -128,7 +128,8 @@ class CountOps(TorchDispatchMode):
 
 
 def reduction_arms(engine):
-    params, buffers, state, devices = engine._params, engine._buffers, engine._state, engine.devices
+    sync = engine.gradient_sync
+    params, buffers, state, devices = sync.params, sync.buffers, sync.state, engine.devices
     active = tuple(range(len(devices)))
 
     def per_tensor():

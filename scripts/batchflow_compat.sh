@@ -4,6 +4,9 @@
 # (for its test files only) into a temporary folder; no batchflow code is imported: scripts/batchflow_alias.py maps
 # every `batchflow[.x]` import onto `flowpipe[.x]`. The tests batchflow passes are listed in
 # scripts/batchflow_tests_reference.json (made with --reference VENV: the same files run on batchflow itself).
+# research_test's CIFAR10() reads, in both runs, a small generated stand-in of CIFAR-10's archive (random images in
+# its format: scripts/cifar10_standin.py), since the machine has no network; scripts/batchflow_shim makes
+# `import batchflow` resolve to flowpipe in the processes the tests start too.
 # Not part of the default suite (it needs the package index).
 # Usage: bash scripts/batchflow_compat.sh [-v] [--core | --models]
 #   --core: the pipeline core and Research files only; --models: the networks, layers, metrics, components,
@@ -88,18 +91,25 @@ if ! "$PY" -c "import psutil" 2>/dev/null; then
     EXTRA=":$TMP/site"
 fi
 
+# research_test trains on CIFAR10(), which downloads (no network here): both runs read instead the same small
+# generated stand-in of the archive (scripts/cifar10_standin.py: random images in CIFAR-10's format, not CIFAR-10),
+# put where each looks: batchflow in the system's temporary folder ($TMPDIR), flowpipe in $FLOWPIPE_DATA/cifar10
+"$PY" "$ROOT/scripts/cifar10_standin.py" "$TMP/data/cifar10"
+
 cd "$TMP/tests"
 TESTS=$(for f in $NAMES; do echo "${f}_test.py"; done)
 if [ -n "$REFERENCE" ]; then
     # batchflow itself (installed in the environment REFERENCE, without the alias) on the same files
-    "$REFERENCE/bin/python" -m pytest -q -p no:cacheprovider -o timeout=1800 --continue-on-collection-errors \
+    TMPDIR="$TMP/data/cifar10" "$REFERENCE/bin/python" -m pytest -q -p no:cacheprovider -o timeout=1800 --continue-on-collection-errors \
         --junitxml="$TMP/report.xml" $TESTS >"$TMP/pytest.log" 2>&1 || true
     "$PY" "$ROOT/scripts/batchflow_report.py" --reference "$ROOT/scripts/batchflow_tests_reference.json" \
         "$TMP/report.xml"
     exit 0
 fi
-# $ROOT first: the checkout's own flowpipe, whatever flowpipe the environment has installed
-PYTHONPATH="$ROOT:$ROOT/scripts$EXTRA" "$PY" -m pytest -q -p batchflow_alias -p no:cacheprovider -o timeout=600 \
+# $ROOT first: the checkout's own flowpipe, whatever flowpipe the environment has installed; the alias is a pytest
+# plugin in the test process, and scripts/batchflow_shim makes `import batchflow` install it in the processes tests
+# start (Research's workers import the test module, which imports batchflow)
+FLOWPIPE_DATA="$TMP/data" PYTHONPATH="$ROOT:$ROOT/scripts/batchflow_shim:$ROOT/scripts$EXTRA" "$PY" -m pytest -q -p batchflow_alias -p no:cacheprovider -o timeout=600 \
     --continue-on-collection-errors --junitxml="$TMP/report.xml" $TESTS >"$TMP/pytest.log" 2>&1 || true
 "$PY" "$ROOT/scripts/batchflow_report.py" "$TMP/report.xml" "$ROOT/scripts/batchflow_tests_reference.json" "$FILES" \
     $VERBOSE

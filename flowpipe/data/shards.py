@@ -7,8 +7,9 @@ ranks when a batch has fewer items than the world (``balanced_sizes``: the one c
 so runs the same number of iterations.
 The shard's sub-index carries ``shard``: where it lies in its global batch, for ``R(...)`` draws and
 per-item seeds that must not depend on the world size, and which global batch of the run it is cut from. A model
-step runs under ``stepping(batch)``, so the distributed engine can tell, at its exchange of item counts, that
-every rank is on the same global batch (``current_shard``).
+step runs under ``stepping(batch)``; the model reads where its step lies (``run_context``: the shard, how the run
+gives out whole batches) and passes it to its engine's call, so the distributed engine can tell, at its exchange of
+item counts, that every rank is on the same global batch. The engines read no context variable themselves.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ['WHOLE_BATCHES', 'Shard', 'balanced_bounds', 'balanced_sizes', 'current_shard', 'end_sharded_run',
-           'run_mesh', 'run_world', 'shard_batches', 'shard_of', 'stepping']
+__all__ = ['NO_RUN', 'WHOLE_BATCHES', 'RunContext', 'Shard', 'balanced_bounds', 'balanced_sizes', 'current_shard',
+           'end_sharded_run', 'run_context', 'run_mesh', 'run_world', 'shard_batches', 'shard_of', 'stepping']
 
 _STEPPING: contextvars.ContextVar = contextvars.ContextVar('flowpipe_stepping', default=None)
 #: How runs started in this context give out batches in a distributed job: ``None`` (each batch sharded over the
@@ -140,3 +141,24 @@ class stepping:  # noqa: N801 - used as a function: ``with stepping(batch):``
 def current_shard() -> Shard | None:
     """The ``Shard`` of the batch the model step running in this thread is on, ``None`` outside one."""
     return _STEPPING.get()
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where a model step lies in its run, as an engine's call takes it (``run=``): ``shard``, the ``Shard`` of the
+    global batch it steps on (``None``: a whole batch, or no run); ``whole_batches``, how the run gives out whole
+    batches in a distributed job (``WHOLE_BATCHES``: ``None``, ``'split'`` or ``'every'``)."""
+
+    shard: Shard | None = None
+    whole_batches: str | None = None
+
+
+#: A step outside any run (an engine called directly): a whole batch, runs giving out shards.
+NO_RUN = RunContext()
+
+
+def run_context() -> RunContext:
+    """The ``RunContext`` of the model step running in this thread (``NO_RUN`` outside a run): what the model
+    passes to its engine."""
+    shard, whole = _STEPPING.get(), WHOLE_BATCHES.get()
+    return NO_RUN if shard is None and whole is None else RunContext(shard, whole)

@@ -1,19 +1,22 @@
 """Resuming a run checkpoint on another layout: other ranks, devices, micro-batches or sharding.
 
-A checkpoint records its layout (the world size, and each model's devices, micro-batch size and device weights).
-A run resuming it on another layout
+A checkpoint records its layout (the world size, the run's pipeline stages, and each model's devices, micro-batch
+size, device weights and stages). A run resuming it on another layout
 
 - builds each model from the checkpoint with the resumed run's placement (``resume_changes``: the changed
   ``device``, ``microbatch``..., or the config items ``resumed_with`` gives), the weights and optimizer state
   gathered or resharded;
-- gives each new rank the variables one rule decides (``rank_state``): a variable equal on every rank of the
-  checkpoint is every rank's; a list each rank extended with its own values is merged as ``Validate`` merges
-  them (``merge_variables``: the initial items, then rank 0's, rank 1's...) onto rank 0, the other ranks starting
-  from the initial value; any other per-rank variable is refused, named;
+- gives each new rank the variables one rule decides (``rank_state``), over the parts every global batch is
+  read in (one per rank, or per pipeline: its stages read the same items, ``flowpipe.parallel.mesh``): on as many
+  parts as the checkpoint's, each rank takes the variables of the checkpoint's reader of its part; on another
+  number, a variable equal on every reader of the checkpoint is every rank's, a list each reader extended with its
+  own values is merged as ``Validate`` merges them (``merge_variables``: the initial items, then part 0's, part
+  1's...) onto the ranks of part 0, the others starting from the initial value, and any other per-rank variable
+  is refused, named;
 - refuses a model with dropout layers whose masks follow the layout (``'randomness': 'torch'``; under the default
   ``'by_item'`` the masks are the item's on every layout).
 
-On the same world size every rank takes back its own variables and random states, as before.
+On the same world size and stages every rank takes back its own variables and random states, as before.
 """
 from __future__ import annotations
 
@@ -53,15 +56,24 @@ def overrides() -> dict | None:
 # ----- the layout a checkpoint records -----
 
 def model_layout(model: Any) -> dict:
-    """What cuts a model's batches into pieces: its devices, micro-batch size and device weights."""
+    """What cuts a model's batches into pieces: its devices, micro-batch size and device weights; and, for a
+    model pipelined over ranks, its number of stages (``'pipeline'``)."""
     plan = model.plan
-    return {'devices': [str(device) for device in plan.devices], 'microbatch': plan.microbatch,
-            'device_weights': None if plan.device_weights is None else list(plan.device_weights)}
+    layout = {'devices': [str(device) for device in plan.devices], 'microbatch': plan.microbatch,
+              'device_weights': None if plan.device_weights is None else list(plan.device_weights)}
+    stages = getattr(getattr(plan, 'mesh', None), 'pp', 1)
+    if stages > 1:
+        layout['pipeline'] = stages
+    return layout
 
 
-def layout_of(models: Mapping[str, Any], world_size: int) -> dict:
-    """The layout a checkpoint records: ``{'world_size': n, 'models': {name: model_layout}}`` of built models."""
-    return {'world_size': world_size, 'models': {name: model_layout(model) for name, model in models.items()}}
+def layout_of(models: Mapping[str, Any], world_size: int, stages: int | None = None) -> dict:
+    """The layout a checkpoint records: ``{'world_size': n, 'models': {name: model_layout}}`` of built models, and
+    ``'pipeline'``: the run's stages (its ranks split into pipelines that read the same items), when there are."""
+    layout = {'world_size': world_size, 'models': {name: model_layout(model) for name, model in models.items()}}
+    if world_size > 1 and stages is not None and stages > 1:
+        layout['pipeline'] = stages
+    return layout
 
 
 def saved_layout(saved: Mapping[str, Any]) -> dict:
@@ -78,7 +90,8 @@ def _describe(world_size: int, layout: Mapping[str, Any] | None) -> str:
         return where
     microbatch = f", microbatch={layout['microbatch']}" if layout['microbatch'] else ''
     weights = f", device_weights={layout['device_weights']}" if layout['device_weights'] else ''
-    return f"{where}, devices {', '.join(layout['devices'])}{microbatch}{weights}"
+    stages = f", pipeline={layout['pipeline']}" if layout.get('pipeline') else ''
+    return f"{where}, devices {', '.join(layout['devices'])}{microbatch}{weights}{stages}"
 
 
 # ----- random layers -----
@@ -159,18 +172,32 @@ def _merged(ranks: list[Mapping[str, Any]], initial: Mapping[str, Any]) -> tuple
     return shared, merge_variables(starts, per_rank)
 
 
-def rank_state(saved: Mapping[str, Any], rank: int, world_size: int, initial: Mapping[str, Any]) -> dict:
-    """The variables and random states rank ``rank`` of ``world_size`` resumes with (``initial``: the run's
-    variables before the checkpoint's are put in).
+def _parts(world_size: int, stages: int | None) -> int:
+    """How many parts a run of ``world_size`` ranks in pipelines of ``stages`` reads every global batch in (rank
+    ``r`` reads part ``r % parts``: ranks are laid out with the stages outermost, ``flowpipe.parallel.mesh``)."""
+    return max(world_size // (stages or 1), 1)
 
-    The checkpoint's own number of ranks: each rank's own. Another: the shared variables on every rank, the
-    merged lists on rank 0 (the other ranks start them from their initial value); the random states of the rank
-    of the same number, rank 0's for a rank the checkpoint did not have.
+
+def rank_state(saved: Mapping[str, Any], rank: int, world_size: int, initial: Mapping[str, Any],
+               stages: int | None = None) -> dict:
+    """The variables and random states rank ``rank`` of ``world_size`` resumes with (``initial``: the run's
+    variables before the checkpoint's are put in; ``stages``: the run's pipeline stages, ``None`` for none).
+
+    The checkpoint's own layout (number of ranks and stages): each rank's own. Another with as many parts of every
+    global batch (``_parts``): the variables of the checkpoint's rank that read this rank's part (its first stage);
+    another number of parts: the shared variables on every rank, the lists merged over the checkpoint's parts on the
+    ranks of part 0 (the other ranks start them from their initial value). The random states: the rank of the same
+    number's, rank 0's for a rank the checkpoint did not have.
     """
     ranks = saved['ranks'] or [{'variables': saved['variables'], 'random': saved['random']}]
-    if len(ranks) == world_size:
+    before = saved_layout(saved).get('pipeline') if saved.get('ranks') else None
+    random = ranks[rank if rank < len(ranks) else 0]['random']
+    if len(ranks) == world_size and (before or 1) == (stages or 1):
         return ranks[rank]
-    shared, merged = _merged([own['variables'] for own in ranks], initial)
-    if rank != 0:
+    parts, part = _parts(len(ranks), before), rank % _parts(world_size, stages)
+    if parts == _parts(world_size, stages):
+        return {'variables': ranks[part]['variables'], 'random': random}
+    shared, merged = _merged([own['variables'] for own in ranks[:parts]], initial)
+    if part != 0:
         merged = {name: copy.deepcopy(initial.get(name, [])) for name in merged}
-    return {'variables': {**shared, **merged}, 'random': ranks[rank if rank < len(ranks) else 0]['random']}
+    return {'variables': {**shared, **merged}, 'random': random}

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..folder_lock import lock_on_main
 from ..pipeline.model_actions import PendingModel, loaded_files, mark_loaded
+from ..pipeline.stages import pipeline_stages
 from . import checkpoint as files
 from . import relayout
 from .canonical import describe
@@ -155,7 +156,7 @@ class RunCheckpoints:
         state = self.pipeline.state
         rank, size = (0, 1) if self.world is None else (self.world.rank, self.world.size)
         with state.variables.lock:
-            own = relayout.rank_state(self.saved, rank, size, dict(state.variables))
+            own = relayout.rank_state(self.saved, rank, size, dict(state.variables), self._stages())
             state.variables.update(own['variables'])
         _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}),
                      model_overrides(self.changes, self.pipeline))
@@ -173,6 +174,10 @@ class RunCheckpoints:
             self.events.load_state(self.saved['events'])
         state.batches = self.saved['pipeline_batches']
         _set_random_states(own['random'])
+
+    def _stages(self) -> int | None:
+        """The run's pipeline stages under ranks (its data parts are the pipelines), ``None`` for none."""
+        return None if self.world is None else pipeline_stages(self.pipeline.all_records())
 
     def check(self, stream: Any) -> None:
         """Fail before the first batch when a node cannot be checkpointed."""
@@ -232,7 +237,8 @@ class RunCheckpoints:
         if not main:
             self.written, self._clock = self.done, time.monotonic()
             return
-        layout = relayout.layout_of(dict(_built_models(state.models)), 1 if self.world is None else self.world.size)
+        layout = relayout.layout_of(dict(_built_models(state.models)), 1 if self.world is None else self.world.size,
+                                    self._stages())
         payload = {'fingerprint': self.fingerprint, 'root': root[0], 'given': root[1], 'batches': self.done,
                    'pipeline_batches': state.batches, 'nodes': stream.state(), **own, 'ranks': ranks,
                    'layout': layout,

@@ -11,9 +11,10 @@ except for these, which take their new value with a warning naming the key:
   ``optimizer/betas``...; not ``optimizer/name``): set in the restored optimizer's parameter groups, which the saved
   state would otherwise bring back. The learning rate is applied as the factor new/old on the restored rates and on
   the schedules' base rates, so a schedule keeps its progress (without a schedule, the rate is the new one);
-- a model's placement (``device``, ``microbatch``, ``device_weights``, ``pin_memory``): the model is rebuilt on the
-  new devices (on the CPU this does not change the results); so is ``checkpoint_activations``, which changes no
-  result either (``flowpipe.models.torch.checkpointing``);
+- a model's placement (``device``, ``microbatch``, ``device_weights``, ``pin_memory``, and pipeline parallelism:
+  ``pipeline``, ``pipeline_split``, ``pipeline_schedule``): the model is rebuilt on the new devices or stages (on
+  the CPU this does not change the results); so is ``checkpoint_activations``, which changes no result either
+  (``flowpipe.models.torch.checkpointing``); a key dropped from the config is rebuilt with ``None`` (its default);
 - the number of processes (``world_size``): each rank's variables and random states are shared out as
   ``relayout.rank_state`` says (``relayout``: resuming on another layout, and what it refuses);
 - a pipeline config key read only by the keys above (``'optimizer': {'lr': C('lr')}`` and ``pipeline << {'lr':
@@ -39,7 +40,8 @@ __all__ = ['PLACEMENT', 'RUN_LAYOUT', 'RUN_LIMITS', 'allowed_changes', 'apply_op
 RUN_LIMITS = ('n_epochs', 'n_iters')
 #: run terms of the layout: a checkpoint resumes on another (``relayout``)
 RUN_LAYOUT = ('world_size',)
-PLACEMENT = ('device', 'microbatch', 'device_weights', 'pin_memory', 'checkpoint_activations')
+PLACEMENT = ('device', 'microbatch', 'device_weights', 'pin_memory', 'checkpoint_activations', 'pipeline',
+             'pipeline_split', 'pipeline_schedule')
 
 Change = tuple[tuple, str, str]
 
@@ -58,8 +60,9 @@ def allowed_changes(saved: dict[str, Any], now: dict[str, Any], path: str) -> li
         raise CheckpointError(f"Expected the pipeline, config and run arguments of the checkpoint {path!r} "
                               "(checkpoint → now). Received a different run:\n  " + '\n  '.join(lines) +
                               "\nResume with the same pipeline, config and arguments (only n_epochs, n_iters, the "
-                              "optimizer's hyper-parameters, the models' placement and checkpoint_activations and the "
-                              "number of processes may change), or start afresh without resume=.")
+                              "optimizer's hyper-parameters, the models' placement, checkpoint_activations and "
+                              "pipeline stages and the number of processes may change), or start afresh without "
+                              "resume=.")
     return [(key, old, new) for key, (old, new) in found if key[0] != 'config']
 
 
@@ -99,12 +102,17 @@ def warn_changes(changes: list[Change], path: str) -> None:
 
 def model_overrides(changes: list[Change], pipeline: Any) -> dict[str, dict[str, Any]]:
     """``{model: {key path: new value}}`` of the changed model keys, to build the restored models with (the
-    optimizer's options then still need ``apply_optimizer_changes``: loading the saved state brings back the old)."""
+    optimizer's options then still need ``apply_optimizer_changes``: loading the saved state brings back the old);
+    a placement key the resumed run no longer gives is ``None``, so the saved config's value does not come back."""
     values = model_configs(pipeline)
     found: dict[str, dict[str, Any]] = {}
     for key, _, _ in changes:
-        if key[0] == 'model' and key[2] in values.get(key[1], {}):
+        if key[0] != 'model':
+            continue
+        if key[2] in values.get(key[1], {}):
             found.setdefault(key[1], {})[key[2]] = values[key[1]][key[2]]
+        elif key[2] in PLACEMENT:
+            found.setdefault(key[1], {})[key[2]] = None
     return found
 
 

@@ -4,8 +4,8 @@ its parameters go from those one process on one device reaches.
 The checkpoint is read, not written: both replays resume from its file (``run(resume=file)`` without
 ``checkpoint=``) with the run arguments its fingerprint holds, run ``steps`` batches, and stop. Each replay
 builds the checkpoint's models with the layout given (``relayout.resumed_with``): the reference on ``'cpu'``
-without micro-batches, the other on ``device`` and ``microbatch``, both in ``dtype`` (the model's ``dtype`` key,
-and torch's default dtype while they run).
+without micro-batches, the other on ``device`` and ``microbatch`` (and, in ranks, ``stages`` pipeline stages),
+both in ``dtype`` (the model's ``dtype`` key, and torch's default dtype while they run).
 """
 from __future__ import annotations
 
@@ -86,11 +86,21 @@ def replay(path: str, source: str, steps: int, layout: dict, dtype: str) -> tupl
                         break
             finally:
                 batches.close()
-        params = {name: [_whole(param) for param in pipeline.m(name).model.parameters()]
-                  for name, payload in saved['models'].items() if payload is not None}
+        params = {name: _parameters(pipeline.m(name)) for name, payload in saved['models'].items()
+                  if payload is not None}
     finally:
         torch.set_default_dtype(previous)
     return params, done
+
+
+def _parameters(model: Any) -> list[torch.Tensor]:
+    """The model's parameters whole (``_whole``); a pipelined model's gathered from its stages on rank 0 (every
+    rank calls this; the others get ``[]``)."""
+    named = list(model.model.named_parameters())
+    if not any(param.device.type == 'meta' for _, param in named):
+        return [_whole(param) for _, param in named]
+    state = model.engine.state_dict()
+    return [state[name].detach().to('cpu', torch.float64).clone() for name, _ in named] if state else []
 
 
 def _whole(param: torch.Tensor) -> torch.Tensor:
@@ -105,17 +115,19 @@ def _relative(got: list, want: list) -> float:
 
 
 def verify(checkpoint: str, source: str, steps: int, device: Any, microbatch: int | None = None,
-           dtype: str = 'float64', ranks: int = 1) -> dict[str, Any]:
+           dtype: str = 'float64', ranks: int = 1, stages: int | None = None) -> dict[str, Any]:
     """Replay ``steps`` batches of ``checkpoint`` (a file, or a folder: its newest) on ``device``/``microbatch``
-    (in ``ranks`` gloo processes started by ``flowpipe.parallel.launch`` when more than 1) and in one process on
-    ``'cpu'``; ``{'path', 'steps', 'deviations': {model: largest relative deviation}}``."""
+    (in ``ranks`` gloo processes started by ``flowpipe.parallel.launch`` when more than 1, in pipelines of ``stages``
+    stages: the models' ``'pipeline'``, ``None`` for none) and in one process on ``'cpu'``; ``{'path', 'steps',
+    'deviations': {model: largest relative deviation}}``."""
     path = files.latest(os.fspath(checkpoint)) if os.path.exists(checkpoint) else None
     if path is None:
         raise FileNotFoundError(f"Expected a run checkpoint file or a folder holding one. Received: {checkpoint!r}. "
                                 "Give the checkpoint=... folder of the run, or one of its .flowpipe files.")
-    one = {'device': 'cpu', 'microbatch': None, 'device_weights': None, 'device_map': None, 'sharding': None}
+    one = {'device': 'cpu', 'microbatch': None, 'device_weights': None, 'device_map': None, 'sharding': None,
+           'pipeline': None}
     reference, count = replay(path, source, steps, one, dtype)
-    layout = {**one, 'device': device, 'microbatch': microbatch}
+    layout = {**one, 'device': device, 'microbatch': microbatch, 'pipeline': stages}
     if ranks == 1:
         other, _ = replay(path, source, steps, layout, dtype)
     else:
@@ -159,6 +171,8 @@ def add_verify(parser: argparse.ArgumentParser, device: Callable[[str], Any]) ->
     parser.add_argument('--microbatch', type=int, default=None, help='items per micro-batch (default: off)')
     parser.add_argument('--ranks', type=_count('--ranks'), default=1,
                         help='replay in this many gloo processes, each on --device (one device) (default: 1)')
+    parser.add_argument('--stages', type=_count('--stages'), default=None,
+                        help="with --ranks: the models' 'pipeline', pipeline stages per pipeline (default: none)")
     parser.add_argument('--dtype', type=_dtype, default='float64',
                         help='float32 or float64, for the models and torch\'s default dtype (default: float64)')
     parser.add_argument('--tolerance', type=float, default=None,
@@ -174,17 +188,23 @@ def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     except (ValueError, TypeError) as error:      # DeviceError is a ValueError
         print(f'{parser.prog}: error: {error}', file=sys.stderr)
         return 2
+    if args.stages is not None and args.ranks % args.stages:
+        print(f"{parser.prog}: error: Expected --ranks a multiple of --stages (pipelines of that many ranks). "
+              f"Received: --ranks {args.ranks}, --stages {args.stages}. Give --ranks {args.stages} or a multiple.",
+              file=sys.stderr)
+        return 2
     if args.ranks > 1 and len(plan.devices) > 1:
         print(f"{parser.prog}: error: Expected one device per rank with --ranks {args.ranks}. Received: --device "
               f"{args.device!r}, {len(plan.devices)} devices. Give --device cpu, or --ranks 1.", file=sys.stderr)
         return 2
     try:
         result = verify(args.checkpoint, args.pipeline, args.steps, args.device, args.microbatch, args.dtype,
-                        args.ranks)
+                        args.ranks, args.stages)
     except (OSError, ValueError, TypeError, CheckpointError, LaunchError) as error:
         print(f'{parser.prog} verify: error: {error}', file=sys.stderr)
         return 2
     where = f"{args.ranks} ranks, each " if args.ranks > 1 else ''
+    where = f"{args.ranks // args.stages} pipeline(s) of {args.stages} stages, " + where if args.stages else where
     print(f"replayed {result['steps']} step(s) of {result['path']} in {args.dtype}: {where}device={args.device!r}, "
           f"microbatch={args.microbatch} against one process on cpu")
     for name, deviation in result['deviations'].items():

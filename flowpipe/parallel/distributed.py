@@ -16,7 +16,7 @@ Everything here is a no-op, or the one-process answer, outside a distributed job
 A collective run under :func:`collective` (the helpers here, every step of the distributed engine, the run's
 agreement check) that times out or loses a peer raises an error naming the collective, the rank that waited and
 where the other ranks were: each failing rank leaves its own position in the group's key-value store and reads
-the others' for a moment (``_PEEK`` seconds); a rank that left nothing never reached a collective.
+the others' for a moment (``collective_failure``); a rank that left nothing never reached a collective.
 """
 from __future__ import annotations
 
@@ -29,16 +29,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from .collective_failure import TIMEOUT_VARIABLE, named_failure
+
 __all__ = ['BACKEND_VARIABLE', 'TIMEOUT_VARIABLE', 'World', 'all_gather', 'barrier', 'broadcast', 'collective',
            'current', 'default_backend', 'from_rank_0', 'gather', 'gather_batches', 'group_timeout', 'init',
            'is_main', 'rank', 'reduce', 'requested', 'setup', 'shutdown', 'world_size']
 
-TIMEOUT_VARIABLE = 'FLOWPIPE_DIST_TIMEOUT'
 BACKEND_VARIABLE = 'FLOWPIPE_DIST_BACKEND'
 _STATE: dict[str, Any] = {'created': False, 'exit_hook': False, 'timeout': None}
 _OPS = ('sum', 'mean', 'max', 'min')
-_PEEK = 2.0                     # seconds a failed rank looks for the other ranks' positions
-_FAILED_KEY = 'flowpipe/failed/'
 # what gloo and NCCL say when a collective timed out or lost a peer (other errors pass through unchanged)
 _BROKEN = ('timed out', 'connection closed', 'connection reset', 'broken pipe', 'gloo', 'nccl', 'watchdog')
 
@@ -356,51 +355,6 @@ def collective(what: str | Callable[[], str]) -> Iterator[None]:
     except RuntimeError as error:
         if getattr(error, 'flowpipe_named', False) or not any(text in str(error).lower() for text in _BROKEN):
             raise
-        named = _named_failure(what() if callable(what) else what, error)
+        named = named_failure(what() if callable(what) else what, error, _STATE['timeout'])
         named.flowpipe_named = True
         raise named from error
-
-
-def _named_failure(what: str, error: BaseException) -> BaseException:
-    """The error of a failed collective, with where every rank was."""
-    me, size = _dist().get_rank(), _dist().get_world_size()
-    timed_out = 'timed out' in str(error).lower()
-    position = f'{what}, where it {"timed out" if timed_out else "lost a peer"}'
-    others = _positions(position, me, size)
-    places = [f'rank {other} was in {where}' for other, where in sorted(others.items())]
-    missing = [other for other in range(size) if other != me and other not in others]
-    if missing:
-        places.append(f'{"rank" if len(missing) == 1 else "ranks"} {", ".join(map(str, missing))} never reached '
-                      f'it (still computing, stuck, or ended)')
-    seen = '; '.join(places)
-    if timed_out:
-        limit = _STATE['timeout']
-        within = f'{limit.total_seconds():g} s' if limit is not None else "the process group's timeout"
-        return TimeoutError(
-            f'Expected every rank in {what} within {within}. Received: rank {me} waited for the others; {seen}. '
-            f'A rank that never comes raised an error, hangs, or skipped a step the others take (SkipBatch or '
-            f'StopPipeline raised on some ranks only); for steps that are only slow, raise {TIMEOUT_VARIABLE} '
-            f'(seconds) or the timeout given to distributed.init().')
-    cause = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return RuntimeError(f'Expected every rank in {what}. Received: rank {me} lost a peer ({cause}); {seen}. '
-                        f'The rank that failed first has the cause: look at its error.')
-
-
-def _positions(mine: str, me: int, size: int) -> dict[int, str]:
-    """Where the other failed ranks were: this rank's position is left in the group's store, the others' read
-    for up to ``_PEEK`` seconds; ``{}`` when the store cannot be reached (its host, rank 0, is gone)."""
-    try:
-        store = _dist().distributed_c10d._get_default_store()
-        store.set(f'{_FAILED_KEY}{me}', mine)
-        others: dict[int, str] = {}
-        deadline = time.monotonic() + _PEEK
-        while True:
-            for other in range(size):
-                key = f'{_FAILED_KEY}{other}'
-                if other != me and other not in others and store.check([key]):
-                    others[other] = store.get(key).decode()
-            if len(others) == size - 1 or time.monotonic() > deadline:
-                return others
-            time.sleep(0.05)
-    except Exception:  # noqa: BLE001 - the store is a courtesy: the failure is reported without it
-        return {}

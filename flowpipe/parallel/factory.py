@@ -1,8 +1,9 @@
 """``build_engine``: the one place that turns a plan and a module into the engine that runs it.
 
 ``ENGINES`` is the registry from a plan's ``engine`` kind to the class that runs it; every class is built as
-``engine_class(module, plan, precision)``. A new way of running steps is one class and one entry here (and the
-rule in ``make_plan`` that chooses its kind).
+``engine_class(module, plan, precision)`` and composes the engine from its parts (a placement, a gradient
+synchronization, a batch part: ``flowpipe.parallel.engines``). A new way of running steps is a new part, the class
+that composes it and one entry here (and the rule in ``make_plan`` that chooses its kind).
 """
 from __future__ import annotations
 

@@ -144,12 +144,15 @@ class DevicePlan:
         lines.extend(self.shared_device_memory(parameter_bytes, buffer_bytes))
         lines.extend(describe_speed(self))
         lines.extend(describe_randomness(self.randomness, self.compile))
-        if batch_size is None:
-            return '\n'.join(lines)
+        if batch_size is not None:
+            lines.extend(self._batch_lines(batch_size, divisor))
+        return '\n'.join(lines)
+
+    def _batch_lines(self, batch_size: int, divisor: str | None) -> list[str]:
+        """The lines of ``describe`` for a batch of ``batch_size`` items (``divisor``: the loss's normalizer)."""
         if batch_size == 0:
-            lines.append('  batch 0: no items, so no pieces and no optimizer step')
-            return '\n'.join(lines)
-        local, lines = batch_size, lines + self._world_lines(batch_size)
+            return ['  batch 0: no items, so no pieces and no optimizer step']
+        local, lines = batch_size, self._world_lines(batch_size)
         if self.world is not None:
             local = shard_sizes(batch_size, self.mesh.data_size)[self.mesh.data_rank]
         chunks = self.chunk_sizes(local) if local else ()
@@ -172,7 +175,7 @@ class DevicePlan:
                     f"each piece's loss summed and divided by the whole batch's normalizer ({divisor}), counted "
                     f"before the split")
             lines.append(f'  {rule}; {summed}; one optimizer step per batch')
-        return '\n'.join(lines)
+        return lines
 
     def replicas_per_device(self) -> dict[str, int]:
         """How many replicas each physical device holds (``'cuda:0'``, ``'cpu'``), in order of first use."""

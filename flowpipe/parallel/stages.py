@@ -13,7 +13,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-__all__ = ['SCHEDULES', 'Pipelining', 'cut', 'make_pipelining']
+__all__ = ['SCHEDULES', 'Pipelining', 'check_parameters', 'cut', 'make_pipelining', 'no_shards']
 
 #: schedule name -> what it does, for the plan
 SCHEDULES = {'1f1b': "one forward, one backward: a stage keeps at most as many micro-batches' activations as there "
@@ -110,3 +110,26 @@ def cut(children: Sequence[tuple[str, Any]], pipelining: Pipelining) -> list[lis
         starts = [index for index in range(1, len(groups)) if groups[index] != groups[index - 1]]
     bounds = [0, *starts, len(names)]
     return [names[bounds[i]:bounds[i + 1]] for i in range(stages)]
+
+
+def check_parameters(children: Sequence[tuple[str, Any]], parts: Sequence[Sequence[str]]) -> None:
+    """Raise ``ValueError`` for a stage (``parts``: ``cut``'s) whose children (``(name, module)``) hold no
+    parameters: its rank's optimizer would have nothing to step."""
+    modules = dict(children)
+    for index, part in enumerate(parts):
+        if not any(True for name in part for _ in modules[name].parameters()):
+            raise ValueError(f'Expected every pipeline stage to hold parameters (each rank builds its optimizer on '
+                             f'its stage). Received: stage {index} of {len(parts)} holds {list(part)}, without '
+                             f'parameters; the stages are {[list(p) for p in parts]}. Use fewer stages, or '
+                             f'pipeline_split naming children that give each stage parameters.')
+
+
+def no_shards(stages: int) -> ValueError:
+    """The error for a sharded run checkpoint (``Checkpoint(sharded=True)``) of a pipelined model, written or
+    resumed: its file holds the stages' weights gathered, which resume on any layout."""
+    return ValueError(f"Expected a run checkpoint whose file holds a pipelined model's weights (Checkpoint(sharded="
+                      f"False), the default: rank 0 gathers every stage, and the file resumes on any layout). "
+                      f"Received: Checkpoint(sharded=True) shards to write or read for a model with pipeline="
+                      f"{stages}, whose stages torch.distributed.checkpoint does not lay out here. Drop sharded=True; "
+                      f"to go on pipelined from a sharded checkpoint, resume it on its own layout and write a "
+                      f"checkpoint without sharded=True first.")

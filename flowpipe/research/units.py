@@ -43,20 +43,36 @@ class PipelineSource:
 
     ``mode='generator'`` yields ``(batch, *variables)`` per iteration, ``'func'`` runs the whole pipeline and returns
     ``(pipeline, *variables)``. The first call binds the pipeline to the config (``pipeline << config``).
+
+    An instance's pipeline that belongs to this experiment alone (the instance is not ``root``, or the unit is)
+    is bound *in its place*: the bound pipeline shares the runtime state (variables, models) of the instance's
+    pipeline and replaces it as the instance's attribute, so that the instance's methods (``self.test_ppl.v(...)``)
+    and its other pipelines (``import_model('model', self.train_ppl)``) see the models it builds and the variables
+    it sets, as batchflow's research, which sets the config into the pipeline itself, has them.
     """
 
-    def __init__(self, pipeline: Any, mode: str = 'generator', variables: Any = None):
-        self.pipeline, self.mode = pipeline, mode
+    def __init__(self, pipeline: Any, mode: str = 'generator', variables: Any = None, root: bool = False):
+        self.pipeline, self.mode, self.root = pipeline, mode, root
         self.variables = [variables] if isinstance(variables, str) else list(variables or [])
         self.bound: Any = None
 
     def bind(self, experiment: Any, config: dict) -> Any:
         """The pipeline with the experiment's config (made once)."""
         if self.bound is None:
-            pipeline = self.pipeline
-            if isinstance(pipeline, tuple):
-                pipeline = getattr(experiment.instances[pipeline[0]], pipeline[1])
+            if not isinstance(self.pipeline, tuple):
+                self.bound = self.pipeline << dict(config)
+                return self.bound
+            owner, attribute = self.pipeline
+            instance = experiment.instances[owner]
+            pipeline = getattr(instance, attribute)
             self.bound = pipeline << dict(config)
+            if self.root or not experiment.instance_creators[owner].root:
+                # a Pipeline's definition is immutable; its runtime state is the one part meant to change
+                object.__setattr__(self.bound, '_state', pipeline.state)
+                try:
+                    setattr(instance, attribute, self.bound)
+                except AttributeError:      # a read-only attribute (a property) keeps giving its own pipeline
+                    pass
         return self.bound
 
     def values(self) -> list:
@@ -118,7 +134,7 @@ class Unit:
         """A fresh copy for one experiment."""
         source = self.source
         if isinstance(source, PipelineSource):
-            source = PipelineSource(source.pipeline, source.mode, source.variables)
+            source = PipelineSource(source.pipeline, source.mode, source.variables, self.root)
         return Unit(self.name, source, self.generator, self.root, self.when, self.args, self.kwargs,
                     self.save_to, self.save_output_dict)
 

@@ -139,3 +139,62 @@ def test_a_variable_changed_in_place_per_rank_is_refused_by_name():
         rank_state(_saved(total0, total1), 0, 1, {**INITIAL, 'total': 0})
     with pytest.raises(CheckpointError, match="Received: 'ids' differing"):       # not the initial list extended
         rank_state(_saved(RANK0, {**RANK1, 'ids': [3]}), 0, 3, INITIAL)
+
+
+# ----- pipelined layouts: the stages of a pipeline read the same items -----
+
+def _pipelined(stages, *ranks):
+    return {**_saved(*ranks), 'layout': {'world_size': len(ranks), 'pipeline': stages, 'models': {}}}
+
+
+PIPE0 = {'loss': [0.5, 0.25], 'ids': ['start', 1, 2], 'last': None}      # pipeline 0 (ranks 0 and 2)
+PIPE1 = {'loss': [0.5, 0.25], 'ids': ['start', 3], 'last': None}         # pipeline 1 (ranks 1 and 3)
+
+
+def test_a_pipelined_checkpoint_counts_each_pipeline_once_on_another_number_of_parts():
+    saved = _pipelined(2, PIPE0, PIPE1, PIPE0, PIPE1)          # 2 pipelines of 2 stages on 4 ranks
+    merged = {'loss': [0.5, 0.25], 'ids': ['start', 1, 2, 3], 'last': None}
+    assert rank_state(saved, 0, 1, INITIAL)['variables'] == merged           # one process: every item once
+    four = [rank_state(saved, rank, 4, INITIAL, stages=4) for rank in range(4)]   # one pipeline of 4 stages
+    assert [state['variables'] for state in four] == [merged] * 4
+    assert [state['random'] for state in four] == [{'rank': rank} for rank in range(4)]
+    three = [rank_state(saved, rank, 3, INITIAL)['variables']['ids'] for rank in range(3)]     # DDP on 3
+    assert three == [['start', 1, 2, 3], ['start'], ['start']]
+
+
+def test_a_pipelined_checkpoint_on_as_many_parts_gives_each_rank_its_parts_reader():
+    saved = _pipelined(2, PIPE0, PIPE1, PIPE0, PIPE1)
+    ddp = [rank_state(saved, rank, 2, INITIAL) for rank in range(2)]         # DDP on 2: 2 parts, as 2 pipelines
+    assert [state['variables'] for state in ddp] == [PIPE0, PIPE1]
+    same = [rank_state(saved, rank, 4, INITIAL, stages=2)['random'] for rank in range(4)]     # its own layout
+    assert same == [{'rank': rank} for rank in range(4)]
+    # 2 DDP ranks resumed as 2 pipelines of 2 stages: each pipeline's stages take the rank of their part
+    assert [rank_state(_saved(PIPE0, PIPE1), rank, 4, INITIAL, stages=2)['variables']
+            for rank in range(4)] == [PIPE0, PIPE1, PIPE0, PIPE1]
+    # 2 DDP ranks resumed as one pipeline of 2 stages: one part, every stage holds the merged lists
+    assert [rank_state(_saved(PIPE0, PIPE1), rank, 2, INITIAL, stages=2)['variables']['ids']
+            for rank in range(2)] == [['start', 1, 2, 3]] * 2
+
+
+class _Plan:
+    def __init__(self, stages, randomness='torch'):
+        from flowpipe.parallel.mesh import Mesh
+        self.devices, self.microbatch, self.device_weights = ['cpu'], 2, None
+        self.mesh, self.randomness = Mesh(dp=4 // stages, pp=stages), randomness
+
+
+class _Model:
+    def __init__(self, stages, randomness='torch'):
+        self.plan = _Plan(stages, randomness)
+        self.model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.5))
+
+
+def test_a_model_under_torch_randomness_is_refused_on_other_stages_of_the_same_world():
+    from flowpipe.execution.relayout import check_random_layers, layout_of
+    saved = layout_of({'net': _Model(2)}, 4, stages=2)
+    assert saved['pipeline'] == 2 and saved['models']['net']['pipeline'] == 2
+    check_random_layers('net', _Model(2), saved, 4)                        # the same layout: resumes
+    check_random_layers('net', _Model(4, 'by_item'), saved, 4)             # masks by item: resumes
+    with pytest.raises(CheckpointError, match=r"written on 4 ranks, devices cpu, microbatch=2, pipeline=2, this "
+                                              r"run is on 4 ranks, devices cpu, microbatch=2, pipeline=4"):
+        check_random_layers('net', _Model(4), saved, 4)

@@ -161,6 +161,18 @@ def test_the_devices_may_change_on_resume(tmp_path):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
+def test_the_pipeline_keys_may_change_on_resume_and_a_dropped_placement_key_is_built_without_it(tmp_path):
+    checkpointed(tmp_path, pipeline=2, pipeline_schedule='gpipe', microbatch=3)
+    pipeline, said = resumed(tmp_path)           # one process: the pipeline and the micro-batches dropped
+    assert any("model 'net' pipeline: 2 → (not given)" in text for text in said)
+    assert any("model 'net' pipeline_schedule: 'gpipe' → (not given)" in text for text in said)
+    plan = pipeline.m('net').plan
+    assert plan.pipeline is None and not plan.microbatch          # not the saved config's values
+    again, said = resumed(tmp_path, n_iters=5, pipeline=4)
+    assert any("model 'net' pipeline: (not given) → 4" in text for text in said)
+    assert again.m('net').plan.pipeline.stages == 4
+
+
 def test_an_action_argument_is_compared_whole(tmp_path):
     long = 'x' * 80
     trainer().update(V('tag', default=None), long + 'a').run(**RUN, n_iters=3, checkpoint=tmp_path)

@@ -139,3 +139,16 @@ def test_a_layout_of_2_ranks_is_exact(written, capsys):
     assert "Expected one device per rank with --ranks 2. Received: --device 'CPU:0x2'" in capsys.readouterr().err
     noisy = verify(str(folder / 'batch_noise'), f'{path}:batch_noise', 3, 'cpu', None, 'float64', ranks=2)
     assert noisy['deviations']['net'] > 1e-6
+
+
+@pytest.mark.slow
+def test_a_layout_of_2_pipeline_stages_is_exact(written, capsys):
+    path, folder = written
+    result = verify(str(folder / 'make'), f'{path}:make', 3, 'cpu', 2, 'float64', ranks=2, stages=2)
+    assert result['steps'] == 3 and 0 <= result['deviations']['net'] < 1e-10
+    argv = ['verify', str(folder / 'make'), '--pipeline', f'{path}:make', '--device', 'cpu', '--ranks', '2',
+            '--stages', '2', '--microbatch', '3', '--tolerance', '1e-10']
+    assert main(argv) == 0
+    assert "1 pipeline(s) of 2 stages, 2 ranks, each device='cpu', microbatch=3" in capsys.readouterr().out
+    assert main([*argv[:-6], '--ranks', '3', '--stages', '2']) == 2
+    assert 'Expected --ranks a multiple of --stages' in capsys.readouterr().err

@@ -57,19 +57,25 @@ def pipeline(variant='plain', sharding=None):
     return template.train_model('net', x=B.x, y=B.y, fetches='loss', save_to=V('loss', mode='a')) << dataset()
 
 
-def train(folder=None, stop=None, variant='plain', sharding=None, sharded=False):
-    """Run ``EPOCHS`` epochs with checkpoints in ``folder`` (resuming from them when there are some), stopping at
-    batch ``stop``; the state at the end (or at the stop)."""
+def run_stopped(done, batch_size, folder=None, stop=None, sharded=False):
+    """Run ``done`` for ``EPOCHS`` seeded, shuffled epochs with checkpoints in ``folder`` (resuming from them when
+    there are some; ``sharded``: the weights in shards), stopping at batch ``stop`` (its pipeline calls ``_stop``)."""
     STOP['at'] = stop
-    done = pipeline(variant, sharding)
     checkpoint = None if folder is None else Checkpoint(folder, sharded=sharded)
     try:
-        done.run(BATCH, n_epochs=EPOCHS, shuffle=True, seed=11, checkpoint=checkpoint,
+        done.run(batch_size, n_epochs=EPOCHS, shuffle=True, seed=11, checkpoint=checkpoint,
                  resume=folder is not None and os.path.isdir(folder) and bool(os.listdir(folder)))
     except Stopped:
         pass
     finally:
         STOP['at'] = None
+
+
+def train(folder=None, stop=None, variant='plain', sharding=None, sharded=False):
+    """Run ``EPOCHS`` epochs with checkpoints in ``folder`` (resuming from them when there are some), stopping at
+    batch ``stop``; the state at the end (or at the stop)."""
+    done = pipeline(variant, sharding)
+    run_stopped(done, BATCH, folder, stop, sharded)
     model = done.m('net')
     return {'params': [full(p) for p in model.model.parameters()], 'loss': list(done.v('loss')),
             'ids': [np.asarray(ids) for ids in done.v('ids')],

@@ -10,7 +10,7 @@ from flowpipe import LaunchError
 from flowpipe.models.torch import TorchModel
 from flowpipe.parallel import launch
 from flowpipe.parallel.engines.stage_placement import check_chain
-from flowpipe.parallel.stages import Pipelining, cut
+from flowpipe.parallel.stages import Pipelining, check_parameters, cut
 
 from . import pipeline_jobs
 
@@ -97,6 +97,13 @@ def test_a_network_is_cut_by_parameter_bytes_or_at_named_children_and_refused_wh
         cut(children[:2], Pipelining(3))
     with pytest.raises(ValueError, match='name top-level children after the first, in call order'):
         cut(children, Pipelining(3, ('3', '1')))
+
+
+def test_a_stage_without_parameters_is_refused_naming_it():
+    children = list(pipeline_jobs.network().named_children())
+    check_parameters(children, cut(children, Pipelining(3)))
+    with pytest.raises(ValueError, match=r"Received: stage 1 of 4 holds \['1'\], without parameters"):
+        check_parameters(children, cut(children, Pipelining(4)))        # [0] [1] [2] [3, 4]: a Tanh alone
 
 
 class Skip(nn.Module):

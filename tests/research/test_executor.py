@@ -1,7 +1,9 @@
 """flowpipe.research.executor and experiment: units, expressions, branches, failures, in this process."""
+import numpy as np
 import pytest
 
-from flowpipe import B, C, Dataset, Pipeline, V
+from flowpipe import B, C, Dataset, M, Pipeline, V
+from flowpipe.models.torch import MLP
 from flowpipe.research import E, EC, Executor, Experiment, O, S
 
 
@@ -126,3 +128,63 @@ def test_bad_target_and_source():
     with pytest.raises(ValueError, match='unit or an instance'):
         Executor(Experiment().add_callable('f', lambda x: x, x=E('ghost')), target='f', n_iters=1,
                  debug=True).run()
+
+
+
+class Controller:
+    """batchflow's controller form: the test pipeline imports the model of ``self.train_ppl``, a method reads
+    ``self.test_ppl``'s variable and ``self.train_ppl``'s model; the model's width is the experiment's config."""
+
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        dataset = Dataset(12, preloaded={'x': rng.normal(size=(12, 3)).astype('float32'),
+                                         'y': rng.integers(0, 2, 12)})
+        config = {'inputs/x/shape': (3,), 'inputs/y/classes': 2, 'initial_block/inputs': 'x',
+                  'body/units': (C('units'),)}
+        self.train_ppl = (Pipeline().init_model('net', MLP, 'dynamic', config=config)
+                          .train_model('net', x=B.x, y=B.y).run_later(4, n_iters=2)) << dataset
+        self.test_ppl = (Pipeline().import_model('net', self.train_ppl).init_variable('seen', [])
+                         .update(V('seen', mode='a'), M('net').iteration).run_later(4, n_epochs=1)) << dataset
+
+    def seen(self):
+        """The model's steps as the test pipeline saw them; the number of parameters of the trained model."""
+        return self.test_ppl.v('seen'), sum(p.numel() for p in self.train_ppl.m('net').model.parameters())
+
+
+def test_an_instances_pipelines_run_in_its_place_and_see_each_others_models():
+    experiment = (Experiment().add_instance('controller', Controller)
+                  .add_pipeline('controller.train_ppl')
+                  .add_pipeline('controller.test_ppl', run=True, when='last')
+                  .add_callable('controller.seen', when='last', save_to='seen'))
+    runs = Executor(experiment, target='f', configs=[{'units': 5}, {'units': 7}], n_iters=None,
+                    finalize=True).run()
+    assert [run.exception for run in runs] == [None, None]
+    # 3 inputs -> units -> 2 classes: 6 * units + 2 parameters; the test pipeline saw the model after 2 steps
+    assert [run.results['seen'] for run in runs] == [{2: ([2, 2, 2], 32)}, {2: ([2, 2, 2], 44)}]
+
+
+class Summer:
+    def __init__(self):
+        self.ppl = (Pipeline().init_variable('total', 0).update(V('total'), V('total') + C('k'))
+                    .run_later(2, n_epochs=1)) << Dataset(4)
+
+
+def test_a_root_instances_pipeline_run_by_each_branch_keeps_one_state_per_branch():
+    experiment = Experiment().add_instance('summer', Summer, root=True).add_pipeline('summer.ppl', variables='total')
+    runs = Executor(experiment, target='f', configs=[{'k': 1}, {'k': 10}], n_iters=2).run()
+    assert [run.results['total'] for run in runs] == [{0: 1, 1: 2}, {0: 10, 1: 20}]
+    assert runs[0].instances['summer'] is runs[1].instances['summer']
+    assert runs[0].instances['summer'].ppl.v('total') == 0          # the shared instance's pipeline is left as it was
+
+
+class Computed:
+    @property
+    def ppl(self):
+        return (Pipeline().init_variable('total', 0).update(V('total'), V('total') + C('k'))
+                .run_later(2, n_epochs=1)) << Dataset(4)
+
+
+def test_an_instances_pipeline_given_by_a_property_runs_bound_to_the_config():
+    experiment = Experiment().add_instance('computed', Computed).add_pipeline('computed.ppl', variables='total')
+    [running] = Executor(experiment, target='f', configs=[{'k': 3}], n_iters=2).run()
+    assert running.exception is None and running.results['total'] == {0: 3, 1: 6}

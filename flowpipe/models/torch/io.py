@@ -78,8 +78,10 @@ def payload(model: 'TorchModel', tensors: bool = True) -> dict:
         # the input-moving hooks of its placement; loading places it again as the (new) config says. A sharded
         # network cannot be copied: its skeleton (taken before sharding) is filled with the gathered state.
         frame = getattr(engine, 'skeleton', None)
-        module = remove_checkpointing(_cpu_copy(model.model) if frame is None else frame if state['network'] is None
-                                      else filled(frame, state['network']))
+        module = (_cpu_copy(model.model) if frame is None else frame if state['network'] is None
+                  else filled(frame, state['network']))
+        # a rank other than 0 of a gathering engine (a pipeline's stages) holds no state, and no module
+        module = None if module is None else remove_checkpointing(module)
         config['model'] = None
     return {
         'format': FORMAT, 'format_version': FORMAT_VERSION,

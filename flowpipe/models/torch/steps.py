@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import torch
 
+from ...data.shards import run_context
 from ...parallel.engines.sam import make_sam
 from ...torchutils import to_tensor
 from .inputs import DEFAULT_INPUT, as_list, by_name, check_fetches, fetch_value, pick_fetches, require
@@ -61,7 +62,8 @@ class ModelSteps:
             try:
                 result = self.engine.train_step(net_inputs, net_targets, self.loss_fn, self.optimizer,
                                                 return_outputs=wants_outputs, clip_grad_norm=self.clip_grad_norm,
-                                                clip_grad_value=self.clip_grad_value, seed=seed, sam=sam)
+                                                clip_grad_value=self.clip_grad_value, seed=seed, sam=sam,
+                                                run=run_context())
             except ValueError as error:
                 self._batch_norm_check.explain(error, batch_size)
                 raise
@@ -101,13 +103,14 @@ class ModelSteps:
             if self.engine is None:
                 self._build_for(net_inputs)
             self._input_check(self._named(net_inputs, net_targets), self.loss_fn)
-            outputs = self._averaged().predict(net_inputs) if use_averaged else self.engine.predict(net_inputs)
+            run = run_context()         # where the step lies in its run: the engine's call takes it
+            outputs = self._averaged().predict(net_inputs) if use_averaged else self.engine.predict(net_inputs, run)
 
         def loss() -> float:
             """The batch's loss; in a distributed run the global batch's, whose shards the ranks hold."""
             moved = [target.to(outputs.device) for target in net_targets]
             moved = [t.to(outputs.dtype) if t.is_floating_point() else t for t in moved]
-            return self.engine.predicted_loss(self.loss_fn, outputs, moved)
+            return self.engine.predicted_loss(self.loss_fn, outputs, moved, run)
         return self._fetch(fetches, names, loss, outputs)
 
     def _averaged(self) -> Any:

@@ -20,6 +20,7 @@ A schedule with fewer micro-batches than stages (a short last batch) runs as GPi
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from typing import Any, Callable, Sequence
@@ -28,15 +29,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ...data.shards import current_shard
+from ...data.shards import NO_RUN, RunContext
 from .. import distributed
 from ..losses import ITEM_SHARES, PLAIN_SUM, StepLoss, normalized, weighting
 from ..plan import DevicePlan
 from ..precision import Precision
 from ..sharded_state import skeleton
 from ..split import Piece, split_batch
+from ..stages import no_shards
 from .base import Engine, StepResult
 from .clipping import check_clip_value, check_max_norm
+from .stage_items import ChunkItems, part_offset
 from .stage_placement import StagePlacement, check_chain
 from .tensors import BatchTensors, as_batch, concat, set_mode
 
@@ -65,18 +68,15 @@ class PipelineEngine(Engine):
 
     def __init__(self, module: nn.Module, plan: DevicePlan, precision: Precision | None = None):
         distributed.init()
-        if plan.amp or plan.compile or plan.memory_format is not None:
-            raise ValueError(f"Expected no amp, compile or memory_format with 'pipeline' (not supported yet). "
-                             f"Received: amp={plan.amp!r}, compile={plan.compile!r}, "
-                             f"memory_format={plan.memory_format!r}. Drop them.")
-        if any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in module.modules()) and \
-                plan.randomness == 'by_item':
-            raise ValueError("Expected 'randomness': 'torch' for a pipelined network with dropout (masks drawn by item "
-                             "are not supported across stages yet). Received: randomness='by_item'.")
+        if plan.compile or plan.memory_format is not None or plan.amp == 'float16':
+            raise ValueError(f"Expected no compile or memory_format, and amp only as 'bfloat16' (no loss scaler: its "
+                             f"skipped steps are not agreed over the stages), with 'pipeline'. Received: "
+                             f"amp={plan.amp!r}, compile={plan.compile!r}, memory_format={plan.memory_format!r}. Drop "
+                             f"them, or give amp='bfloat16'.")
         device = plan.primary.device
         self.skeleton = skeleton(module)       # what a model file stores of a network given in the config
         self.placement = StagePlacement(module, plan.pipeline, plan.mesh, device)
-        super().__init__(plan, [self.placement.chain], [device], precision)
+        super().__init__(plan, self.placement, None, precision)
         self._network, self._checked, self._meta_network = module, False, None
         mesh = plan.mesh
         self._pp = _my_group(mesh.groups('pp'), dist.get_rank())
@@ -85,6 +85,7 @@ class PipelineEngine(Engine):
         self._schedules: dict[tuple[int, int, bool], Any] = {}
         self.counts: tuple[int, int] | None = None
         self._step: dict[str, Any] = {}
+        self._chunk_items = ChunkItems()
 
     @property
     def module(self) -> nn.Module:
@@ -113,6 +114,7 @@ class PipelineEngine(Engine):
                 self.placement.parts) and training else ScheduleGPipe
             self._schedules[key] = kind(stage, chunks, loss_fn=self._chunk_loss if training else None,
                                         scale_grads=False)
+            self._chunk_items.wrap(stage)
         return self._schedules[key]
 
     def _padded(self, batch_inputs: Sequence[torch.Tensor], pieces: Sequence[Piece], size: int
@@ -173,8 +175,9 @@ class PipelineEngine(Engine):
     def train_step(self, inputs: Any, targets: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer, *,
                    return_outputs: bool = False, clip_grad_norm: float | None = None,
                    clip_grad_value: float | Callable | None = None, seed: int | None = None,
-                   sam: Any = None) -> StepResult:
+                   sam: Any = None, run: RunContext | None = None) -> StepResult:
         """One optimizer step of every stage on the global batch (see the module docstring)."""
+        self.run = NO_RUN if run is None else run
         if sam is not None:
             raise ValueError("Expected no sam_rho with 'pipeline' (not supported yet). Received: a SAM step. Drop sam_rho.")
         max_norm, clip_value = check_max_norm(clip_grad_norm), check_clip_value(clip_grad_value)
@@ -185,8 +188,10 @@ class PipelineEngine(Engine):
             set_mode(self.replicas, True)
             self.zero_grad(optimizer)
             self._step = {'batch': batch, 'loss': step_loss, 'keep': return_outputs}
-            if pieces:
-                self._run_schedule(batch, pieces, training=True)
+            with self.item_random(self.step_seed(seed)), self.precision.autocast(self.devices[0]), \
+                    self._item_chunks(batch, pieces):         # dropout masks by item, when the plan says so
+                if pieces:
+                    self._run_schedule(batch, pieces, training=True)
             loss = self._reduce(optimizer)
             outputs = self._outputs(return_outputs, batch)
             stepped = not (self.skip_nonfinite and self.nonfinite(loss, optimizer))
@@ -195,6 +200,13 @@ class PipelineEngine(Engine):
             else:
                 self.zero_grad(optimizer)
             return StepResult(loss, outputs, stepped)
+
+    def _item_chunks(self, batch: Any, pieces: Sequence[Piece]) -> contextlib.AbstractContextManager:
+        """Under ``'randomness': 'by_item'``, the step's context that tells the stage's dropout modules the items of
+        every micro-batch (``stage_items``; a collective of every rank, with items or without)."""
+        if self._item_streams is None or not self._chunk_items.needed(self._network):
+            return contextlib.nullcontext()
+        return self._chunk_items.step(self._item_streams, part_offset(batch.size, self._dp, self.plan.mesh), pieces)
 
     def _pieces(self, batch: Any, loss_fn: Callable) -> tuple[StepLoss, tuple[Piece, ...]]:
         """What each micro-batch's loss is (``losses.StepLoss``, as every engine weighs it: a sum over the global
@@ -212,7 +224,7 @@ class PipelineEngine(Engine):
         """At every step, that the ranks of the pipeline hold the same items (one small all-reduce over the
         pipeline: a run that did not read the model's ``'pipeline'`` before its first batch splits them, and the
         stages would wait for each other); at the first, that the network is a chain of its children."""
-        shard = current_shard()
+        shard = self.run.shard
         start = -1 if shard is None else shard.start
         values = torch.tensor([batch.size, -batch.size, start, -start], dtype=torch.float64)
         dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self._pp)
@@ -308,8 +320,9 @@ class PipelineEngine(Engine):
 
     # prediction and state
 
-    def predict(self, inputs: Sequence[torch.Tensor]) -> Any:
+    def predict(self, inputs: Sequence[torch.Tensor], run: RunContext | None = None) -> Any:
         """The outputs of this pipeline's items, forward through the stages, on every rank of the pipeline."""
+        self.run = NO_RUN if run is None else run
         batch = self.prepare(as_batch(inputs, 'inputs'), ())
         set_mode(self.replicas, False)
         pieces = split_batch(batch.size, 1, self.plan.microbatch) if batch.size else ()
@@ -317,14 +330,16 @@ class PipelineEngine(Engine):
         with torch.no_grad():
             self._check(batch)
             if pieces:
-                output = self._run_schedule(batch, pieces, training=False)
+                with self.precision.autocast(self.devices[0]):
+                    output = self._run_schedule(batch, pieces, training=False)
                 self._step['outputs'] = {} if output is None else {0: output}
         return self._outputs(True, batch)
 
-    def predicted_loss(self, loss_fn: Callable, outputs: Any, targets: Sequence[torch.Tensor]) -> float:
+    def predicted_loss(self, loss_fn: Callable, outputs: Any, targets: Sequence[torch.Tensor],
+                       run: RunContext | None = None) -> float:
         """The global batch's loss from every pipeline's part (one all-reduce of its sum and normalizer over the
         ``dp`` group, every rank joins); a whole batch's own loss when the prediction is not on a part."""
-        if current_shard() is None or self._dp is None:
+        if run is None or run.shard is None or self._dp is None:
             return super().predicted_loss(loss_fn, outputs, targets)
         form = normalized(loss_fn)
         rule, count = weighting(form), int(targets[0].shape[0]) if targets[0].dim() else 1
@@ -350,6 +365,10 @@ class PipelineEngine(Engine):
 
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: Any) -> None:
         self.placement.load_optimizer_state_dict(optimizer, state)
+
+    def sharded_state_dict(self, optimizer: torch.optim.Optimizer, with_optimizer: bool | None = None) -> dict:
+        """Refused (``stages.no_shards``): run checkpoints of a pipelined model gather the stages into the file."""
+        raise no_shards(len(self.placement.parts))
 
     def sync(self) -> None:
         """Nothing to copy: every rank loaded its stage from the whole state."""

@@ -17,7 +17,8 @@ from torch import nn
 
 from ..mesh import Mesh
 from ..sharded_state import skeleton as meta_skeleton
-from ..stages import Pipelining, cut
+from ..stages import Pipelining, check_parameters, cut
+from .placement import Placement
 
 __all__ = ['Chain', 'StagePlacement', 'check_chain']
 
@@ -37,8 +38,9 @@ class Chain(nn.Module):
         return outputs
 
 
-class StagePlacement:
-    """This rank's stage of ``network``, cut as ``pipelining`` says, on ``device``.
+class StagePlacement(Placement):
+    """This rank's stage of ``network``, cut as ``pipelining`` says, on ``device``: a placement part whose one
+    replica is the stage's chain.
 
     Attributes:
         parts: each stage's children names, in order.
@@ -49,12 +51,14 @@ class StagePlacement:
     def __init__(self, network: nn.Module, pipelining: Pipelining, mesh: Mesh, device: torch.device):
         self.network, self.mesh = network, mesh
         self.parts = cut(list(network.named_children()), pipelining)
+        check_parameters(list(network.named_children()), self.parts)
         self.stage = mesh.coordinate('pp')
         mine = self.parts[self.stage]
         for name, child in network.named_children():
             child.to(device if name in mine else torch.device('meta'))
         self.chain = Chain(OrderedDict((name, network.get_submodule(name)) for name in mine))
         self._prefixes = tuple(f'{name}.' for name in mine)
+        super().__init__([self.chain], [device])
 
     @property
     def first(self) -> bool:

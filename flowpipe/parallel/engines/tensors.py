@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -14,7 +14,7 @@ from torch import nn
 from ..split import Piece
 
 __all__ = ['BatchTensors', 'as_batch', 'batch_size_of', 'concat', 'device_of', 'evaluating', 'first_floating',
-           'local_shard', 'move', 'prepare_batch', 'set_mode', 'target_devices', 'to_device']
+           'local_shard', 'move', 'planned_batch', 'prepare_batch', 'set_mode', 'target_devices', 'to_device']
 
 
 class BatchTensors(NamedTuple):
@@ -31,6 +31,18 @@ def prepare_batch(inputs: Any, targets: Any, dtype: torch.dtype | None) -> Batch
     """Check a step's inputs and targets (see ``as_batch``, ``batch_size_of``); ``dtype`` for floating ones."""
     inputs, targets = as_batch(inputs, 'inputs'), as_batch(targets, 'targets')
     return BatchTensors(inputs, targets, batch_size_of(inputs, targets), dtype)
+
+
+def planned_batch(batch: BatchTensors, plan: Any, pin: Callable[[torch.Tensor], torch.Tensor]) -> BatchTensors:
+    """``batch`` as ``plan`` wants it: with ``plan.pin_memory`` its tensors through ``pin`` (host tensors pinned,
+    once per batch); with ``memory_format='channels_last'`` given explicitly, an error when no input is 4-D."""
+    if plan.pin_memory:
+        batch = batch._replace(inputs=[pin(t) for t in batch.inputs], targets=[pin(t) for t in batch.targets])
+    if plan.memory_format == 'channels_last' and not any(t.dim() == 4 for t in batch.inputs):
+        shapes = [tuple(t.shape) for t in batch.inputs]
+        raise ValueError(f"Expected a 4-D (N, C, H, W) input for memory_format='channels_last'. Received: "
+                         f"inputs of shapes {shapes}. Use memory_format='auto' or None for this model.")
+    return batch
 
 
 def as_batch(tensors: Any, name: str) -> list[torch.Tensor]:
