@@ -10,10 +10,12 @@ FSDP2 (``torch.distributed.fsdp.fully_shard``; ``flowpipe.parallel.engines.shard
   ``LOCAL_WORLD_SIZE``) and replicated across the groups.
 
 ``sharding_units`` says which modules become FSDP units (each gathers its parameters in one all-gather): ``None``
-for the blocks of the ready networks (``initial_block``, each child of ``body`` holding parameters, ``head``; for
-another module its top-level children holding parameters), a module class or a tuple of classes (every module of
-one of them), or a positive int (a module whose parameters not already in a unit below it number at least that
-many). The root module is always a unit too. ``sharding_offload=True`` keeps the shards and the optimizer step on the
+for the blocks of the network (its top-level children holding parameters, a child named ``body`` giving each of
+its stages instead, and a stage made of repeated blocks, such as a ResNet stage's residual blocks, each block), a
+module class or a tuple of classes (every module of one of them), or a positive int (a module whose parameters not
+already in a unit below it number at least that many). No rule makes a unit of a container without a forward of
+its own (``nn.ModuleList``, ``nn.ModuleDict``: FSDP2 refuses them): ``None`` takes its children, an int leaves its
+parameters to the module above. The root module is always a unit too. ``sharding_offload=True`` keeps the shards and the optimizer step on the
 CPU between uses (``CPUOffloadPolicy``; on a CPU-only job they are there already, so it changes nothing).
 """
 from __future__ import annotations

@@ -147,9 +147,23 @@ def test_the_default_sharding_units_are_blocks_that_run(model_class, options):
     # FSDP2 shards only modules with a forward of their own: an encoder's stages in a ModuleList were refused
     assert units and all(type(unit).forward is not torch.nn.Module.forward for unit in units)
     assert sum(p.numel() for unit in units for p in unit.parameters()) == sum(p.numel() for p in network.parameters())
-    if all(hasattr(network, name) for name in ('initial_block', 'body', 'head')):     # each block of body a unit
-        parts = [name for name, _ in network.body.named_children()]
-        assert len(units) == 2 + sum(any(True for _ in getattr(network.body, n).parameters()) for n in parts)
+    names = {id(module): name for name, module in network.named_modules()}
+    expected = {ResNet50: [3, 4, 6, 3], DenseNet121: [6, 12, 24, 16], EfficientNetB0: [1, 2, 2, 3, 3, 4, 1],
+                VGG16: [1] * 5}.get(model_class, [])
+    for stage, count in enumerate(expected):     # a stage of repeated blocks gives one unit per block
+        inside = [names[id(unit)] for unit in units if names[id(unit)].startswith(f'body.block{stage}')]
+        assert len(inside) == count and (count > 1 or inside == [f'body.block{stage}'])
+
+
+def test_the_default_sharding_units_of_a_deep_resnet_are_its_residual_blocks():
+    from flowpipe.parallel.engines.sharded import sharding_units
+    network = _network(ResNet152, _RES)
+    names = {id(module): name for name, module in network.named_modules()}
+    units = [names[id(unit)] for unit in sharding_units(network, None)]
+    assert units[0] == 'initial_block' and units[-1] == 'head' and len(units) == 2 + 3 + 8 + 36 + 3
+    assert [unit for unit in units if unit.startswith('body.block2.')] == [
+        f'body.block2.parts.0.parts.{index}' for index in range(36)]
+    assert all(type(module).__name__ == 'MultiLayer' for module in sharding_units(network, None)[1:-1])
 
 
 def test_an_encoder_and_a_decoder_name_their_stage_parts():

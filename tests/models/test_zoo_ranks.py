@@ -44,15 +44,23 @@ def test_two_ranks_equal_one_process_on_the_whole_batch(launched, reference, nam
 def test_the_sharding_units_are_the_blocks_of_each_network(launched):
     _, ranks = launched
     units = {name: result['units'] for name, result in ranks[0]['full'].items()}
-    assert units['ResNet50'] == ['', 'initial_block', 'body.block0', 'body.block1', 'body.block2', 'body.block3',
-                                 'head']
-    assert units['DenseNet121'] == ['', 'initial_block', 'body.block0', 'body.downsample0', 'body.block1',
-                                    'body.downsample1', 'body.block2', 'body.downsample2', 'body.block3', 'head']
-    assert units['EfficientNetB0'] == ['', 'initial_block', *[f'body.block{i}' for i in range(7)], 'head']
-    assert units['VGG16'] == ['', 'body', 'head']       # no initial_block: the top-level parts
+    # a body stage of repeated blocks gives one unit per block (the stage's layouts), a stage of one block is a unit
+    assert units['ResNet50'] == ['', 'initial_block', *_blocks('parts', [3, 4, 6, 3]), 'head']
+    assert units['DenseNet121'] == ['', 'initial_block', *_blocks('layers', [6]), 'body.downsample0',
+                                    *_blocks('layers', [12], 1), 'body.downsample1', *_blocks('layers', [24], 2),
+                                    'body.downsample2', *_blocks('layers', [16], 3), 'head']
+    assert units['EfficientNetB0'] == ['', 'initial_block', 'body.block0', *_blocks('parts', [2, 2, 3, 3, 4], 1),
+                                       'body.block6', 'head']
+    assert units['VGG16'] == ['', *[f'body.block{i}' for i in range(5)], 'head']    # no initial_block
     for name in ('UNet', 'ResUNet', 'DenseUNet'):
         assert units[name] == ['', 'initial_block', 'encoder', 'embedding', 'decoder', 'head']
     assert all(result['units'] == units[name] for name, result in ranks[1]['full'].items())
+
+
+def _blocks(inner, counts, first=0):
+    """The unit names of the repeated blocks of the body stages from ``first`` on, ``counts[i]`` in a stage."""
+    return [f'body.block{stage}.parts.0.{inner}.{index}' for stage, count in enumerate(counts, first)
+            for index in range(count)]
 
 
 @pytest.mark.parametrize('name', ['ResNet50', 'EfficientNetB0'])

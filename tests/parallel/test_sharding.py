@@ -80,6 +80,48 @@ def test_units_are_the_ready_networks_blocks_by_default_or_classes_or_a_paramete
     assert sharding_units(plain, 20) == [plain[0], plain[2]]
 
 
+class _Residual(nn.Module):
+    def __init__(self, width=4):
+        super().__init__()
+        self.layer = nn.Linear(width, width)
+
+    def forward(self, x):
+        return x + self.layer(x)
+
+
+def test_default_units_look_inside_containers_without_a_forward():
+    # FSDP2 refuses an nn.ModuleList or nn.ModuleDict (no forward of its own, so no hooks would run)
+    class Listed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+            self.parts = nn.ModuleDict({'out': nn.Linear(4, 2)})
+    net = Listed()
+    assert sharding_units(net, None) == [net.layers[0], net.layers[1], net.parts['out']]
+    # 20 parameters per layer: the list reaches 30 with both, but is no unit; the root keeps them, as torch's
+    # size-based auto-wrap policy does
+    assert sharding_units(net, 30) == []
+    assert sharding_units(net, 20) == [net.layers[0], net.layers[1]]
+
+
+def test_default_units_take_the_stages_of_a_body_without_an_initial_block():
+    net = nn.Module()
+    net.body = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 4))
+    net.head = nn.Linear(4, 2)
+    assert sharding_units(net, None) == [net.body[0], net.body[2], net.head]
+
+
+def test_a_body_stage_of_repeated_blocks_gives_one_unit_per_block():
+    net = nn.Module()
+    net.initial_block = nn.Linear(3, 4)
+    repeated = nn.Sequential(nn.ModuleList([nn.Sequential(*[_Residual() for _ in range(3)])]))
+    mixed = nn.Sequential(_Residual(), nn.Linear(4, 4))
+    net.body = nn.Sequential(repeated, mixed, nn.Sequential(_Residual()))
+    net.head = nn.Linear(4, 2)
+    blocks = list(repeated[0][0])
+    assert sharding_units(net, None) == [net.initial_block, *blocks, mixed, net.body[2], net.head]
+
+
 def test_storage_bytes_count_each_storage_once():
     base = torch.zeros(10, dtype=torch.float64)
     assert storage_bytes([base[:5], base[5:], torch.zeros(3)]) == 80 + 12

@@ -47,18 +47,13 @@ __all__ = ['FsdpReduceScatter', 'check_tied', 'sharding_units', 'storage_bytes']
 
 
 def sharding_units(module: nn.Module, units: tuple[type, ...] | int | None) -> list[nn.Module]:
-    """The submodules of ``module`` that become FSDP units, inner ones first (the root is not among them)."""
+    """The submodules of ``module`` that become FSDP units, inner ones first (the root is not among them); each runs
+    a forward of its own (FSDP2 refuses an ``nn.ModuleList`` or ``nn.ModuleDict``: the rules look inside them)."""
     if units is None:
-        names = ('initial_block', 'body', 'head')
-        children = dict(module.named_children())
-        if all(name in children for name in names):
-            blocks = [children['initial_block'], *children['body'].children(), children['head']]
-        else:
-            blocks = list(children.values())
-        return [block for block in blocks if any(True for _ in block.parameters())]
+        return [block for block in _default_units(module) if _holds_parameters(block)]
     found, owned = [], set()
     for sub in _post_order(module):
-        if sub is module:
+        if sub is module or not _runs(sub):
             continue
         if isinstance(units, int):
             free = [p for p in sub.parameters() if id(p) not in owned]
@@ -69,6 +64,49 @@ def sharding_units(module: nn.Module, units: tuple[type, ...] | int | None) -> l
             found.append(sub)
             owned.update(id(p) for p in free)
     return found
+
+
+def _default_units(module: nn.Module) -> list[nn.Module]:
+    """The top-level children of ``module``, a child named ``body`` giving its stages instead, and each stage made of
+    repeated blocks giving the blocks (``_repeated``); containers without a forward give their children."""
+    blocks = []
+    for name, child in module.named_children():
+        if name == 'body':
+            blocks.extend(block for stage in _running(child.children()) for block in _repeated(stage))
+        else:
+            blocks.extend(_running([child]))
+    return blocks
+
+
+def _repeated(stage: nn.Module) -> list[nn.Module]:
+    """The blocks of ``stage`` when it is made of repeated blocks: going down while a module holds its parameters in
+    one child, the first that holds them in two or more children of one class (each a module with a forward, such as
+    a ResNet stage's residual blocks, an EfficientNet stage's MBConv blocks, a dense block's layers); else
+    ``[stage]``."""
+    inner = stage
+    while not any(True for _ in inner.parameters(recurse=False)):
+        children = [child for child in inner.children() if _holds_parameters(child)]
+        if len(children) != 1:
+            break
+        inner = children[0]
+    else:
+        return [stage]
+    if len(children) > 1 and len({type(child) for child in children}) == 1 and _runs(children[0]):
+        return children
+    return [stage]
+
+
+def _running(modules: Iterable[nn.Module]) -> list[nn.Module]:
+    """``modules``, each container without a forward of its own replaced by its children, recursively."""
+    return [found for sub in modules for found in ([sub] if _runs(sub) else _running(sub.children()))]
+
+
+def _runs(module: nn.Module) -> bool:
+    return type(module).forward is not nn.Module.forward
+
+
+def _holds_parameters(module: nn.Module) -> bool:
+    return any(True for _ in module.parameters())
 
 
 def check_tied(module: nn.Module, units: list[nn.Module], setting: Any = None) -> None:

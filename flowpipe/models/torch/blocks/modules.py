@@ -4,7 +4,8 @@ that shrink the spatial size and keep their skips), ``DecoderModule`` (stages th
 
 An encoder's and a decoder's stage parts are their direct children, named after the letter and the stage
 (``block0``, ``skip0``, ``downsample0``; ``upsample0``, ``combine0``), so each is a block of its own to whatever
-walks the network's children (``sharding_units=None`` makes each a sharding unit, ``docs/distributed.md``).
+walks the network's children (``sharding_units=None`` makes each of a ``body``'s stage parts a sharding unit, or
+each repeated block of a stage, ``docs/distributed.md``).
 
 A part passes either one tensor or a list of tensors on: an encoder gives the list of its skips and its last
 output (``output_type='list'``), a module with ``input_type='list'`` reads the item ``input_index`` of a list
