@@ -13,7 +13,7 @@ import pickle
 import tempfile
 from typing import IO, Any, Callable
 
-__all__ = ['dump_atomically', 'write_text_atomically']
+__all__ = ['dump_atomically', 'write_bytes_atomically', 'write_text_atomically']
 
 
 def dump_atomically(value: Any, path: str | os.PathLike, pickle_module: Any = None) -> None:
@@ -26,7 +26,12 @@ def dump_atomically(value: Any, path: str | os.PathLike, pickle_module: Any = No
 
 def write_text_atomically(text: str, path: str | os.PathLike) -> None:
     """Write ``text`` (UTF-8) into ``path`` atomically (the folder is made when missing)."""
-    _write_atomically(path, lambda file: file.write(text.encode('utf-8')))
+    write_bytes_atomically(text.encode('utf-8'), path)
+
+
+def write_bytes_atomically(data: bytes, path: str | os.PathLike) -> None:
+    """Write ``data`` into ``path`` atomically (the folder is made when missing)."""
+    _write_atomically(path, lambda file: file.write(data))
 
 
 def _write_atomically(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:

@@ -28,7 +28,7 @@ from .meta import check_free_memory, environment, git_state
 from .monitor import ResearchMonitor, ResearchProfiler
 from .pool import ProcessPool
 from .scheduler import SLOW_FACTOR, run_tasks
-from .storage import ResearchStorage
+from .storage import ResearchStorage, read_definition
 
 __all__ = ['Research']
 
@@ -268,17 +268,17 @@ class Research:
         """The research saved under ``name``, with its results read from there. Its definition
         (``research.dill``) holds the experiment's units, the user's own functions: it is read safely
         (``flowpipe.safe_pickle``) and refused when it names such code, unless ``trusted`` (dill runs whatever
-        the file holds). ``ResearchResults(name)`` reads the results alone."""
+        the file holds) or this process wrote the file itself (the same bytes, by their SHA-256 digest).
+        ``ResearchResults(name)`` reads the results alone."""
         if not os.path.isdir(name):
             raise FileNotFoundError(f"Expected a research folder. Received: {name!r}, which does not exist.")
         path = os.path.join(name, 'research.dill')
         research = None
         if os.path.exists(path):
-            with open(path, 'rb') as file:
-                try:
-                    research = safe_pickle.load(file, trusted)
-                except UnsafeFileError as error:
-                    raise safe_pickle.unsafe(error, path, 'a research definition', _TRUST.format(name=name)) from None
+            try:
+                research = read_definition(path, trusted)
+            except UnsafeFileError as error:
+                raise safe_pickle.unsafe(error, path, 'a research definition', _TRUST.format(name=name)) from None
         research = research if research is not None else cls(name=name)
         research.name, research.trusted = name, trusted
         research.storage = ResearchStorage(name, True, 0, 0, trusted=trusted)

@@ -1,5 +1,6 @@
 """A research's own files (research.dill, record.dill) are read without running the code they name: results and
-configs of plain values read safely, a file naming other code is refused with the fix (``trusted=True``)."""
+configs of plain values read safely, a file naming other code is refused with the fix (``trusted=True``), unless
+this very process wrote those bytes."""
 import os
 
 import dill
@@ -8,6 +9,7 @@ import pytest
 
 from flowpipe import UnsafeFileError
 from flowpipe.research import EC, Domain, O, Research, ResearchResults
+from flowpipe.research import storage
 from flowpipe.research.storage import ResearchStorage
 
 
@@ -27,6 +29,11 @@ class Marking:
 
 def add(x, y):
     return np.float64(x + y)
+
+
+def forget_writing(monkeypatch):
+    """From here on the research's files read as a fresh process (another notebook session) reads them."""
+    monkeypatch.setattr(storage, '_WRITTEN', set())
 
 
 def make(name):
@@ -83,9 +90,10 @@ def test_a_hostile_research_definition_is_refused_by_load_and_trusted_runs_it(tm
     assert mark.exists()
 
 
-def test_a_research_definition_of_the_user_s_functions_loads_and_resumes_only_when_trusted(tmp_path):
+def test_a_research_definition_of_the_user_s_functions_loads_and_resumes_only_when_trusted(tmp_path, monkeypatch):
     name = str(tmp_path / 'r')
     first = make(name).run(n_iters=1, parallel=False, bar=False)
+    forget_writing(monkeypatch)
     with pytest.raises(UnsafeFileError, match=r'research\.dill.*flowpipe\.research\.research\.Research'):
         Research.load(name)
     loaded = Research.load(name, trusted=True)
@@ -93,14 +101,30 @@ def test_a_research_definition_of_the_user_s_functions_loads_and_resumes_only_wh
     assert loaded.run(n_iters=1, parallel=False, bar=False).monitor.finished == 0     # resumed: nothing to run
 
 
-def test_an_earlier_folder_without_a_seed_file_reads_the_seed_only_from_a_trusted_definition(tmp_path):
+def test_an_earlier_folder_without_a_seed_file_reads_the_seed_only_from_a_trusted_definition(tmp_path, monkeypatch):
     name = str(tmp_path / 'r')
     first = make(name).run(n_iters=1, parallel=False, bar=False)
+    forget_writing(monkeypatch)
     os.remove(os.path.join(name, 'seed.txt'))       # as a folder written before the seed had a file of its own
     with pytest.raises(UnsafeFileError, match=r"(?s)research\.dill.*trusted=True"):
         make(name).run(n_iters=1, parallel=False, bar=False)
     assert ResearchStorage.read_entropy(name, trusted=True) == first.entropy
     assert Research.load(name, trusted=True).run(n_iters=1, parallel=False, bar=False).entropy == first.entropy
+
+
+def test_a_definition_this_process_wrote_loads_without_trusted_and_a_changed_one_is_refused(tmp_path):
+    name = str(tmp_path / 'r')
+    first = make(name).run(n_iters=1, parallel=False, bar=False)
+    loaded = Research.load(name)                    # written a moment ago by this process: its own functions
+    assert rows(loaded.results) == rows(first.results)
+    assert loaded.run(n_iters=1, parallel=False, bar=False).monitor.finished == 0
+    path = os.path.join(name, 'research.dill')
+    with open(path, 'rb') as file:
+        data = file.read()
+    with open(path, 'wb') as file:                  # the same definition, one byte of padding more
+        file.write(data + b'.')
+    with pytest.raises(UnsafeFileError, match=r'research\.dill.*flowpipe\.research\.research\.Research'):
+        Research.load(name)
 
 
 def test_the_safe_reader_rebuilds_a_record_s_config_and_nothing_else_of_the_research():
