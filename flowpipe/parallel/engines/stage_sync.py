@@ -35,14 +35,15 @@ class StageAllReduce(GradientSync):
         self.group = group
 
     def wrap(self, placement: 'StagePlacement', plan: Any) -> list[nn.Module]:
-        """The placement's replicas as they are; the stage's trained parameters listed once."""
-        self.params = [param for param in placement.chain.parameters() if param.requires_grad]
+        """The placement's replicas as they are (the stage's ``chain`` kept: its trained parameters are read at
+        every step, a parameter frozen after the engine was built then left alone)."""
+        self.chain = placement.chain
         return list(placement.replicas)
 
     @torch.no_grad()
     def reduce(self, active: tuple[int, ...]) -> None:
         """The stage's gradients (zeros where none) summed over the pipelines, in place."""
-        params = self.params
+        params = [param for param in self.chain.parameters() if param.requires_grad]
         for param in params:
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
