@@ -61,11 +61,13 @@ def _one_process() -> Iterator[None]:
 
 def skeleton(module: nn.Module) -> nn.Module:
     """A copy of ``module`` (before it is sharded) whose parameters are on the ``meta`` device (no memory) and whose
-    buffers are CPU copies: what a model file stores of a network given as ``config['model']``."""
+    buffers are CPU copies (on ``meta`` where they are: another stage's, on a rank of a pipeline): what a model file
+    stores of a network given as ``config['model']``."""
     memo: dict[int, Any] = {id(param): nn.Parameter(torch.empty_like(param, device='meta'), param.requires_grad)
                             for param in module.parameters()}
     for buffer in module.buffers():
-        memo[id(buffer)] = buffer.detach().to('cpu', copy=True)
+        memo[id(buffer)] = torch.empty_like(buffer, device='meta') if buffer.is_meta else buffer.detach().to(
+            'cpu', copy=True)
     return copy.deepcopy(module, memo)
 
 

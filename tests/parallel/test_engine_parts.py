@@ -110,3 +110,16 @@ def test_the_one_process_batch_part_gives_the_plans_pieces_by_replica():
     listed = sorted((piece for pieces in groups.values() for piece in pieces), key=lambda piece: piece.start)
     assert listed == sorted(plan.pieces(8), key=lambda piece: piece.start)
     assert sum(piece.weight for piece in listed) == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.slow       # two processes: CI or FLOWPIPE_SLOW=1
+def test_a_pipeline_plan_gives_its_parts_and_steps_through_the_step_recipe():
+    results = launch(engine_parts_jobs.pipeline_parts, 2, timeout=TIMEOUT)
+    for result in results:
+        assert {key: result[key] for key in ('engine', 'placement', 'sync', 'ranks')} == {
+            'engine': 'PipelineEngine', 'placement': 'StagePlacement', 'sync': 'StageAllReduce',
+            'ranks': 'OneProcess'}
+        assert result['stepped'] == [True, False, True, False]     # the pipeline's, then one process's
+        assert all(kept for _, kept in result['buffers kept'])     # a skipped step leaves the statistics as they were
+    assert sum(result['buffers kept'][0][0] for result in results) == 1    # Tracked's, on one stage
+    assert results[0]['parameters'] == []       # the clipped step: one process's on the whole network (rank 0's state)

@@ -2,10 +2,11 @@
 
 ``base.Engine`` is composed from parts (see its module docstring): a placement (``placement``: one device,
 replicas, model-parallel parts; a pipeline's stage in ``stage_placement``), a gradient synchronization (``sync``:
-none or the in-process sum over replicas; ``ddp``: DDP's all-reduce; ``fsdp``: FSDP's reduce-scatter), a batch part
+none or the in-process sum over replicas; ``ddp``: DDP's all-reduce; ``fsdp``: FSDP's reduce-scatter; ``stage_sync``:
+a pipeline's stage gradients over the pipelines), a batch part
 (``ranks``: one process, or the data-parallel ranks of a job) and the step recipe (``step``: micro-batches, SAM, the
 non-finite check, clipping). ``single``, ``replicas``, ``distributed`` and ``sharded`` name the compositions the
-plan's kinds use; ``pipeline`` runs a stage of the network on a pipeline schedule.
+plan's kinds use; ``pipeline`` runs a stage of the network on a pipeline schedule, its step the step recipe's.
 """
 from .base import Engine, StepResult
 from .clipping import check_clip_value, check_max_norm

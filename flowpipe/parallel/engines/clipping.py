@@ -3,12 +3,13 @@
 unscaling, so the result does not depend on how devices and micro-batches split the batch."""
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Callable
 
 import torch
 
-__all__ = ['check_clip_value', 'check_max_norm', 'clip']
+__all__ = ['check_clip_value', 'check_max_norm', 'clip', 'clip_over_group']
 
 
 def check_max_norm(value: Any) -> float | None:
@@ -46,3 +47,22 @@ def clip(params: list[torch.Tensor], norm: float | None = None, value: float | C
         torch.nn.utils.clip_grad_value_(params, value)
     if norm is not None:
         torch.nn.utils.clip_grad_norm_(params, norm)
+
+
+@torch.no_grad()
+def clip_over_group(params: list[torch.Tensor], group: Any, norm: float | None = None,
+                    value: float | Callable | None = None) -> None:
+    """``clip`` where ``params`` are one rank's part of a network whose other parts lie on the ranks of ``group``
+    (a pipeline's stages): by ``value`` on each part, then to the total 2-norm ``norm`` over every part's gradient
+    (one all-reduce over ``group``), as ``clip_grad_norm_`` does on the whole network."""
+    clip(params, None, value)
+    if norm is None:
+        return
+    grads = [param.grad for param in params if param.grad is not None]
+    squares = torch.zeros((), dtype=torch.float64)
+    for grad in grads:
+        squares += grad.detach().double().pow(2).sum().cpu()
+    torch.distributed.all_reduce(squares, group=group)
+    coefficient = min(1.0, norm / (math.sqrt(float(squares)) + 1e-6))
+    if coefficient < 1.0:
+        torch._foreach_mul_(grads, coefficient)

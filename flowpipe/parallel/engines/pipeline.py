@@ -12,8 +12,13 @@ Every rank of a pipeline reads the same part of each global batch (the run's dat
 3. the last stage computes each micro-batch's loss as the other engines do (its sum over the global normalizer,
    ``flowpipe.parallel.losses``), and the schedule runs every backward on it as it is (``scale_grads=False``:
    never rescaled per micro-batch), so each stage accumulates its part of the full-batch gradient;
-4. each stage's gradients are summed over the pipelines (one all-reduce over the ``dp`` group), the norm for
-   clipping over the stages; every rank steps its stage's parameters; the loss is all-reduced over the world.
+4. each stage's gradients are summed over the pipelines (the sync part, ``stage_sync.StageAllReduce``: one
+   all-reduce over the ``dp`` group), the norm for clipping over the stages (``clipping.clip_over_group``); every
+   rank steps its stage's parameters; the loss is all-reduced over the world.
+
+The step is the step recipe's (``step.StepRecipe``: the non-finite check, clipping, a skipped step's restored
+buffers) through the hooks below: ``prepare`` checks the part over the pipeline and exchanges the global batch
+size and normalizer, ``groups`` and ``step_loss`` weigh the micro-batches, ``gradient_pass`` runs the schedule.
 
 Predictions run the forward through the stages (forward only) and every rank of a pipeline gets the outputs.
 A schedule with fewer micro-batches than stages (a short last batch) runs as GPipe: the same arithmetic.
@@ -38,9 +43,10 @@ from ..sharded_state import skeleton
 from ..split import Piece, split_batch
 from ..stages import no_shards
 from .base import Engine, StepResult
-from .clipping import check_clip_value, check_max_norm
+from .clipping import clip_over_group
 from .stage_items import ChunkItems, part_offset
 from .stage_placement import StagePlacement, check_chain
+from .stage_sync import StageAllReduce
 from .tensors import BatchTensors, as_batch, concat, set_mode
 
 __all__ = ['PipelineEngine']
@@ -64,8 +70,6 @@ class PipelineEngine(Engine):
         counts: every pipeline's item count in the last training step.
     """
 
-    collective_state = True
-
     def __init__(self, module: nn.Module, plan: DevicePlan, precision: Precision | None = None):
         distributed.init()
         if plan.compile or plan.memory_format is not None or plan.amp == 'float16':
@@ -75,17 +79,19 @@ class PipelineEngine(Engine):
                              f"them, or give amp='bfloat16'.")
         device = plan.primary.device
         self.skeleton = skeleton(module)       # what a model file stores of a network given in the config
-        self.placement = StagePlacement(module, plan.pipeline, plan.mesh, device)
-        super().__init__(plan, self.placement, None, precision)
-        self._network, self._checked, self._meta_network = module, False, None
+        placement = StagePlacement(module, plan.pipeline, plan.mesh, device)
         mesh = plan.mesh
         self._pp = _my_group(mesh.groups('pp'), dist.get_rank())
-        self._dp = _my_group(mesh.groups('dp'), dist.get_rank()) if mesh.data_size > 1 else None
+        dp = _my_group(mesh.groups('dp'), dist.get_rank()) if mesh.data_size > 1 else None
+        super().__init__(plan, placement, StageAllReduce(dp), precision)
+        self._network, self._checked, self._meta_network, self._dp = module, False, None, dp
         self._pipeline_ranks = mesh.group('pp')
         self._schedules: dict[tuple[int, int, bool], Any] = {}
         self.counts: tuple[int, int] | None = None
         self._step: dict[str, Any] = {}
         self._chunk_items = ChunkItems()
+        self._form: Any = None
+        self._global: tuple[int, float] = (0, 0.0)
 
     @property
     def module(self) -> nn.Module:
@@ -97,7 +103,15 @@ class PipelineEngine(Engine):
         return self.placement.chain.parameters()
 
     def prepare(self, inputs: Any, targets: Any) -> Any:
-        """The part's tensors; an empty part is allowed (its pipeline only joins the collectives)."""
+        """The part's tensors (an empty part is allowed: its pipeline only joins the collectives), checked over the
+        pipeline (``_check``); the global batch size and loss normalizer exchanged over the pipelines."""
+        batch = self._part(inputs, targets)
+        self._check(batch)
+        self._global = self._exchange(batch, self._form)
+        return batch
+
+    def _part(self, inputs: Any, targets: Any) -> Any:
+        inputs, targets = as_batch(inputs, 'inputs'), as_batch(targets, 'targets')
         if inputs and all(t.dim() and t.shape[0] == 0 for t in (*inputs, *targets)):
             return BatchTensors(list(inputs), list(targets), 0, self.compute_dtype())
         return super().prepare(inputs, targets)
@@ -173,33 +187,47 @@ class PipelineEngine(Engine):
     # training
 
     def train_step(self, inputs: Any, targets: Any, loss_fn: Callable, optimizer: torch.optim.Optimizer, *,
-                   return_outputs: bool = False, clip_grad_norm: float | None = None,
-                   clip_grad_value: float | Callable | None = None, seed: int | None = None,
-                   sam: Any = None, run: RunContext | None = None) -> StepResult:
-        """One optimizer step of every stage on the global batch (see the module docstring)."""
-        self.run = NO_RUN if run is None else run
+                   sam: Any = None, **options: Any) -> StepResult:
+        """One optimizer step of every stage on the global batch (``step.StepRecipe`` through the hooks below)."""
         if sam is not None:
             raise ValueError("Expected no sam_rho with 'pipeline' (not supported yet). Received: a SAM step. Drop sam_rho.")
-        max_norm, clip_value = check_max_norm(clip_grad_norm), check_clip_value(clip_grad_value)
-        with distributed.collective(lambda: 'a pipelined training step'):
-            batch = self.prepare(as_batch(inputs, 'inputs'), as_batch(targets, 'targets'))
-            self._check(batch)
-            step_loss, pieces = self._pieces(batch, loss_fn)
-            set_mode(self.replicas, True)
-            self.zero_grad(optimizer)
-            self._step = {'batch': batch, 'loss': step_loss, 'keep': return_outputs}
-            with self.item_random(self.step_seed(seed)), self.precision.autocast(self.devices[0]), \
-                    self._item_chunks(batch, pieces):         # dropout masks by item, when the plan says so
-                if pieces:
-                    self._run_schedule(batch, pieces, training=True)
-            loss = self._reduce(optimizer)
-            outputs = self._outputs(return_outputs, batch)
-            stepped = not (self.skip_nonfinite and self.nonfinite(loss, optimizer))
-            if stepped:
-                self.optimizer_step(optimizer, max_norm, clip_value)
-            else:
-                self.zero_grad(optimizer)
-            return StepResult(loss, outputs, stepped)
+        return super().train_step(inputs, targets, loss_fn, optimizer, **options)
+
+    def step_context(self) -> contextlib.AbstractContextManager:
+        return distributed.collective(lambda: 'a pipelined training step')
+
+    def before_step(self, inputs: Any, targets: Any, form: Any = None) -> None:
+        self._form = form
+
+    def groups(self, batch_size: int) -> dict[int, tuple[Piece, ...]]:
+        """The part's micro-batches, each weighted by its share of the global batch (none for an empty part)."""
+        total = self._global[0]
+        return {0: tuple(Piece(p.chunk, 0, p.start, p.stop, p.size / total)
+                         for p in split_batch(batch_size, 1, self.plan.microbatch))} if batch_size else {}
+
+    def step_loss(self, loss_fn: Callable, form: Any, batch: Any, groups: Any) -> StepLoss:
+        """What each micro-batch's loss is (``losses.StepLoss``, as every engine weighs it: a sum over the global
+        normalizer, or a mean weighted by the micro-batch's share of the global batch)."""
+        rule = weighting(form)
+        if rule == ITEM_SHARES:
+            return StepLoss(loss_fn)
+        return StepLoss(form.sum, 1 if rule == PLAIN_SUM else self._global[1])
+
+    def gradient_pass(self, batch: Any, groups: Any, step_loss: StepLoss, seed: int, keep_outputs: bool
+                      ) -> StepResult:
+        """The schedule's forwards and backwards of the part's micro-batches, the stage's gradients summed over the
+        pipelines (the sync part), the loss over the world; the outputs on every rank of the pipeline."""
+        pieces = groups.get(0, ())
+        self._step = {'batch': batch, 'loss': step_loss, 'keep': keep_outputs}
+        with self.precision.autocast(self.devices[0]), self._item_chunks(batch, pieces):
+            if pieces:
+                self._run_schedule(batch, pieces, training=True)
+        self.reduce_gradients(tuple(groups))
+        return StepResult(self._loss(), self._outputs(keep_outputs, batch))
+
+    def save_buffers(self) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+        """The stage's buffers and copies of their values (the other stages' are not on this rank)."""
+        return self._buffer_copies.save(list(self.placement.chain.buffers()))
 
     def _item_chunks(self, batch: Any, pieces: Sequence[Piece]) -> contextlib.AbstractContextManager:
         """Under ``'randomness': 'by_item'``, the step's context that tells the stage's dropout modules the items of
@@ -207,18 +235,6 @@ class PipelineEngine(Engine):
         if self._item_streams is None or not self._chunk_items.needed(self._network):
             return contextlib.nullcontext()
         return self._chunk_items.step(self._item_streams, part_offset(batch.size, self._dp, self.plan.mesh), pieces)
-
-    def _pieces(self, batch: Any, loss_fn: Callable) -> tuple[StepLoss, tuple[Piece, ...]]:
-        """What each micro-batch's loss is (``losses.StepLoss``, as every engine weighs it: a sum over the global
-        normalizer, or a mean weighted by the micro-batch's share of the global batch) and the micro-batches."""
-        form = normalized(loss_fn)
-        total, normalizer = self._exchange(batch, form)
-        rule = weighting(form)
-        step_loss = StepLoss(loss_fn) if rule == ITEM_SHARES else StepLoss(form.sum,
-                                                                            1 if rule == PLAIN_SUM else normalizer)
-        pieces = tuple(Piece(p.chunk, 0, p.start, p.stop, p.size / total)
-                       for p in split_batch(batch.size, 1, self.plan.microbatch)) if batch.size else ()
-        return step_loss, pieces
 
     def _check(self, batch: Any) -> None:
         """At every step, that the ranks of the pipeline hold the same items (one small all-reduce over the
@@ -253,22 +269,10 @@ class PipelineEngine(Engine):
         self.counts = (batch.size, total)
         return total, normalizer
 
-    @torch.no_grad()
-    def _reduce(self, optimizer: torch.optim.Optimizer) -> torch.Tensor:
-        """Each stage's gradients summed over the pipelines; the loss (the last stages') summed over the world."""
-        params = [param for param in self.placement.chain.parameters() if param.requires_grad]
-        for param in params:
-            if param.grad is None:
-                param.grad = torch.zeros_like(param)
-        if self._dp is not None:
-            flat = torch.cat([param.grad.reshape(-1) for param in params])
-            dist.all_reduce(flat, group=self._dp)
-            pieces = flat.split([param.numel() for param in params])
-            torch._foreach_copy_([param.grad for param in params],
-                                 [piece.view_as(param) for piece, param in zip(pieces, params)])
-        losses = self._step.get('losses', {})
+    def _loss(self) -> torch.Tensor:
+        """The global batch's loss: the last stages' micro-batch losses summed over the world."""
         total = torch.zeros((), dtype=torch.float64)
-        for loss in losses.values():
+        for loss in self._step.get('losses', {}).values():
             total += loss.detach().cpu().to(torch.float64)
         dist.all_reduce(total)
         return total
@@ -294,36 +298,18 @@ class PipelineEngine(Engine):
                 t.is_floating_point() and batch.dtype) else t.dtype) for t in batch.inputs])
         return _mapped(traced, lambda out: torch.empty(out.shape, dtype=out.dtype, device=self.devices[0]))
 
-    def nonfinite(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
-        """Whether the loss or any stage's gradient holds a nan or an inf (the same answer on every rank)."""
-        flag = self.nonfinite_flag(loss, optimizer).to(torch.float64).cpu()
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag)
-
-    @torch.no_grad()
     def clip_gradients(self, params: list[torch.Tensor], norm: float | None = None,
                        value: float | Callable | None = None) -> None:
-        """Clip by value on each stage, then to the total 2-norm over every stage's gradient (one all-reduce over
-        the pipeline), as ``clip_grad_norm_`` does on the whole network."""
-        from .clipping import clip
-        clip(params, None, value)
-        if norm is None:
-            return
-        grads = [param.grad for param in params if param.grad is not None]
-        squares = torch.zeros((), dtype=torch.float64)
-        for grad in grads:
-            squares += grad.detach().double().pow(2).sum().cpu()
-        dist.all_reduce(squares, group=self._pp)
-        coefficient = min(1.0, norm / (math.sqrt(float(squares)) + 1e-6))
-        if coefficient < 1.0:
-            torch._foreach_mul_(grads, coefficient)
+        """Clip by value on each stage, then to the total 2-norm over every stage's gradient
+        (``clipping.clip_over_group``: one all-reduce over the pipeline)."""
+        clip_over_group(params, self._pp, norm, value)
 
     # prediction and state
 
     def predict(self, inputs: Sequence[torch.Tensor], run: RunContext | None = None) -> Any:
         """The outputs of this pipeline's items, forward through the stages, on every rank of the pipeline."""
         self.run = NO_RUN if run is None else run
-        batch = self.prepare(as_batch(inputs, 'inputs'), ())
+        batch = self._part(inputs, ())
         set_mode(self.replicas, False)
         pieces = split_batch(batch.size, 1, self.plan.microbatch) if batch.size else ()
         self._step = {'outputs': []}
