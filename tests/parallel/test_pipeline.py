@@ -128,6 +128,12 @@ def test_a_network_that_is_not_a_chain_of_its_children_is_refused_naming_the_bre
         check_chain(Reversed(), [torch.zeros(2, 3)])
 
 
+def test_a_chain_with_a_batch_norm_is_traced_from_a_batch_of_one_item():
+    network = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)).train()
+    check_chain(network, [torch.zeros(1, 3)])         # the first batch's first item, as the engine passes it
+    assert network.training and int(network[1].num_batches_tracked) == 0
+
+
 @pytest.mark.slow
 def test_a_run_checkpoint_of_a_pipelined_model_resumes_the_same_trajectory(tmp_path):
     kwargs = {'batch_size': 5, 'microbatch': 2}

@@ -133,7 +133,7 @@ def check_chain(network: nn.Module, inputs: list[torch.Tensor], dtype: torch.dty
     """Raise unless ``network``'s ``forward`` calls its top-level children one after another, each once, the first on
     the inputs and each next one on the previous one's output, and returns the last one's output (traced on a
     skeleton whose parameters are on the ``meta`` device: no memory, no arithmetic); floating ``inputs`` as
-    ``dtype``.
+    ``dtype``, and two items at least (in training mode a batch norm refuses one value per channel).
 
     Raises:
         ValueError: naming the first child that breaks the chain.
@@ -145,8 +145,8 @@ def check_chain(network: nn.Module, inputs: list[torch.Tensor], dtype: torch.dty
              for name, child in children]
     try:
         with torch.no_grad():
-            output = skeleton(*[torch.empty(t.shape, device='meta', dtype=dtype if t.is_floating_point() and dtype
-                                            else t.dtype) for t in inputs])
+            output = skeleton(*[torch.empty((max(2, len(t)), *t.shape[1:]), device='meta', dtype=dtype
+                                            if t.is_floating_point() and dtype else t.dtype) for t in inputs])
     finally:
         for hook in hooks:
             hook.remove()
