@@ -209,6 +209,17 @@ def test_in_a_distributed_job_a_small_shard_per_process_warns():
         check(4)
 
 
+def test_a_pipeline_s_batch_is_a_shard_only_when_there_are_several_pipelines():
+    from flowpipe.parallel.distributed import World
+    network = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))
+    one = BatchNormCheck(network, make_plan('cpu', world=World(rank=1, size=2), pipeline=2))
+    assert one.smallest_piece(4) is None            # 2 stages of one pipeline: every stage sees the whole batch
+    two = BatchNormCheck(network, make_plan('cpu', world=World(rank=1, size=4), pipeline=2))
+    assert two.smallest_piece(4) == 4
+    with pytest.warns(BatchNormShardWarning, match=r"shard of the global batch \(4 items, 1 of 2 pipelines\)"):
+        two(4)
+
+
 def test_a_one_item_batch_norm_shard_warns_before_the_step_and_fails_with_the_fixes():
     torch.manual_seed(0)
     network = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))

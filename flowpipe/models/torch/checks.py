@@ -42,12 +42,22 @@ def _batch_norm_layers(module: nn.Module) -> int:
                for layer in module.modules())
 
 
+def _data_parts(plan: Any) -> int:
+    """How many parts every global batch is split into over processes: the world's size, or its pipelines'
+    count (1 for one pipeline), 1 in one process."""
+    world, mesh = getattr(plan, 'world', None), getattr(plan, 'mesh', None)
+    if world is None:
+        return 1
+    return world.size if mesh is None else mesh.data_size
+
+
 class BatchNormCheck:
     """Warns once when the pieces a batch is cut into are too small for the network's BatchNorm layers.
 
     The pieces counted are the shards of the batch's first micro-batch chunk (a short last chunk is a remainder
     of the batch size, not the layout's choice); a batch that is not cut at all is never warned about, except in
-    a distributed job, where the batch a process trains on is already its shard of the global batch.
+    a distributed job that splits the global batch over its processes (or pipelines), where the batch a process
+    trains on is already its shard of the global batch.
     """
 
     def __init__(self, module: nn.Module, plan: Any, min_items: int = BATCHNORM_MIN_ITEMS):
@@ -59,7 +69,7 @@ class BatchNormCheck:
     def smallest_piece(self, batch_size: int) -> int | None:
         """The fewest items in a piece of the first chunk, or ``None`` when the batch is one piece."""
         pieces = self.plan.pieces(batch_size) if batch_size else ()
-        if not pieces or len(pieces) < 2 and getattr(self.plan, 'world', None) is None:
+        if not pieces or len(pieces) < 2 and _data_parts(self.plan) == 1:
             return None
         return min(piece.size for piece in pieces if piece.chunk == pieces[0].chunk)
 
@@ -92,8 +102,10 @@ class BatchNormCheck:
         if plan.microbatch is not None:
             layout.append(f'microbatch={plan.microbatch}')
         cut = f" cut by {' and '.join(layout)}" if layout else ''
-        batch = (f'a batch of {batch_size}{cut}' if world is None else
-                 f"this process's shard of the global batch ({batch_size} items, 1 of {world.size} processes){cut}")
+        parts, pipelined = _data_parts(plan), world is not None and world.size != _data_parts(plan)
+        batch = (f'a batch of {batch_size}{cut}' if parts == 1 else
+                 f"this process's shard of the global batch ({batch_size} items, 1 of {parts} "
+                 f"{'pipelines' if pipelined else 'processes'}){cut}")
         return (f"BatchNorm on small pieces: {batch} puts as few as "
                 f"{smallest} item{'s' if smallest != 1 else ''} through each of the network's {self.layers} "
                 f"BatchNorm layer{'s' if self.layers != 1 else ''} (fewer than {self.min_items}); each piece is "
