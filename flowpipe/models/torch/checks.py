@@ -102,7 +102,8 @@ class BatchNormCheck:
         if plan.microbatch is not None:
             layout.append(f'microbatch={plan.microbatch}')
         cut = f" cut by {' and '.join(layout)}" if layout else ''
-        parts, pipelined = _data_parts(plan), world is not None and world.size != _data_parts(plan)
+        parts = _data_parts(plan)
+        pipelined = world is not None and world.size != parts
         batch = (f'a batch of {batch_size}{cut}' if parts == 1 else
                  f"this process's shard of the global batch ({batch_size} items, 1 of {parts} "
                  f"{'pipelines' if pipelined else 'processes'}){cut}")
