@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import tempfile
 from typing import IO, Any, Callable
 
@@ -17,11 +16,11 @@ __all__ = ['dump_atomically', 'write_bytes_atomically', 'write_text_atomically']
 
 
 def dump_atomically(value: Any, path: str | os.PathLike, pickle_module: Any = None) -> None:
-    """Pickle ``value`` with dill (or ``pickle_module``, a module with pickle's ``dump``) into ``path`` atomically
-    (the folder is made when missing)."""
-    if pickle_module is None:
-        import dill as pickle_module
-    _write_atomically(path, lambda file: pickle_module.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL))
+    """Write ``value`` into ``path`` atomically as flowpipe's files are written (``safe_pickle.dump``: a
+    ``torch.save`` zip; ``pickle_module``, ``pickle`` or ``dill``, picks the pickler); the folder is made when
+    missing."""
+    from .safe_pickle import dump
+    _write_atomically(path, lambda file: dump(value, file, pickle_module))
 
 
 def write_text_atomically(text: str, path: str | os.PathLike) -> None:

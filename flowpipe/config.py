@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from . import safe_pickle
+
 __all__ = ['Config']
 
 _MISSING = object()
@@ -281,3 +283,6 @@ class Config(dict):
 
     def __reduce__(self):
         return (Config, (self.to_dict(),))
+
+
+safe_pickle.allow(Config)

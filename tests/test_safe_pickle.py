@@ -12,7 +12,7 @@ from torch import nn
 from flowpipe import B, Checkpoint, Dataset, I, Pipeline, UnsafeFileError, V
 from flowpipe.models.torch.callbacks import ReduceLROnPlateau
 from flowpipe.models.torch import MLP, TorchModel
-from flowpipe.safe_pickle import refused_global
+from flowpipe.safe_pickle import allowed_names
 
 pytestmark = pytest.mark.usefixtures('default_dtype')
 
@@ -77,8 +77,12 @@ def test_flowpipe_s_own_files_load_without_trusted(tmp_path):
         loaded = type(saved).from_file(tmp_path / name)
         assert loaded.iteration == saved.iteration
         np.testing.assert_array_equal(loaded.predict(X), saved.predict(X))
-    model.save(tmp_path / 'meta.pkl', fmt='torchscript')                   # an export's metadata file
+    model.save(tmp_path / 'meta.pkl', fmt='safetensors')                   # an export's metadata file
     np.testing.assert_array_equal(MLP.from_file(tmp_path / 'meta.pkl').predict(X), model.predict(X))
+    model.save(tmp_path / 'program.pkl', fmt='torchscript')                # a program beside it: trusted only
+    with pytest.raises(UnsafeFileError, match=r"a torchscript file: a program.*trusted=True"):
+        MLP.from_file(tmp_path / 'program.pkl')
+    np.testing.assert_array_equal(MLP.from_file(tmp_path / 'program.pkl', trusted=True).predict(X), model.predict(X))
 
 
 @pytest.mark.parametrize('config, named', [
@@ -162,24 +166,30 @@ def test_a_checkpoint_of_arrays_tensors_and_flowpipe_models_resumes_safely(tmp_p
     assert len(again.v('arrays')) == 6 and len(again.v('losses')) == 6
 
 
-@pytest.mark.parametrize('module, name', [('os', 'system'), ('builtins', 'eval'), ('builtins', 'getattr'),
-                                          ('torch', 'load'), ('torch.nn.functional', 'torch'),
-                                          ('torch', 'nn.functional.cross_entropy'), ('flowpipe.parallel', 'launch'),
-                                          ('dill._dill', '_create_function'), ('__main__', 'Net'),
-                                          ('flowpipe.callbacks', 'CSVLogger'), ('numpy', 'load'),
-                                          ('torch.nn.parallel.distributed', 'DistributedDataParallel')])
-def test_the_safe_reader_refuses_code(module, name):
-    assert refused_global(module, name)
+@pytest.mark.parametrize('name', ['os.system', 'builtins.eval', 'builtins.getattr', 'builtins.setattr',
+                                  'builtins.__import__', 'torch.load', 'torch.nn.functional.torch',
+                                  'torch.nn.functional.__builtins__', 'numpy.dtypes.__builtins__',
+                                  'torch.fx.graph_module._forward_from_src', 'flowpipe.parallel.launch',
+                                  'dill._dill._create_function', '__main__.Net', 'flowpipe.callbacks.CSVLogger',
+                                  'numpy.load', 'torch.nn.parallel.distributed.DistributedDataParallel',
+                                  'flowpipe.models.torch.ready.SimpleCNN', 'torch.storage._load_from_bytes'])
+def test_the_safe_reader_refuses_code(name):
+    assert name not in allowed_names()
 
 
-@pytest.mark.parametrize('module, name', [('torch._utils', '_rebuild_tensor_v2'), ('torch', 'float64'),
-                                          ('torch.nn.modules.linear', 'Linear'), ('collections', 'OrderedDict'),
-                                          ('torch.nn.functional', 'cross_entropy'),
-                                          ('flowpipe.models.torch.ready', 'SimpleCNN'), ('flowpipe.config', 'Config'),
-                                          ('flowpipe.models.torch.callbacks', 'EarlyStopping'),
-                                          ('flowpipe.expr.special', 'PerItem')])
-def test_the_safe_reader_rebuilds_data_and_models(module, name):
-    assert not refused_global(module, name)
+@pytest.mark.parametrize('name', ['torch._utils._rebuild_tensor_v2', 'torch.float64', 'torch.nn.modules.linear.Linear',
+                                  'collections.OrderedDict', 'torch.nn.functional.cross_entropy',
+                                  'flowpipe.models.torch.networks.SimpleCNNNetwork', 'flowpipe.config.Config',
+                                  'flowpipe.callbacks.early_stopping.EarlyStopping', 'flowpipe.expr.special.PerItem',
+                                  'numpy._core.multiarray._reconstruct', 'torch.optim.adamw.AdamW'])
+def test_the_safe_reader_rebuilds_data_and_models(name):
+    assert name in allowed_names()
+
+
+def test_every_allowed_name_is_exact_and_names_what_it_holds():
+    for name, value in allowed_names().items():
+        assert '__' not in name.rsplit('.', 1)[1] or name == 'builtins.Ellipsis', name
+        assert not isinstance(value, type(os)), name           # never a module
 
 
 def test_a_truncated_model_file_is_still_named_as_corrupt(tmp_path):

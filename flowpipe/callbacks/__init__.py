@@ -3,6 +3,7 @@ each with its ``logs``; ``Plateau`` is the one rule of every ``EarlyStopping`` a
 
 See docs/training.md for the epoch-end definition and each callback's rule.
 """
+from .. import safe_pickle
 from .base import Callback
 from .csv_logger import CSVLogger
 from .early_stopping import EarlyStopping
@@ -13,6 +14,8 @@ from .reduce_lr import ReduceLROnPlateau
 from .tensorboard import TensorBoardLogger
 from .trackers import MLflowLogger, WandbLogger
 from .validate import Validate
+
+safe_pickle.allow(EarlyStopping, Plateau)     # model files hold a config's model callbacks
 
 __all__ = ['CSVLogger', 'Callback', 'EarlyStopping', 'Logger', 'MLflowLogger', 'ModelCheckpoint', 'Plateau',
            'ReduceLROnPlateau', 'TensorBoardLogger', 'Validate', 'WandbLogger']

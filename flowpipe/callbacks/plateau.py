@@ -128,6 +128,13 @@ class Plateau:
         self.held, self.seen = state['held'], state['seen']
         self.values = deque(state['values'], maxlen=self.window)
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, 'values': list(self.values)}      # a list: what torch's safe reader rebuilds
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.values = deque(self.values, maxlen=self.window)
+
     def load_unchecked(self, unchecked: float) -> None:
         """Continue with ``unchecked`` values to record without a check (a count saved as one number)."""
         self.seen, self.held = max(self.seen, self.warmup), unchecked

@@ -1,13 +1,14 @@
 """Checkpoint files: what ``run(..., checkpoint=...)`` asks for, and writing and reading them atomically.
 
-A checkpoint folder holds files ``checkpoint-<batches>.flowpipe``, one dill pickle each, numbered by the batches
+A checkpoint folder holds files ``checkpoint-<batches>.flowpipe``, one ``torch.save`` zip each, numbered by the batches
 the run had completed. A file is written under a temporary name in the same folder, flushed to disk and renamed
 over its final name (``os.replace``), so a crash while writing leaves the earlier files as they were and never a
 half-written file under a checkpoint's name. With ``Checkpoint(sharded=True)`` the models' weights and optimizer
 state are in a folder ``checkpoint-<batches>.shards`` beside the file (one shard per rank, written before the file
-and removed with it). Reading is safe by default (``flowpipe.safe_pickle``: tensors, arrays, containers, flowpipe's
-models); a checkpoint whose variables hold objects of other classes is read with ``Checkpoint(..., trusted=True)``,
-which runs whatever code the file names: only for checkpoints you trust.
+and removed with it). Reading is safe by default (``flowpipe.safe_pickle``: torch's restricted unpickler rebuilds
+tensors, arrays, containers and flowpipe's models); a checkpoint whose variables hold objects of other classes is
+read with ``Checkpoint(..., trusted=True)``, which runs whatever code the file names: only for checkpoints you
+trust. Files of format version 2 and before (bare dill pickles) are read trusted only.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ __all__ = ['Checkpoint', 'FORMAT', 'as_checkpoint', 'latest', 'latest_in', 'read
            'write']
 
 FORMAT = 'flowpipe-checkpoint'
-FORMAT_VERSION = 2          # 2: the fingerprint is the run's canonical description (``canonical.py``)
+FORMAT_VERSION = 3          # 3: a torch.save zip (2: the fingerprint is the run's canonical description)
 _NAME = re.compile(r'^checkpoint-(\d+)\.flowpipe$')
 
 
@@ -185,11 +186,12 @@ def latest(source: str) -> str | None:
 def read(path: str, trusted: bool = False) -> dict:
     """The checked contents of a checkpoint file; ``CheckpointError`` when it is corrupt or not a checkpoint,
     ``UnsafeFileError`` when it names code other than torch's and flowpipe's models, unless ``trusted``."""
+    from ..models.torch import io          # the classes of the models a checkpoint holds are registered there
     try:
         with open(path, 'rb') as file:
             payload = safe_pickle.load(file, trusted)
     except UnsafeFileError as error:
-        raise safe_pickle.unsafe(error, path, 'a checkpoint', "checkpoint=Checkpoint(folder, trusted=True)") from None
+        raise safe_pickle.unsafe(error, path, 'a checkpoint', TRUST) from None
     except Exception as error:  # a truncated or foreign pickle raises many different types
         raise CheckpointError(f"Expected a flowpipe checkpoint file. Received: {path!r}, which cannot be read "
                               f"({type(error).__name__}: {error}). Delete it to resume from the one before.") from error
@@ -199,4 +201,12 @@ def read(path: str, trusted: bool = False) -> dict:
     if payload.get('format_version', 0) > FORMAT_VERSION:
         raise CheckpointError(f"Expected a checkpoint of format version {FORMAT_VERSION} or older. Received: "
                               f"{path!r}, version {payload.get('format_version')!r}. Upgrade flowpipe to read it.")
+    models = payload.get('models')
+    if isinstance(models, dict):
+        payload['models'] = {name: model if model is None else io.accept(model, path, trusted, 'a checkpoint', TRUST)
+                             for name, model in models.items()}
     return payload
+
+
+#: how to read a checkpoint the safe reader refuses
+TRUST = "checkpoint=Checkpoint(folder, trusted=True)"

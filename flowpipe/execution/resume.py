@@ -71,6 +71,7 @@ class RunCheckpoints:
         self.pipeline, self.world = pipeline, world
         self.fingerprint = describe(pipeline, args, 1 if world is None else world.size)
         self.path: str | None = None          # the checkpoint file resumed from
+        self.trusted = False                  # whether it was read trusted (its shards are read alike)
         #: the ``(key, old, new)`` changes from the checkpoint's run that this run applies (``resume_changes``)
         self.changes: list = []
         # the folder is this run's until it ends: rank 0 writes and removes its files
@@ -112,11 +113,14 @@ class RunCheckpoints:
     def _read(self, resume: Any) -> dict | None:
         if resume is False or resume is None:
             return None
+        trusted = self.spec is not None and self.spec.trusted
         if resume is True:
             if self.spec is None:
                 raise ValueError("Expected checkpoint=path with resume=True (the folder to resume from). Received: "
                                  "no checkpoint. Pass checkpoint=..., or resume='path/to/folder-or-file'.")
             source = self.spec.path
+        elif isinstance(resume, files.Checkpoint):      # where to resume from and how to read it, without writing
+            source, trusted = resume.path, resume.trusted
         else:
             source = os.fspath(resume)
             if not os.path.exists(source):
@@ -127,8 +131,8 @@ class RunCheckpoints:
             path = _distributed().broadcast(path)         # every rank resumes from the file rank 0 found
         if path is None:
             return None
-        self.path = path
-        saved = files.read(path, trusted=self.spec is not None and self.spec.trusted)
+        self.path, self.trusted = path, trusted
+        saved = files.read(path, trusted=trusted)
         if saved.get('format_version', 0) < 2:
             raise CheckpointError(f"Expected a checkpoint of format version {files.FORMAT_VERSION}, whose fingerprint "
                                   f"holds the whole config. Received: {path!r}, version {saved.get('format_version')!r} "
@@ -161,7 +165,7 @@ class RunCheckpoints:
         _load_models(state.models, self.saved['models'], self.saved.get('loaded', {}),
                      model_overrides(self.changes, self.pipeline))
         if self.saved.get('shards') is not None:
-            _load_shards(state.models, files.shards_of(self.path), self.saved['shards'])
+            _load_shards(state.models, files.shards_of(self.path), self.saved['shards'], self.trusted)
         apply_optimizer_changes(self.changes, self.pipeline, state.models)
         layout = relayout.saved_layout(self.saved)
         for name, model in _built_models(state.models):
@@ -290,7 +294,7 @@ def _save_shards(models: Any, folder: str) -> dict[str, bool]:
     return {name: 'optimizer' in state for name, state in states.items()}
 
 
-def _load_shards(models: Any, folder: str, saved: dict[str, bool]) -> None:
+def _load_shards(models: Any, folder: str, saved: dict[str, bool], trusted: bool = False) -> None:
     """Read the shards of ``saved``'s models from ``folder`` into the store's models (every rank)."""
     from ..parallel import sharded_state
     built = dict(_built_models(models))
@@ -299,7 +303,7 @@ def _load_shards(models: Any, folder: str, saved: dict[str, bool]) -> None:
         raise CheckpointError(f"Expected the models {sorted(saved)} built to resume from {folder!r}. Received: "
                               f"{missing} not built. Resume with the pipeline that wrote the checkpoint.")
     states = {name: built[name].sharded_state(with_optimizer=optimizer) for name, optimizer in saved.items()}
-    sharded_state.load_shards(folder, states)
+    sharded_state.load_shards(folder, states, trusted)
     for name, state in states.items():
         built[name].load_sharded_state(state)
 
@@ -318,7 +322,7 @@ def _model_states(models: Any, tensors: bool = True) -> dict[str, Any]:
         if not isinstance(model, TorchModel):
             raise CheckpointError(f"Expected TorchModel models to checkpoint. Received: model {name!r} of type "
                                   f"{type(model).__name__}. Checkpoints keep TorchModel models only.")
-        states[name] = io.payload(model, tensors) if model.engine is not None else None
+        states[name] = io.for_file(io.payload(model, tensors)) if model.engine is not None else None
     return states
 
 

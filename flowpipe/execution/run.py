@@ -24,7 +24,7 @@ import numpy as np
 
 from ..rank0 import is_main
 from .agreement import agree_on_run
-from .checkpoint import as_checkpoint
+from .checkpoint import Checkpoint, as_checkpoint
 from .deterministic import check_deterministic, deterministic
 from .epochs import EpochClock
 from .events import TrainingRun, check_callbacks
@@ -126,9 +126,9 @@ class RunArgs:
             raise TypeError(f"Expected seed to be an int or None. Received: seed={self.seed!r}")
         as_checkpoint(self.checkpoint)
         check_deterministic(self.deterministic)
-        if not isinstance(self.resume, (bool, str, os.PathLike)):
-            raise TypeError(f"Expected resume as True, False or the path of a checkpoint (file or folder). "
-                            f"Received: resume={self.resume!r}")
+        if not isinstance(self.resume, (bool, str, os.PathLike, Checkpoint)):
+            raise TypeError(f"Expected resume as True, False, the path of a checkpoint (file or folder) or a "
+                            f"Checkpoint(path, trusted=...). Received: resume={self.resume!r}")
         if self.callbacks and self.in_processes:
             raise ValueError("Expected target='threads' for a run with callbacks. Received: target='processes', "
                              "whose workers' model steps the run's callbacks could not follow. Use "

@@ -68,10 +68,12 @@ def _run_args(saved: dict) -> dict:
     return args
 
 
-def replay(path: str, source: str, steps: int, layout: dict, dtype: str) -> tuple[dict[str, list], int]:
+def replay(path: str, source: str, steps: int, layout: dict, dtype: str,
+           trusted: bool = False) -> tuple[dict[str, list], int]:
     """Run ``steps`` batches of the checkpoint file ``path`` from where it stopped, its models built with
-    ``layout`` in ``dtype``; ``({model name: parameters}, batches run)``."""
-    saved = files.read(path)
+    ``layout`` in ``dtype``; ``({model name: parameters}, batches run)``. The file is read safely unless
+    ``trusted`` (``flowpipe.safe_pickle``)."""
+    saved = files.read(path, trusted)
     pipeline = load_pipeline(source)
     args = _run_args(saved)
     previous = torch.get_default_dtype()
@@ -79,7 +81,8 @@ def replay(path: str, source: str, steps: int, layout: dict, dtype: str) -> tupl
     done = 0
     try:
         with resumed_with(**layout, dtype=dtype):
-            batches = pipeline.gen_batch(args.pop('batch_size'), **args, resume=path)
+            batches = pipeline.gen_batch(args.pop('batch_size'), **args,
+                                         resume=files.Checkpoint(path, trusted=trusted))
             try:
                 for done, _ in enumerate(batches, start=1):
                     if done == steps:
@@ -115,26 +118,28 @@ def _relative(got: list, want: list) -> float:
 
 
 def verify(checkpoint: str, source: str, steps: int, device: Any, microbatch: int | None = None,
-           dtype: str = 'float64', ranks: int = 1, stages: int | None = None) -> dict[str, Any]:
+           dtype: str = 'float64', ranks: int = 1, stages: int | None = None, trusted: bool = False) -> dict[str, Any]:
     """Replay ``steps`` batches of ``checkpoint`` (a file, or a folder: its newest) on ``device``/``microbatch``
     (in ``ranks`` gloo processes started by ``flowpipe.parallel.launch`` when more than 1, in pipelines of ``stages``
     stages: the models' ``'pipeline'``, ``None`` for none) and in one process on ``'cpu'``; ``{'path', 'steps',
-    'deviations': {model: largest relative deviation}}``."""
+    'deviations': {model: largest relative deviation}}``. The checkpoint is read safely (``flowpipe.safe_pickle``)
+    unless ``trusted``, which runs the code it names."""
     path = files.latest(os.fspath(checkpoint)) if os.path.exists(checkpoint) else None
     if path is None:
         raise FileNotFoundError(f"Expected a run checkpoint file or a folder holding one. Received: {checkpoint!r}. "
                                 "Give the checkpoint=... folder of the run, or one of its .flowpipe files.")
     one = {'device': 'cpu', 'microbatch': None, 'device_weights': None, 'device_map': None, 'sharding': None,
            'pipeline': None}
-    reference, count = replay(path, source, steps, one, dtype)
+    reference, count = replay(path, source, steps, one, dtype, trusted)
     layout = {**one, 'device': device, 'microbatch': microbatch, 'pipeline': stages}
     if ranks == 1:
-        other, _ = replay(path, source, steps, layout, dtype)
+        other, _ = replay(path, source, steps, layout, dtype, trusted)
     else:
         from ..parallel import launch
         file, name = _split(source)             # the ranks may start elsewhere
         source = f'{os.path.abspath(file)}:{name}'
-        other, _ = launch(replay, ranks, args=(path, source, steps, layout, dtype), timeout=_LAUNCH_TIMEOUT)[0]
+        other, _ = launch(replay, ranks, args=(path, source, steps, layout, dtype, trusted),
+                          timeout=_LAUNCH_TIMEOUT)[0]
     return {'path': path, 'steps': count,
             'deviations': {name: _relative(other[name], reference[name]) for name in reference}}
 
@@ -175,13 +180,16 @@ def add_verify(parser: argparse.ArgumentParser, device: Callable[[str], Any]) ->
                         help="with --ranks: the models' 'pipeline', pipeline stages per pipeline (default: none)")
     parser.add_argument('--dtype', type=_dtype, default='float64',
                         help='float32 or float64, for the models and torch\'s default dtype (default: float64)')
+    parser.add_argument('--trusted', action='store_true',
+                        help='read the checkpoint with dill, running any code it names (variables of your own classes); '
+                             'by default it is read safely and such a file is refused')
     parser.add_argument('--tolerance', type=float, default=None,
                         help='exit with status 1 when the deviation is above this (default: only print it)')
 
 
 def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``python -m flowpipe verify``: print each model's deviation and the largest; the exit status."""
-    from ..errors import LaunchError
+    from ..errors import LaunchError, UnsafeFileError
     from ..parallel import make_plan
     try:
         plan = make_plan(args.device, args.microbatch)
@@ -199,7 +207,10 @@ def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         return 2
     try:
         result = verify(args.checkpoint, args.pipeline, args.steps, args.device, args.microbatch, args.dtype,
-                        args.ranks, args.stages)
+                        args.ranks, args.stages, args.trusted)
+    except UnsafeFileError as error:
+        print(f'{parser.prog} verify: error: {error} Here: add --trusted.', file=sys.stderr)
+        return 2
     except (OSError, ValueError, TypeError, CheckpointError, LaunchError) as error:
         print(f'{parser.prog} verify: error: {error}', file=sys.stderr)
         return 2

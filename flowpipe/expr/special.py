@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import safe_pickle
 from .base import CallExpr, Expression, _call_args_repr, evaluate
 
 __all__ = ['FuncExpr', 'IterationExpr', 'PerItem', 'PerItemExpr', 'RandomExpr', 'WrapExpr', 'draw_for_items']
@@ -192,6 +193,12 @@ class PerItem(list):
 
     def __repr__(self) -> str:
         return f'PerItem({list.__repr__(self)})'
+
+    def __reduce__(self) -> tuple:
+        return PerItem, (list(self),)          # rebuilt from a list: what torch's safe reader fills
+
+
+safe_pickle.allow(PerItem)
 
 
 def batch_size(batch: Any) -> int:

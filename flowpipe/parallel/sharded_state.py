@@ -16,6 +16,11 @@ its optimizer the matching slices of its state. Two ways to save them:
 
 Every function here except the ``load_full_*`` ones called with a whole state on each rank is a collective
 when a process group is started: every rank calls it, in the same order.
+
+DCP keeps a folder's metadata (``.metadata``) as a pickle and reads it back with Python's full unpickler; a folder
+from elsewhere is read here through ``metadata_reader`` instead, which reads that pickle with an exact table of
+DCP's own metadata classes and plain values (``flowpipe.safe_pickle.load_with_table``) unless ``trusted``: a
+metadata file naming anything else is refused with ``UnsafeFileError`` before any of it is unpickled.
 """
 from __future__ import annotations
 
@@ -29,9 +34,12 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import nn
 
-__all__ = ['SHARDS_SUFFIX', 'check_shard_files', 'filled', 'full_model_state', 'full_optimizer_state', 'load_full_model_state',
-           'load_full_optimizer_state', 'load_sharded_state', 'load_shards', 'materialize', 'parameter_names',
-           'save_shards', 'sharded_state', 'skeleton']
+from .. import safe_pickle
+from ..errors import UnsafeFileError
+
+__all__ = ['SHARDS_SUFFIX', 'check_shard_files', 'filled', 'full_model_state', 'full_optimizer_state',
+           'load_full_model_state', 'load_full_optimizer_state', 'load_sharded_state', 'load_shards', 'materialize',
+           'metadata_reader', 'parameter_names', 'save_shards', 'sharded_state', 'skeleton']
 assert __all__ == sorted(__all__)
 
 #: the suffix of the folder of shards beside a checkpoint file (``checkpoint-000000004.shards``)
@@ -57,6 +65,40 @@ def _one_process() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='torch.distributed is disabled')
         yield
+
+
+def _metadata_names() -> dict[str, Any]:
+    """What a DCP metadata file may name: DCP's metadata classes, its storage records, paths and plain values."""
+    import pathlib
+
+    import torch.distributed.checkpoint.filesystem as filesystem
+    import torch.distributed.checkpoint.metadata as metadata
+    table = {**safe_pickle.value_names(), **safe_pickle.defined_in([metadata])}
+    table.update({f'{value.__module__}.{value.__qualname__}': value
+                  for value in (filesystem._StorageInfo, pathlib.PosixPath, pathlib.PurePosixPath,
+                                pathlib.WindowsPath, pathlib.PureWindowsPath)})
+    return table
+
+
+def metadata_reader(folder: str, trusted: bool = False) -> Any:
+    """DCP's ``FileSystemReader`` of ``folder`` whose metadata is read safely unless ``trusted`` (see the module
+    docstring)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class SafeReader(dcp.FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            if trusted:
+                return super().read_metadata(*args, **kwargs)
+            path = self._get_metadata_path(kwargs.get('rank'))
+            with open(path, 'rb') as file:
+                data = file.read()
+            metadata = safe_pickle.load_with_table(data, _metadata_names())
+            if getattr(metadata, 'storage_meta', None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+    return SafeReader(folder)
 
 
 def skeleton(module: nn.Module) -> nn.Module:
@@ -214,11 +256,14 @@ _DAMAGED = ("The checkpoint these shards belong to is damaged: resume from an ea
             "and its .shards folder, and resume=True takes the one before), or start afresh.")
 
 
-def check_shard_files(folder: str) -> None:
-    """Every file a DCP folder's metadata names is there and long enough; else an error naming the file."""
-    import torch.distributed.checkpoint as dcp
+def check_shard_files(folder: str, trusted: bool = False) -> None:
+    """Every file a DCP folder's metadata names is there and long enough; else an error naming the file. The
+    metadata is read safely unless ``trusted`` (``metadata_reader``)."""
     try:
-        metadata = dcp.FileSystemReader(folder).read_metadata()
+        metadata = metadata_reader(folder, trusted).read_metadata()
+    except UnsafeFileError as error:
+        raise safe_pickle.unsafe(error, os.path.join(folder, '.metadata'), "a folder of shards' metadata",
+                                 "trusted=True (checkpoint=Checkpoint(folder, trusted=True))") from None
     except Exception as error:  # a truncated metadata file fails to unpickle in many ways
         raise ValueError(f"Expected the DCP metadata of {folder!r}. Received: "
                          f"{os.path.join(folder, '.metadata')!r}, which cannot be read ({type(error).__name__}: "
@@ -236,18 +281,18 @@ def check_shard_files(folder: str) -> None:
                              f"says. Received: {os.path.getsize(path)} bytes: it is truncated. {_DAMAGED}")
 
 
-def load_shards(folder: str, states: Mapping[str, dict]) -> None:
+def load_shards(folder: str, states: Mapping[str, dict], trusted: bool = False) -> None:
     """Read a folder ``save_shards`` wrote into ``{name: sharded_state(...)}`` of this job's modules, in place,
-    whatever the number of ranks that wrote it. A collective."""
+    whatever the number of ranks that wrote it; its metadata safely unless ``trusted``. A collective."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
     if not os.path.isfile(os.path.join(folder, '.metadata')):
         raise FileNotFoundError(f"Expected a folder of shards written by a sharded checkpoint. Received: {folder!r}, "
                                 "which holds no DCP metadata. Resume from a complete checkpoint, or start afresh.")
-    check_shard_files(folder)
+    check_shard_files(folder, trusted)
     try:
         with _one_process():
-            dcp.load(states, checkpoint_id=folder, no_dist=not _distributed())
+            dcp.load(states, storage_reader=metadata_reader(folder, trusted), no_dist=not _distributed())
     except (Exception, CheckpointException) as error:  # DCP's CheckpointException wraps each rank's failure
         raise ValueError(f"Expected shards of the same networks and optimizers as this run's. Received: {folder!r}, "
                          f"which does not fit ({type(error).__name__}: {error}). Resume with the pipeline that "

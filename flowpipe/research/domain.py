@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import safe_pickle
 from ..config import Config
 from ..sampler import Sampler
 from .domain_checks import check_count, check_disjoint, check_values, check_weight
@@ -391,3 +392,6 @@ class Option(Domain):
 
     def __init__(self, name: Any, values: Any):
         super().__init__({name: values})
+
+
+safe_pickle.allow(Alias, ConfigAlias)      # a research's records hold configs of them

@@ -6,11 +6,10 @@ import subprocess
 import sys
 import time
 
-import dill
 import pytest
 import torch
 
-from flowpipe import B, Checkpoint, CheckpointError, Dataset, F, I, Pipeline, V
+from flowpipe import B, Checkpoint, CheckpointError, Dataset, F, I, Pipeline, V, safe_pickle
 from flowpipe.execution import checkpoint as files
 from flowpipe.models.torch import TorchModel
 
@@ -109,15 +108,15 @@ def test_a_run_resumed_from_an_older_checkpoint_replaces_the_files_after_it(tmp_
 
 def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     reference = outcome(pipeline().run(**RUN))
-    real_dump, calls = dill.dump, []
+    real_dump, calls = safe_pickle.dump, []
 
-    def dump_then_die(payload, file, **kwargs):
+    def dump_then_die(payload, file, *args):
         calls.append(1)
         if len(calls) == 4:
             file.write(b'half a checkpoint')
             raise Crash('killed while writing')
-        real_dump(payload, file, **kwargs)
-    monkeypatch.setattr(dill, 'dump', dump_then_die)
+        real_dump(payload, file, *args)
+    monkeypatch.setattr(safe_pickle, 'dump', dump_then_die)
     with pytest.raises(Crash, match='while writing'):
         pipeline().run(**RUN, checkpoint=tmp_path)
     monkeypatch.undo()
@@ -127,16 +126,16 @@ def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypat
 
 
 def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tmp_path, monkeypatch):
-    real_dump, calls, before = dill.dump, [], {}
+    real_dump, calls, before = safe_pickle.dump, [], {}
 
-    def dump_until_the_disk_is_full(payload, file, **kwargs):
+    def dump_until_the_disk_is_full(payload, file, *args):
         calls.append(1)
         if len(calls) == 4:
             before['bytes'] = (tmp_path / 'checkpoint-000000003.flowpipe').read_bytes()
             file.write(b'the part that fitted')
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real_dump(payload, file, **kwargs)
-    monkeypatch.setattr(dill, 'dump', dump_until_the_disk_is_full)
+        real_dump(payload, file, *args)
+    monkeypatch.setattr(safe_pickle, 'dump', dump_until_the_disk_is_full)
     with pytest.raises(OSError) as caught:
         pipeline().run(**RUN, checkpoint=tmp_path)
     monkeypatch.undo()

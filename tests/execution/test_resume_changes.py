@@ -3,12 +3,12 @@ change: n_epochs/n_iters, the optimizer's hyper-parameters, the placement) appli
 import shutil
 import warnings
 
-import dill
 import numpy as np
 import pytest
 import torch
 
-from flowpipe import B, C, CheckpointError, Dataset, Pipeline, V
+from flowpipe import B, C, CheckpointError, Dataset, Pipeline, V, safe_pickle
+from flowpipe.execution import checkpoint as files
 from flowpipe.models.torch import MLP
 
 pytestmark = pytest.mark.usefixtures('default_dtype')
@@ -185,8 +185,8 @@ def test_a_checkpoint_of_the_earlier_format_is_refused_naming_it(tmp_path):
     checkpointed(tmp_path)
     path = next(tmp_path.glob('*.flowpipe'))
     with open(path, 'rb') as file:
-        payload = dill.load(file)
+        payload = safe_pickle.load(file)
     with open(path, 'wb') as file:
-        dill.dump({**payload, 'format_version': 1}, file)
-    with pytest.raises(CheckpointError, match='format version 2.*version 1'):
+        safe_pickle.dump({**payload, 'format_version': 1}, file)
+    with pytest.raises(CheckpointError, match=f'format version {files.FORMAT_VERSION}.*version 1'):
         trainer().run(**RUN, n_iters=3, checkpoint=tmp_path, resume=True)

@@ -152,3 +152,37 @@ def test_a_layout_of_2_pipeline_stages_is_exact(written, capsys):
     assert "1 pipeline(s) of 2 stages, 2 ranks, each device='cpu', microbatch=3" in capsys.readouterr().out
     assert main([*argv[:-6], '--ranks', '3', '--stages', '2']) == 2
     assert 'Expected --ranks a multiple of --stages' in capsys.readouterr().err
+
+
+OWN_CLASS_FILE = '''
+import numpy as np
+from flowpipe import B, Dataset, Pipeline, V
+from flowpipe.models.torch import MLP
+
+class Tally:
+    def __init__(self):
+        self.seen = 0
+
+def pipeline():
+    rng = np.random.default_rng(0)
+    data = Dataset(16, preloaded={'x': rng.normal(size=(16, 4)), 'y': rng.integers(0, 3, 16)})
+    config = {'inputs/x/shape': (4,), 'inputs/y/classes': 3, 'initial_block/inputs': 'x', 'body/units': (8,)}
+    return (Pipeline().init_variable('tally', Tally()).init_model('net', MLP, config=config)
+            .train_model('net', x=B.x, y=B.y)) << data
+'''
+
+
+def test_a_checkpoint_holding_the_user_s_objects_is_verified_only_with_trusted(tmp_path, capsys):
+    path = tmp_path / 'own.py'
+    path.write_text(OWN_CLASS_FILE)
+    batches = load_pipeline(f'{path}:pipeline').gen_batch(4, n_epochs=2, checkpoint=tmp_path / 'ckpt')
+    for number, _ in enumerate(batches, start=1):
+        if number == 2:
+            break
+    batches.close()
+    arguments = ['verify', str(tmp_path / 'ckpt'), '--pipeline', f'{path}:pipeline', '--device', 'CPU:0x2']
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert re.search(r"code stored in the file itself.*Here: add --trusted", error), error
+    assert main([*arguments, '--trusted']) == 0
+    assert 'largest relative deviation' in capsys.readouterr().out

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from flowpipe.errors import ModelFileError
+from flowpipe.errors import ModelFileError, UnsafeFileError
 from flowpipe.models.torch import MLP, SimpleCNN, TorchModel
 
 # torch's ONNX exporter warns of its own use of a deprecated torch name
@@ -86,9 +86,11 @@ def test_torchscript_and_export_files_run_and_match(tmp_path, fmt, extension):
     images = _images()
     np.testing.assert_allclose(loaded(torch.from_numpy(images)).detach().numpy(), model.predict(images=images),
                                rtol=1e-6, atol=1e-6)
-    restored = SimpleCNN.from_file(tmp_path / 'net.pkl')         # the metadata file: class, config, weights
+    with pytest.raises(UnsafeFileError, match=f'a {fmt} file: a program'):     # opened only when trusted
+        SimpleCNN.from_file(tmp_path / 'net.pkl')
+    restored = SimpleCNN.from_file(tmp_path / 'net.pkl', trusted=True)     # the metadata file: class, config, weights
     np.testing.assert_array_equal(restored.predict(images=images), model.predict(images=images))
-    bare = TorchModel.from_file(tmp_path / f'net{extension}')    # a bare file: a model around the loaded module
+    bare = TorchModel.from_file(tmp_path / f'net{extension}', trusted=True)    # a model around the loaded module
     np.testing.assert_allclose(bare.predict(inputs=images), model.predict(images=images), rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="no 'loss'.*from_file"):
         bare.train(inputs=images, targets=np.zeros(5, 'int64'))
@@ -139,7 +141,7 @@ def test_replicas_export_their_primary_and_a_bare_file_loads_by_fmt(tmp_path):
         images = _images(6)
         expected = model.predict(images=images)
     for path, fmt in ((tmp_path / 'net.ts', 'torchscript'), (tmp_path / 'weights.bin', 'safetensors')):
-        fresh = SimpleCNN({**CONFIG, 'batch_norm': False}).load(path, fmt=fmt)
+        fresh = SimpleCNN({**CONFIG, 'batch_norm': False}).load(path, fmt=fmt, trusted=fmt == 'torchscript')
         np.testing.assert_allclose(fresh.predict(images=images), expected, rtol=1e-6, atol=1e-7)
 
 
@@ -153,9 +155,8 @@ def test_batchflow_load_forms_pt_and_pickle_module(tmp_path):
     model.save(tmp_path / 'meta.pkl', fmt='safetensors')
     model.save(tmp_path / 'plain.pkl', pickle_module=pickle)
     model.save(tmp_path / 'plain_meta.pkl', fmt='safetensors', pickle_module=pickle)
-    for name in ['plain.pkl', 'plain_meta.pkl']:        # written by pickle itself: its reader takes them
-        with open(tmp_path / name, 'rb') as file:
-            assert isinstance(pickle.load(file), dict)
+    for name in ['plain.pkl', 'plain_meta.pkl']:        # torch.save zips by pickle's pickler, as batchflow's are
+        assert isinstance(torch.load(tmp_path / name, weights_only=False, pickle_module=pickle), dict)
     for name in ['own.pkl', 'meta.pkl', 'plain.pkl', 'plain_meta.pkl']:   # batchflow's fmt='pt': a file of save
         for pickle_module in [None, dill, pickle]:
             fresh = SimpleCNN(CONFIG).load(tmp_path / name, fmt='pt', pickle_module=pickle_module)

@@ -2,13 +2,13 @@
 import os
 import pickle
 
-import dill
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from flowpipe.errors import ModelFileError
+from flowpipe import safe_pickle
+from flowpipe.errors import ModelFileError, UnsafeFileError
 from flowpipe.models.torch import MLP, SimpleCNN, TorchModel
 from flowpipe.models.torch import io
 from flowpipe.parallel import ENGINES
@@ -80,10 +80,10 @@ def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
     model.save(path)
     original = path.read_bytes()
 
-    def broken_dump(obj, file, **kwargs):
+    def broken_dump(obj, file, *args):
         file.write(b'half a file')
         raise OSError('disk full')
-    monkeypatch.setattr(dill, 'dump', broken_dump)
+    monkeypatch.setattr(safe_pickle, 'dump', broken_dump)
     with pytest.raises(OSError, match='disk full'):
         model.save(path)
     assert path.read_bytes() == original
@@ -100,10 +100,15 @@ def test_corrupt_file(tmp_path):
 
 
 def test_foreign_file(tmp_path):
-    (tmp_path / 'other.pkl').write_bytes(pickle.dumps({'weights': [1, 2]}))
+    torch.save({'weights': [1, 2]}, tmp_path / 'other.pt')
     with pytest.raises(ModelFileError, match='not written by TorchModel.save'):
         model = _trained()
+        model.load(tmp_path / 'other.pt')
+    (tmp_path / 'other.pkl').write_bytes(pickle.dumps({'weights': [1, 2]}))
+    with pytest.raises(UnsafeFileError, match='bare pickle format.*only a trusted reader opens'):
         model.load(tmp_path / 'other.pkl')
+    with pytest.raises(ModelFileError, match='not written by TorchModel.save'):
+        model.load(tmp_path / 'other.pkl', trusted=True)
 
 
 def test_newer_format_version(tmp_path, monkeypatch):
@@ -145,7 +150,7 @@ def test_a_file_without_precision_state_still_loads(tmp_path):
     model = _trained()
     payload = io.payload(model)
     del payload['state']['precision']                   # as written before the precision state was saved
-    (tmp_path / 'old.pkl').write_bytes(dill.dumps(payload))
+    (tmp_path / 'old.pkl').write_bytes(safe_pickle.dumps(io.for_file(payload)))
     loaded = SimpleCNN.from_file(tmp_path / 'old.pkl')
     np.testing.assert_array_equal(loaded.predict(**_batch(5)), model.predict(**_batch(5)))
 

@@ -1,12 +1,11 @@
 """One list of a model's parts (``TorchModel.parts``, the ``flowpipe.stateful`` contract) for model files and run
 checkpoints: both keep every part, and files in the layout written before the list load and continue exactly."""
-import dill
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from flowpipe import B, Dataset, Pipeline
+from flowpipe import B, Dataset, Pipeline, safe_pickle
 from flowpipe.execution import checkpoint as files
 from flowpipe.models.torch import TorchModel, io
 from flowpipe.models.torch.callbacks import EarlyStopping, ReduceLROnPlateau
@@ -64,13 +63,14 @@ def _earlier_state(model, tensors=True):
 
 
 def _earlier_file(model, path):
-    """A model file as flowpipe wrote it before the parts were listed once."""
+    """A model file with the contents flowpipe wrote before the parts were listed once (in today's container)."""
     config = dict(model.config)
     config['model'] = None
     with open(path, 'wb') as file:
-        dill.dump({'format': io.FORMAT, 'format_version': 1, 'flowpipe_version': '0.0', 'torch_version':
-                   torch.__version__, 'model_class': type(model), 'config': config,
-                   'module': io._cpu_copy(model.model), 'state': _earlier_state(model)}, file)
+        safe_pickle.dump(io.for_file({'format': io.FORMAT, 'format_version': 1, 'flowpipe_version': '0.0',
+                                      'torch_version': str(torch.__version__), 'model_class': type(model),
+                                      'config': config, 'module': io._cpu_copy(model.model),
+                                      'state': _earlier_state(model)}), file)
 
 
 def _same(a, b):
@@ -154,10 +154,10 @@ def test_a_run_checkpoint_whose_models_have_the_earlier_layout_resumes_exactly(t
     path = files.latest(str(tmp_path))
     saved = files.read(path)
     earlier = first.m('net')
-    saved['models']['net'] = {**saved['models']['net'], 'state': _earlier_state(earlier)}
+    saved['models']['net'] = io.for_file({**saved['models']['net'], 'state': _earlier_state(earlier)})
     assert _same(saved['models']['net']['state'], earlier.state())      # the file as it was written before
     with open(path, 'wb') as file:
-        dill.dump(saved, file)
+        safe_pickle.dump(saved, file)
     resumed = _pipeline()
     resumed.run(4, n_epochs=2, shuffle=True, seed=1, checkpoint=files.Checkpoint(tmp_path, every=3), resume=True)
     assert resumed.m('net').iteration == whole.m('net').iteration == 12

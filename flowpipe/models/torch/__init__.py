@@ -7,6 +7,7 @@ from .layers import MultiLayer
 from .losses import NormalizedLoss
 from .model import FETCHES, TorchModel
 from .networks import MLPNetwork, ResNetNetwork, SimpleCNNNetwork, VGGNetwork, resnet18, resnet34
+from . import safe_classes
 from .ready import MLP, ResNet, ResNet18, ResNet34, SimpleCNN, VGG7
 from .zoo import (VGG16, VGG19, DenseNet121, DenseNet169, DenseNet201, DenseNet264, DenseUNet, EfficientNetB0,
                   EfficientNetB1, EfficientNetB2, EfficientNetB3, EfficientNetB4, EfficientNetB5, EfficientNetB6,
@@ -24,3 +25,5 @@ __all__ = ['Block', 'BottleneckBlock', 'ConvBlock', 'DefaultBlock', 'DenseBlock'
            'SEResNet50', 'SimpleCNN', 'SimpleCNNNetwork', 'TorchModel', 'UNet', 'Upsample', 'VGG16', 'VGG19', 'VGG7',
            'VGGBlock', 'VGGNetwork', 'resnet18', 'resnet34']
 assert __all__ == sorted(__all__)
+
+safe_classes.register()

@@ -210,6 +210,13 @@ class LogCallback(BaseCallback):
         super().load_state(state)
         self._losses = deque(state['losses'], maxlen=self.frequency)
 
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), '_losses': list(self._losses)}    # a list: what the safe reader rebuilds
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._losses = deque(self._losses, maxlen=self.frequency)
+
     def arguments(self) -> dict:
         return {'stream': self.stream, 'frequency': self.frequency, 'resources': self.resources,
                 'shapes': self.shapes, 'microbatch': self.microbatch}

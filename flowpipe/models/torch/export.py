@@ -225,8 +225,8 @@ def _write_export(model: 'TorchModel', path: str, batch_size: int | None, **kwar
 def _metadata(model: 'TorchModel', fmt: str, target: str, batch_size: int | None,
               opset_version: int | None) -> dict:
     contents = io.payload(model)
-    return {'format': META_FORMAT, 'format_version': 1, 'flowpipe_version': contents['flowpipe_version'],
-            'torch_version': contents['torch_version'], 'model_class': contents['model_class'],
+    return {'format': META_FORMAT, 'format_version': io.FORMAT_VERSION, 'flowpipe_version': contents['flowpipe_version'],
+            'torch_version': contents['torch_version'], 'model_class': io.class_name(contents['model_class']),
             'config': contents['config'], 'module': contents['module'], 'iteration': model.iteration,
             'exported': {'fmt': fmt, 'file': os.path.basename(target), 'batch_size': batch_size,
                          'opset_version': opset_version}}
@@ -250,11 +250,28 @@ def _exported(path: str | os.PathLike, metadata: dict) -> tuple[str, str]:
     return os.path.join(os.path.dirname(os.path.abspath(path)), exported['file']), exported['fmt']
 
 
-def _state_dict(path: str, fmt: str) -> dict:
-    """The network's weights and buffers stored in an exported file."""
+#: the formats whose files are programs (a graph torch runs, TorchScript's own ``__setstate__`` code)
+PROGRAMS = ('torchscript', 'export')
+
+
+def _check_program(path: str, fmt: str, trusted: bool) -> None:
+    """A TorchScript or ``torch.export`` file holds code that loading it and predicting with it run: it is
+    opened only when the caller says it is trusted."""
+    if fmt in PROGRAMS and not trusted:
+        from ...errors import UnsafeFileError
+        raise UnsafeFileError(f"Expected a file that loads without running code. Received: {path!r}, a {fmt} file: a "
+                              "program (its graph, and the code its modules run as they load), which flowpipe opens "
+                              "only when told it is trusted. If you trust where it comes from, pass trusted=True "
+                              "(model.load(path, trusted=True), TorchModel.from_file(path, trusted=True)); to share "
+                              "weights with others, save with fmt='safetensors' or fmt=None.")
+
+
+def _state_dict(path: str, fmt: str, trusted: bool = False) -> dict:
+    """The network's weights and buffers stored in an exported file (a program's only when ``trusted``)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Expected a {fmt} file at {path!r}. Received: no such file. Check the path (a "
                                 "metadata file needs its exported file beside it).")
+    _check_program(path, fmt, trusted)
     if fmt == 'safetensors':
         return _read_export(path, fmt, require('safetensors.torch', fmt).load_file)
     if fmt == 'torchscript':
@@ -290,7 +307,7 @@ def load(model: 'TorchModel', path: str, fmt: str | None = None, trusted: bool =
         path, fmt = _exported(path, contents)
     engine = model._built()
     try:
-        engine.load_state_dict(_state_dict(path, fmt))
+        engine.load_state_dict(_state_dict(path, fmt, trusted))
     except RuntimeError as error:
         raise ModelFileError(f"Expected a {fmt} file of the same network as {type(model).__name__}. Received "
                              f"{path!r}, whose weights do not fit: {error}") from error
@@ -331,17 +348,19 @@ def from_file(path: str, model_class: type | None, fmt: str | None = None, trust
         config = dict(contents['config'])
         if contents.get('module') is not None:
             config['model'] = contents['module']
-        io.check_class(model_class or contents['model_class'], contents['model_class'])
-        model = (model_class or contents['model_class'])(config, **overrides)
+        cls = io.class_of(contents, model_class)
+        io.check_class(cls, contents['model_class'])
+        model = cls(config, **overrides)
         load(model, path, trusted=trusted)
         model.iteration = contents.get('iteration', 0)
         return model
     if fmt in ('torchscript', 'export'):
+        _check_program(path, fmt, trusted)
         module = (_read_export(path, fmt, lambda at: torch.jit.load(at, map_location='cpu')) if fmt == 'torchscript'
                   else ExportedModule(_read_export(path, fmt, torch.export.load).module()))
         return (model_class or TorchModel)({'model': module, 'loss': _no_loss}, **overrides)
     if fmt == 'onnx':
-        _state_dict(path, fmt)          # raises: ONNX does not load back
+        _state_dict(path, fmt, trusted)          # raises: ONNX does not load back
     raise ValueError(f"Expected a file that says which network to build. Received: {path!r}, bare {fmt} weights "
                      "with no config. Make the model from its config, then model.load(path); or save with "
                      "pickle_metadata=True and load the metadata file.")

@@ -1,27 +1,34 @@
-"""Saving and loading ``TorchModel``s with dill.
+"""Saving and loading ``TorchModel``s.
 
-A model file is one dill pickle of a dict: a format tag and version, the flowpipe and torch versions, the model
-class, the config (a ready ``nn.Module`` given as ``config['model']`` is stored as a CPU copy), and the state:
-``{part: its state}`` of the model's parts (``TorchModel.parts()``, listed once in ``flowpipe.models.torch.state``
-for model files and run checkpoints alike: network weights and buffers, optimizer and scheduler state, the
-precision's state, the counters, the model's callbacks, the averaged network of ``weights_averaging``).
-Every tensor is on the CPU and a stored module carries no placement hooks, so a file saved from any device layout
-(GPUs, model parallel) loads into any other: the engine places the module and the weights again (``engine.sync``).
+A model file is one ``torch.save`` zip of a dict (``flowpipe.safe_pickle``): a format tag and version, the flowpipe
+and torch versions, the model class (by name: ``'module.qualname'``, looked up among the ``TorchModel`` classes
+defined in the process), the config (a ready ``nn.Module`` given as ``config['model']`` is stored as a CPU copy),
+and the state: ``{part: its state}`` of the model's parts (``TorchModel.parts()``, listed once in
+``flowpipe.models.torch.state`` for model files and run checkpoints alike: network weights and buffers, optimizer
+and scheduler state, the precision's state, the counters, the model's callbacks, the averaged network of
+``weights_averaging``). Every tensor is on the CPU and a stored module carries no placement hooks, so a file saved
+from any device layout (GPUs, model parallel) loads into any other: the engine places the module and the weights
+again (``engine.sync``).
 
-A model pickles through the same contents (``TorchModel.__reduce__``: ``payload`` out, ``restore`` in).
+A model pickles through the same contents (``TorchModel.__reduce__``: ``payload`` out, ``restore`` in), with its
+class as the class itself.
 
 Saving is atomic: the file is written under a temporary name in the same folder, flushed to disk, then renamed
-over the target. Reading is safe by default (``flowpipe.safe_pickle``): it rebuilds tensors, containers, flowpipe's
-model classes and the modules of ``torch.nn`` and flowpipe, and refuses a file that names any other code (a network
-class of the user's own, a lambda in the config) with ``UnsafeFileError``; ``trusted=True`` reads it with dill,
-running whatever code it holds.
+over the target. Reading is safe by default (``flowpipe.safe_pickle``: torch's restricted unpickler over an exact
+table of names): it rebuilds tensors, containers, flowpipe's networks and callbacks and the modules of
+``torch.nn``, and refuses a file that names any other code (a network class of the user's own, a lambda in the
+config) with ``UnsafeFileError``, as it refuses a model callback that would write to a path the file names;
+``trusted=True`` reads it with dill, running whatever code it holds. Files of format version 1 (bare dill
+pickles) are read trusted only.
 """
 from __future__ import annotations
 
 import copy
+import importlib
 import itertools
 import os
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -37,11 +44,25 @@ from .config import flat_paths, nest
 if TYPE_CHECKING:
     from .model import TorchModel
 
-__all__ = ['FORMAT', 'FORMAT_VERSION', 'build_from', 'check_class', 'from_payload', 'load', 'load_into', 'payload',
-           'read', 'restore', 'restore_pending', 'save', 'write']
+__all__ = ['FORMAT', 'FORMAT_VERSION', 'accept', 'build_from', 'check_class', 'class_name', 'class_of', 'for_file',
+           'from_payload', 'load', 'load_into', 'payload', 'read', 'register_class', 'restore', 'restore_pending', 'save',
+           'write']
 
 FORMAT = 'flowpipe-model'
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: a torch.save zip, the model class by name; 1: a bare dill pickle
+
+#: the ``TorchModel`` classes defined in this process, by ``'module.qualname'`` (``register_class``)
+_CLASSES: 'weakref.WeakValueDictionary[str, type]' = weakref.WeakValueDictionary()
+
+
+def class_name(cls: type) -> str:
+    """How a file names a model class."""
+    return f'{cls.__module__}.{cls.__qualname__}'
+
+
+def register_class(cls: type) -> None:
+    """Let files name ``cls`` (every ``TorchModel`` class registers itself when it is defined)."""
+    _CLASSES[class_name(cls)] = cls
 
 
 def _flowpipe_version() -> str:
@@ -85,7 +106,7 @@ def payload(model: 'TorchModel', tensors: bool = True) -> dict:
         config['model'] = None
     return {
         'format': FORMAT, 'format_version': FORMAT_VERSION,
-        'flowpipe_version': _flowpipe_version(), 'torch_version': torch.__version__,
+        'flowpipe_version': _flowpipe_version(), 'torch_version': str(torch.__version__),
         'model_class': type(model), 'config': config, 'module': module, 'state': state,
     }
 
@@ -95,11 +116,18 @@ def save(model: 'TorchModel', path: str | os.PathLike, pickle_module: Any = None
     write(payload(model), path, pickle_module)
 
 
+def for_file(contents: dict) -> dict:
+    """A ``payload`` as files keep it: its model class by name."""
+    cls = contents['model_class']
+    return {**contents, 'model_class': class_name(cls) if isinstance(cls, type) else cls}
+
+
 def write(contents: dict, path: str | os.PathLike, pickle_module: Any = None) -> None:
-    """Write a model's ``payload`` to ``path`` atomically (as ``save``; with dill, or ``pickle_module``); a failed
-    write (a full disk, a quota) keeps its ``OSError`` with a note naming the file and what was kept."""
+    """Write a model's ``payload`` to ``path`` atomically (as ``save``; ``pickle_module``: see
+    ``safe_pickle.dump``); a failed write (a full disk, a quota) keeps its ``OSError`` with a note naming the file
+    and what was kept."""
     try:
-        dump_atomically(contents, path, pickle_module)
+        dump_atomically(for_file(contents), path, pickle_module)
     except OSError as error:
         before = 'the file already there is unchanged' if os.path.exists(path) else 'no file was left'
         add_note(error, f"Expected to write the model file {os.fspath(path)!r}. Received: {error.strerror or error} "
@@ -136,7 +164,59 @@ def read(path: str | os.PathLike, formats: tuple[str, ...] = (FORMAT,), trusted:
         raise ModelFileError(f"Expected a model file of format version {FORMAT_VERSION} or older. Received: "
                              f"{path!r}, format version {version!r}, written by flowpipe "
                              f"{payload.get('flowpipe_version')!r}. Upgrade flowpipe to read it.")
-    return payload
+    return accept(payload, path, trusted)
+
+
+def accept(contents: dict, path: str, trusted: bool = False, what: str = 'a model file', opt_in: str = TRUST) -> dict:
+    """A model's contents read from the file ``path`` (``what``, opened trusted by ``opt_in``), its class found by
+    name; a file read safely is refused (``UnsafeFileError``) where its model callbacks would write to a path the
+    file names."""
+    contents = {**contents, 'model_class': _model_class(contents.get('model_class'), path, trusted)}
+    if not trusted:
+        config = contents.get('config')
+        callbacks = config.get('callbacks') if isinstance(config, dict) else None
+        for callback in callbacks if isinstance(callbacks, (list, tuple)) else ():
+            stream = getattr(callback, 'stream', None)
+            if isinstance(stream, (str, os.PathLike)):
+                raise UnsafeFileError(
+                    f"Expected {what} whose model callbacks write nowhere or to a callable. Received: {path!r}, "
+                    f"whose {type(callback).__name__} writes to the file {stream!r} that the file names: training "
+                    f"the loaded model would overwrite it. If you trust where the file comes from, open it with "
+                    f"{opt_in}; or load the weights into a model of your own config (model.load(path)).")
+    return contents
+
+
+def _model_class(name: Any, path: str, trusted: bool) -> type | str:
+    """The class a file names (a class itself in a file of format 1, read trusted); its name where no
+    ``TorchModel`` class of that name is defined in the process (``from_payload`` says so, unless it is given
+    another class)."""
+    from .model import TorchModel
+    if isinstance(name, type):
+        return name
+    if not isinstance(name, str):
+        raise ModelFileError(f"Expected a model file naming its model class. Received: {path!r} with "
+                             f"model_class={name!r}. Save the model again.")
+    found = _CLASSES.get(name)
+    if found is None and trusted:
+        module, _, qualname = name.rpartition('.')
+        try:
+            found = importlib.import_module(module)
+            for part in qualname.split('.'):
+                found = getattr(found, part)
+        except (ImportError, AttributeError, ValueError):
+            found = None
+    return found if isinstance(found, type) and issubclass(found, TorchModel) else name
+
+
+def class_of(contents: dict, model_class: type | None = None) -> type:
+    """The class to build a file's model with: ``model_class``, or the class the file names."""
+    cls = model_class or contents['model_class']
+    if not isinstance(cls, type):
+        raise ModelFileError(f"Expected the file's model class, {cls}, to be a TorchModel class defined in this "
+                             "process. Received: no such class. Import the module that defines it before loading, or "
+                             "load with that class (MyModel.from_file(path)); trusted=True imports the module the "
+                             "file names.")
+    return cls
 
 
 def load_into(model: 'TorchModel', payload: dict) -> None:
@@ -154,7 +234,7 @@ def load(path: str | os.PathLike, model_class: type | None = None, trusted: bool
 
 def from_payload(contents: dict, model_class: type | None = None, **overrides: Any) -> 'TorchModel':
     """A new model from the contents of a model file (``payload``), as ``load`` makes it."""
-    cls = model_class or contents['model_class']
+    cls = class_of(contents, model_class)
     check_class(cls, contents['model_class'])
     model = cls(_saved_config(contents), **overrides)
     load_into(model, contents)

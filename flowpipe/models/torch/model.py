@@ -78,6 +78,10 @@ class TorchModel(ModelBuilding, ModelSteps, ModelFiles, ModelState, HistoryPlots
     #: top-level config keys a subclass reads itself (beyond ``config.TOP_KEYS``): not warned about as unknown.
     config_keys: ClassVar[tuple[str, ...]] = ()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        io.register_class(cls)         # a file names its model class; the safe reader finds it here
+
     @classmethod
     def default_config(cls) -> dict:
         """The class's own config (a nested dict, batchflow's ``default_config``): the user's config is merged
@@ -185,6 +189,9 @@ class TorchModel(ModelBuilding, ModelSteps, ModelFiles, ModelState, HistoryPlots
                  f'{clip}trained on {self.iteration} batch{"" if self.iteration == 1 else "es"}',
                  *('  ' + line for line in self.device_plan(self._plan_batch_size()).splitlines())]
         return '\n'.join(lines)
+
+
+io.register_class(TorchModel)
 
 
 def _short(loss_fn: Any) -> str:
