@@ -153,6 +153,39 @@ def _merge_form(*pipelines: Pipeline, fn: Callable | None = None, components: An
     """The arguments of ``merge``."""
 
 
-builtin('join', on_declare=_declare_pipelines, signature=_join_form)(_structural)
-builtin('merge', on_declare=_declare_merge, signature=_merge_form)(_structural)
-builtin('rebatch', on_declare=_normalised(_rebatch_arguments), signature=_rebatch_arguments)(_structural)
+@builtin('join', on_declare=_declare_pipelines, signature=_join_form)
+def _join(ctx: Context, *args: Any, **kwargs: Any) -> None:
+    """Take the next batch of each of ``pipelines`` along with this pipeline's batch: the next action gets them
+    as extra positional arguments after its own (``call(fn)``: ``fn(batch, *joined)``).
+
+    Args:
+        *pipelines: the pipelines (bound to their datasets) whose batches come along, one each per batch.
+    """
+    _structural(ctx)
+
+
+@builtin('merge', on_declare=_declare_merge, signature=_merge_form)
+def _merge(ctx: Context, *args: Any, **kwargs: Any) -> None:
+    """Merge this pipeline's batch with the next batch of each of ``pipelines`` into one batch.
+
+    Args:
+        *pipelines: the pipelines whose batches are merged in.
+        fn: ``fn(batches) -> (batch, rest)``, how to merge (``Batch.merge`` by default).
+        components: the components the merged batch keeps (all by default).
+        batch_class: the class of the merged batch (this pipeline's by default).
+    """
+    _structural(ctx)
+
+
+@builtin('rebatch', on_declare=_normalised(_rebatch_arguments), signature=_rebatch_arguments)
+def _rebatch(ctx: Context, *args: Any, **kwargs: Any) -> None:
+    """Collect the items of the batches so far into batches of ``batch_size`` items for the actions after it.
+
+    Args:
+        batch_size: the items of each new batch.
+        merge: ``merge(batches, batch_size) -> (batch, rest)``, how to cut (``Batch.merge`` by default).
+        components: the components the new batches keep (all by default).
+        batch_class: the class of the new batches.
+        drop_last: drop the last, shorter batch of a run.
+    """
+    _structural(ctx)

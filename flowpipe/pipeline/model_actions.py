@@ -307,15 +307,38 @@ def _step(ctx: Context, method: str, name: str, args: tuple, kwargs: dict, save_
         assign(save_to, result, ctx)
 
 
-@builtin(keep=('save_to',), on_declare=_declare_step, model_access='write')
+def _step_form(name, *args, fetches=None, save_to=None, **inputs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    """What users pass to ``train_model`` and ``predict_model``."""
+
+
+@builtin(keep=('save_to',), on_declare=_declare_step, model_access='write', signature=_step_form)
 def train_model(ctx: Context, name: str, *args: Any, save_to: Any = None, **kwargs: Any) -> None:
-    """Train the model ``name`` on one batch; fetched values go to ``save_to`` (``V('loss', mode='a')``)."""
+    """Train the model ``name`` on one batch: one optimizer step (``TorchModel.train``).
+
+    Args:
+        name: the model's name in the pipeline (``init_model``, ``import_model``, ``load_model``).
+        *args: the inputs and targets in the order the model declares them (``B.images, B.labels``).
+        fetches: what to return: ``'loss'``, ``'predictions'``, an output's name, or a list of them.
+        save_to: where the fetched values go: ``V('loss', mode='a')``, ``B('predictions')``, or a list.
+        **inputs: the inputs and targets by name (``images=B.images, labels=B.labels``), and the step's options
+            (``lr``, ``seed``...).
+        use_lock: run the step under the pipeline's lock (batchflow's option; steps are ordered anyway).
+    """
     _step(ctx, 'train', name, args, kwargs, save_to)
 
 
-@builtin(keep=('save_to',), on_declare=_declare_step, model_access='read')
+@builtin(keep=('save_to',), on_declare=_declare_step, model_access='read', signature=_step_form)
 def predict_model(ctx: Context, name: str, *args: Any, save_to: Any = None, **kwargs: Any) -> None:
-    """Predict with the model ``name`` on one batch (``fetches='predictions'`` by default)."""
+    """Predict with the model ``name`` on one batch (``TorchModel.predict``; no gradients, evaluation mode).
+
+    Args:
+        name: the model's name in the pipeline.
+        *args: the inputs in the order the model declares them.
+        fetches: what to return (``'predictions'`` by default; an output's name, ``'loss'`` with targets given).
+        save_to: where the fetched values go: ``V('predicted', mode='e')``, ``B('predictions')``.
+        **inputs: the inputs (and targets, for a loss) by name.
+        use_lock: run the step under the pipeline's lock.
+    """
     _step(ctx, 'predict', name, args, kwargs, save_to)
 
 

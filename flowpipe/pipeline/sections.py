@@ -1,13 +1,14 @@
 """``pipeline.before`` / ``pipeline.after`` sections, and the chained-call method every action name becomes."""
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 from .names import batch_action_names, unknown_action
 from .records import ActionRecord
 from .registry import get_builtin
 
-__all__ = ['SectionBuilder', 'adder', 'make_record']
+__all__ = ['SectionBuilder', 'action_form', 'adder', 'make_record']
 
 
 class SectionBuilder:
@@ -41,11 +42,51 @@ class SectionBuilder:
 
 
 def adder(pipeline: Any, name: str, section: str) -> Callable[..., Any]:
-    """The method ``pipeline.<name>``: records the call and returns the new pipeline."""
+    """The method ``pipeline.<name>``: records the call and returns the new pipeline. It shows the action's own
+    parameters and docstring (``inspect.signature``, ``help()``, a notebook's Shift-Tab): ``action_form``."""
     def add(*args: Any, **kwargs: Any) -> Any:
         return pipeline._with_record(section, make_record(name, args, kwargs))
     add.__name__ = add.__qualname__ = name
+    add.__signature__, add.__doc__, add.__module__ = action_form(name, pipeline._batch_class())
     return add
+
+
+def _with_use_lock(signature: inspect.Signature) -> inspect.Signature:
+    """``signature`` with the keyword every action takes, ``use_lock`` (before a ``**kwargs``)."""
+    parameters = [parameter for parameter in signature.parameters.values() if parameter.name != 'use_lock']
+    lock = inspect.Parameter('use_lock', inspect.Parameter.KEYWORD_ONLY, default=None)
+    at = next((i for i, p in enumerate(parameters) if p.kind is inspect.Parameter.VAR_KEYWORD), len(parameters))
+    return signature.replace(parameters=[*parameters[:at], lock, *parameters[at:]])
+
+
+def action_form(name: str, batch_class: type | None) -> tuple[inspect.Signature, str | None, str]:
+    """The parameters, docstring and module of the action ``name`` as users call it: a built-in's form, or the
+    batch method's without ``self`` (of ``batch_class``, or, with no dataset bound yet, of the first ``Batch``
+    class that defines it); every action also takes ``use_lock`` (run it under the pipeline's lock). An action
+    of a batch class not known yet keeps ``(*args, **kwargs)``: it is checked on the first batch."""
+    spec = get_builtin(name)
+    if spec is not None:
+        return _with_use_lock(spec.call_form()), spec.func.__doc__, spec.func.__module__
+    method = _batch_method(name, batch_class)
+    if method is None:
+        return _with_use_lock(inspect.signature(lambda *args, **kwargs: None)), None, __name__
+    parameters = list(inspect.signature(method).parameters.values())[1:]
+    return _with_use_lock(inspect.Signature(parameters)), method.__doc__, method.__module__
+
+
+def _batch_method(name: str, batch_class: type | None) -> Callable | None:
+    from ..batch import Batch
+    pending, seen = [batch_class] if batch_class is not None else [Batch], set()
+    while pending:
+        klass = pending.pop(0)
+        if klass in seen:
+            continue
+        seen.add(klass)
+        if name in batch_action_names(klass):
+            return getattr(klass, name)
+        if batch_class is None:
+            pending.extend(klass.__subclasses__())
+    return None
 
 
 def make_record(name: str, args: tuple, kwargs: dict) -> ActionRecord:
