@@ -10,6 +10,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from .arrays import as_item_array
+from .dataset_checks import check_dataset_arguments
 from .index import DatasetIndex
 
 __all__ = ['Dataset']
@@ -39,6 +40,7 @@ class Dataset:
 
     def __init__(self, index: Any, batch_class: type | None = None, preloaded: dict | tuple | None = None,
                  **attributes: Any):
+        check_dataset_arguments(index, batch_class)
         if batch_class is None:
             from flowpipe.batch import Batch  # batch imports data, so data imports batch only when used
             batch_class = Batch

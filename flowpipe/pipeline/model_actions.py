@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 import weakref
 import zlib
 from collections.abc import Mapping
@@ -98,6 +99,7 @@ class PendingModel:
         if root is None or not getattr(ctx.seed, 'given', True):
             return model_class(config)
         import torch
+        _warn_instance(self.name, config)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(model_seed(root, self.name))
             return model_class(config)
@@ -137,6 +139,19 @@ class StaticModel:
 
     def __repr__(self) -> str:
         return f'<static {type(self.model).__name__}>'
+
+
+def _warn_instance(name: str, config: Any) -> None:
+    """Say that a network given as an instance keeps the weights it was made with, whatever ``run(seed=)``."""
+    import torch
+    network = config.get('model') if isinstance(config, Mapping) else None
+    if isinstance(network, torch.nn.Module):
+        warnings.warn(f"flowpipe: run(seed=...) does not set the initial weights of model {name!r}: its config gives "
+                      f"the network as an instance ({type(network).__name__}), made before the run, so it starts "
+                      "from the weights it was made with, and two runs with one seed differ unless they share them. "
+                      f"Give the class or a function that makes it ('model': {type(network).__name__} or "
+                      "'model': lambda: ...) so the run makes it under its seed, or seed torch before making it "
+                      "(torch.manual_seed).", UserWarning, stacklevel=2)
 
 
 def model_seed(root: int, name: str) -> int:

@@ -308,3 +308,28 @@ def test_a_plain_module_class_is_taken_as_the_models_network(digits, mode):
     assert type(model) is TorchModel and isinstance(model.model, _Net) and model.iteration == 2
     with pytest.raises(ValueError, match="network given once.*model_class=_Net"):
         Pipeline().init_model('net', _Net, config={**config, 'model': _Net()})
+
+
+def test_a_seeded_run_says_it_cannot_seed_a_network_given_as_an_instance():
+    import warnings as _warnings
+
+    import numpy as _np
+    import torch as _torch
+    from torch import nn as _nn
+
+    from flowpipe import B as _B, Dataset as _Dataset, Pipeline as _Pipeline
+    data = _Dataset(8, preloaded={'x': _np.ones((8, 4), 'float32'), 'y': _np.arange(8) % 3})
+
+    def run(network, seed):
+        config = {'model': network, 'inputs/x/shape': (4,), 'inputs/y/classes': 3, 'loss': 'ce'}
+        pipeline = _Pipeline().init_model('net', config=config).train_model('net', x=_B.x, y=_B.y) << data
+        with _warnings.catch_warnings(record=True) as caught:
+            _warnings.simplefilter('always')
+            pipeline.run(4, n_epochs=1, seed=seed)
+        return pipeline.m('net').model, [str(w.message) for w in caught if 'initial weights' in str(w.message)]
+    _, said = run(_nn.Linear(4, 3), seed=3)
+    assert len(said) == 1 and "model 'net'" in said[0] and "'model': Linear" in said[0]
+    assert run(_nn.Linear(4, 3), seed=None)[1] == []            # no seed given: torch's generator decides
+    first, said = run(lambda: _nn.Linear(4, 3), seed=3)
+    second, _ = run(lambda: _nn.Linear(4, 3), seed=3)
+    assert said == [] and _torch.equal(first.weight, second.weight)      # a function: made under the seed
