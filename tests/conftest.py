@@ -2,10 +2,19 @@
 included: replica workers, monitors) or a process group behind; and the ``default_dtype`` fixture, which runs an
 exactness test module once under each of torch's float32 and float64 default dtypes."""
 import gc
+import signal
 import threading
 import time
 
 import pytest
+
+
+def pytest_configure(config):
+    """A suite started with SIGINT ignored (``nohup``, cron, a background job of a non-interactive shell, some CI
+    runners) still tests Ctrl-C: the session takes Python's own SIGINT handler, as an interactive start has it, so
+    ``KeyboardInterrupt`` is raised in the tests and the processes they start get SIGINT's default action."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _live_threads():

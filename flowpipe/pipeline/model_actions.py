@@ -141,11 +141,16 @@ class StaticModel:
         return f'<static {type(self.model).__name__}>'
 
 
+#: the (model name, network class) pairs ``_warn_instance`` spoke of: once per process each
+_SAID_INSTANCE: set[tuple[str, str]] = set()
+
+
 def _warn_instance(name: str, config: Any) -> None:
-    """Say that a network given as an instance keeps the weights it was made with, whatever ``run(seed=)``."""
+    """Say once that a network given as an instance keeps the weights it was made with, whatever ``run(seed=)``."""
     import torch
     network = config.get('model') if isinstance(config, Mapping) else None
-    if isinstance(network, torch.nn.Module):
+    if isinstance(network, torch.nn.Module) and (name, type(network).__name__) not in _SAID_INSTANCE:
+        _SAID_INSTANCE.add((name, type(network).__name__))
         warnings.warn(f"flowpipe: run(seed=...) does not set the initial weights of model {name!r}: its config gives "
                       f"the network as an instance ({type(network).__name__}), made before the run, so it starts "
                       "from the weights it was made with, and two runs with one seed differ unless they share them. "

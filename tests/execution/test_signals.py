@@ -212,3 +212,14 @@ def test_a_run_closed_in_another_thread_hands_the_next_signal_to_the_previous_ha
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGUSR1, before)
+
+
+def test_the_suite_tests_ctrl_c_when_it_was_started_with_sigint_ignored():
+    """``nohup``, cron and background jobs start the suite with SIGINT ignored: its conftest takes Python's own
+    handler back, so the Ctrl-C tests still raise ``KeyboardInterrupt`` (they failed with "DID NOT RAISE")."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', __file__, '-k',
+                           'second_ctrl_c_stops_at_once and float32'], cwd=root, capture_output=True, text=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert '1 passed' in done.stdout

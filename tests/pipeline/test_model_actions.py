@@ -327,8 +327,11 @@ def test_a_seeded_run_says_it_cannot_seed_a_network_given_as_an_instance():
             _warnings.simplefilter('always')
             pipeline.run(4, n_epochs=1, seed=seed)
         return pipeline.m('net').model, [str(w.message) for w in caught if 'initial weights' in str(w.message)]
+    from flowpipe.pipeline import model_actions
+    model_actions._SAID_INSTANCE.clear()
     _, said = run(_nn.Linear(4, 3), seed=3)
     assert len(said) == 1 and "model 'net'" in said[0] and "'model': Linear" in said[0]
+    assert run(_nn.Linear(4, 3), seed=3)[1] == []                # said once
     assert run(_nn.Linear(4, 3), seed=None)[1] == []            # no seed given: torch's generator decides
     first, said = run(lambda: _nn.Linear(4, 3), seed=3)
     second, _ = run(lambda: _nn.Linear(4, 3), seed=3)
