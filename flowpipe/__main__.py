@@ -1,7 +1,7 @@
 """``python -m flowpipe demo`` (also the ``flowpipe-demo`` script): train a network on the shipped Digits data set;
 ``python -m flowpipe verify``: replay steps of a run checkpoint on another layout (``flowpipe.execution.verify``).
 
-The demo is the SPEC's user program on Digits: a dynamic model whose input shape and class count come from the
+The demo is the README's first program on Digits: a dynamic model whose input shape and class count come from the
 data, images resized to 32x32, a prefetching run with a progress bar, then the held-out accuracy.
 """
 from __future__ import annotations

@@ -138,7 +138,7 @@ sharded_difference = max(np.max(np.abs(a.detach().numpy() - b.detach().numpy()))
 adam_steps = sorted({int(state['step']) for state in restored.optimizer.state.values()})
 print(f'largest relative difference from one process: {sharded_difference:.1e}; Adam steps: {adam_steps}')"""),
     ('md', """
-Under torchrun the same lines run as a script (SPEC §9 is such a script). For checkpoints of models too big to
+Under torchrun the same lines run as a script (`docs/distributed.md`, "Sharding", shows such a script). For checkpoints of models too big to
 gather in one process, `run(..., checkpoint=Checkpoint(folder, sharded=True))` writes one shard per process
 beside each checkpoint file, and `resume=True` reads them back (`docs/distributed.md`, "Saving and resuming
 sharded models")."""),
