@@ -3,7 +3,7 @@
 # dependencies only; the test tools (the test extra) come with `make test`.
 PY := .venv/bin/python
 
-.PHONY: setup demo test bench
+.PHONY: setup demo test bench docs
 
 setup:
 	bash scripts/setup.sh demo
@@ -14,6 +14,11 @@ demo: setup
 test:
 	bash scripts/setup.sh test
 	$(PY) -m pytest -q
+
+# The API reference from the docstrings (Sphinx, in the test extra): docs/api/_build/index.html
+docs:
+	bash scripts/setup.sh test
+	$(PY) -m sphinx -W -q -b html docs/api docs/api/_build
 
 bench: setup
 	$(PY) bench/overhead.py

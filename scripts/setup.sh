@@ -40,7 +40,7 @@ case "$MODE" in
         WHAT="flowpipe (editable) and its dependencies numpy, dill and tqdm" ;;
     test)
         IMPORTS="flowpipe, pytest, pytest_timeout, PIL, pandas, matplotlib, nbclient, ipykernel, tensorboard, onnx, \
-onnxscript, safetensors, psutil, distributed, hypothesis, torchmetrics, mlflow, wandb, fickling"
+onnxscript, safetensors, psutil, distributed, hypothesis, torchmetrics, mlflow, wandb, fickling, sphinx"
         EXTRA="[test]"
         WHAT="flowpipe (editable) and the test tools: pytest, Jupyter's client, TensorBoard, ONNX, Dask... (minutes)" ;;
     *)

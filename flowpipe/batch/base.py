@@ -325,7 +325,8 @@ class Batch:
             dst: where results go (``src`` by default; for a list ``src``, a list as long); several names for
                 one source take a tuple of results per item.
             p: the probability to transform each item (drawn from the batch's generator); the others are copied.
-            *args, **kwargs: passed to ``func``; a ``PerItem`` value (from ``P(...)``) gives item ``i`` its entry.
+            *args: passed to ``func``; a ``PerItem`` value (from ``P(...)``) gives item ``i`` its entry.
+            **kwargs: passed to ``func`` likewise.
             workers: run ``func`` in a pool of that many threads (for heavy, GIL-releasing functions).
             target: batchflow's engine: ``'for'`` (the default here) or ``'threads'`` (a pool of one thread per
                 CPU core, unless ``workers`` is given).
