@@ -27,6 +27,8 @@ from flowpipe.models.torch import MLP, TorchModel
 from flowpipe.research import Research, ResearchResults
 from flowpipe.research import storage as research_storage
 
+from .test_safe_pickle import Marking
+
 X, Y = np.random.default_rng(0).normal(size=(12, 4)), np.arange(12) % 3
 CONFIG = {'inputs/x/shape': (4,), 'inputs/y/classes': 3, 'initial_block/inputs': 'x', 'body/units': (8,)}
 
@@ -90,19 +92,6 @@ def _fickling_exec(mark):
     pickled = fickle.Pickled.load(pickle.dumps({'format': 'flowpipe-model'}, protocol=2))
     pickled.insert_python_exec(f"open({mark!r}, 'w').close()", run_first=True)
     return pickled.dumps()
-
-
-def touch(path):
-    open(path, 'w').close()
-    return {'format': 'flowpipe-model'}
-
-
-class Marking:
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return touch, (self.path,)
 
 
 PAYLOADS = {
