@@ -327,8 +327,8 @@ def test_a_seeded_run_says_it_cannot_seed_a_network_given_as_an_instance():
             _warnings.simplefilter('always')
             pipeline.run(4, n_epochs=1, seed=seed)
         return pipeline.m('net').model, [str(w.message) for w in caught if 'initial weights' in str(w.message)]
-    from flowpipe.pipeline import model_actions
-    model_actions._SAID_INSTANCE.clear()
+    from flowpipe.pipeline import run_seeds
+    run_seeds.SAID_INSTANCE.clear()
     _, said = run(_nn.Linear(4, 3), seed=3)
     assert len(said) == 1 and "model 'net'" in said[0] and "'model': Linear" in said[0]
     assert run(_nn.Linear(4, 3), seed=3)[1] == []                # said once
