@@ -1,5 +1,5 @@
 """No test depends on the machine's speed: pytest-timeout's limit is one hang guard far above any test's time on a
-loaded machine (README, "Tests"), and no test sets a tighter one of its own."""
+loaded machine (docs/design.md, "The test suite"), and no test sets a tighter one of its own."""
 import re
 from pathlib import Path
 
