@@ -6,6 +6,7 @@ import pickle
 from typing import Any, Mapping, Sequence
 
 from .base import Callback, flat_records
+from ..execution.merged_variables import merge_variables
 from .metrics import check_metrics, compute_builtin, compute_torchmetric, is_torchmetric, update_torchmetrics
 
 __all__ = ['Validate', 'merge_variables']
@@ -184,26 +185,3 @@ def _written(initial: Mapping[str, tuple], final: Mapping[str, Any]) -> dict[str
         elif items is not None or _snapshot(value)[1] != fingerprint:
             written[name] = ('value', value)
     return written
-
-
-def merge_variables(initial: Mapping[str, list], written: list[Mapping[str, tuple]]) -> dict[str, Any]:
-    """The variables one process holds after validating every batch, from what each rank wrote (rank order, each
-    rank's block of batches following the previous rank's): a list variable is its ``initial`` items (none for a
-    variable that did not exist) followed by the items every rank added, in rank order.
-
-    Raises:
-        ValueError: a variable changed in another way than by items added to a list (replaced, summed into,
-            overwritten per batch): no rule gives one process's value from the ranks' values.
-    """
-    merged = {}
-    for name in sorted({name for ranks in written for name in ranks}):
-        kinds = [ranks[name] for ranks in written if name in ranks]
-        if any(kind == 'value' for kind, _ in kinds):
-            raise ValueError(
-                f"Expected validation variables that are lists extended batch by batch (V({name!r}, mode='a') or "
-                f"mode='e'), which the ranks' blocks of batches join into one process's list. Received: variable "
-                f"{name!r} changed otherwise (set, summed into or overwritten per batch), so its one-process value "
-                f"cannot be rebuilt from the ranks'. Collect per-batch values in a list and reduce them in the "
-                f"metric, or pass Validate(..., shard=False) to validate the whole set on every rank.")
-        merged[name] = [*initial.get(name, ()), *(item for _, items in kinds for item in items)]
-    return merged

@@ -20,37 +20,17 @@ On the same world size and stages every rank takes back its own variables and ra
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import copy
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import dill
 
+from .merged_variables import merge_variables
 from .nodes import CheckpointError
 
-__all__ = ['check_random_layers', 'layout_of', 'model_layout', 'overrides', 'rank_state', 'resumed_with',
-           'saved_layout']
+__all__ = ['check_random_layers', 'layout_of', 'model_layout', 'rank_state', 'saved_layout']
 
-_OVERRIDES: contextvars.ContextVar[dict | None] = contextvars.ContextVar('flowpipe_resumed_with', default=None)
 _MISSING = object()
-
-
-@contextlib.contextmanager
-def resumed_with(**config: Any) -> Iterator[None]:
-    """Within the block, every model a run resumes from a checkpoint is built with these config items over its
-    own (``device=``, ``microbatch=``, ``dtype=``...): how ``python -m flowpipe verify`` replays a checkpoint on
-    another layout."""
-    token = _OVERRIDES.set(dict(config))
-    try:
-        yield
-    finally:
-        _OVERRIDES.reset(token)
-
-
-def overrides() -> dict | None:
-    """The config items of the enclosing ``resumed_with``, or ``None``."""
-    return _OVERRIDES.get()
 
 
 # ----- the layout a checkpoint records -----
@@ -166,7 +146,6 @@ def _merged(ranks: list[Mapping[str, Any]], initial: Mapping[str, Any]) -> tuple
             "rank (set, summed into or overwritten with the rank's own values), which no rule shares out over "
             "another number of ranks. Keep such values in lists extended batch by batch (V(name, mode='a')), "
             "or resume on the checkpoint's number of ranks.")
-    from ..callbacks.validate import merge_variables
     starts = {name: list(initial.get(name, [])) for name in added}
     per_rank = [{name: ('items', items[rank]) for name, items in added.items()} for rank in range(len(ranks))]
     return shared, merge_variables(starts, per_rank)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..folder_lock import lock_on_main
 from ..pipeline.model_actions import PendingModel, loaded_files, mark_loaded
+from ..pipeline.resumed_layout import overrides as resume_overrides
 from ..pipeline.stages import pipeline_stages
 from . import checkpoint as files
 from . import relayout
@@ -329,8 +330,8 @@ def _model_states(models: Any, tensors: bool = True) -> dict[str, Any]:
 def _load_models(models: Any, saved: dict[str, Any], loaded: dict[str, str], overrides: dict[str, dict]) -> None:
     """Put the saved models into the store, those not built yet built with ``overrides[name]`` (the changed
     model keys: a new placement among them); those ``load_model`` had loaded count as loaded from their files.
-    Under ``relayout.resumed_with`` every saved model is built anew with its config items too."""
-    given = relayout.overrides()
+    Under ``resumed_with`` (``pipeline.resumed_layout``) every saved model is built anew with its config items too."""
+    given = resume_overrides()
     for name, payload in saved.items():
         if payload is None:
             continue

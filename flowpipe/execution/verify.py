@@ -3,7 +3,7 @@ its parameters go from those one process on one device reaches.
 
 The checkpoint is read, not written: both replays resume from its file (``run(resume=file)`` without
 ``checkpoint=``) with the run arguments its fingerprint holds, run ``steps`` batches, and stop. Each replay
-builds the checkpoint's models with the layout given (``relayout.resumed_with``): the reference on ``'cpu'``
+builds the checkpoint's models with the layout given (``pipeline.resumed_layout.resumed_with``): the reference on ``'cpu'``
 without micro-batches, the other on ``device`` and ``microbatch`` (and, in ranks, ``stages`` pipeline stages),
 both in ``dtype`` (the model's ``dtype`` key, and torch's default dtype while they run).
 """
@@ -20,7 +20,7 @@ import torch
 
 from . import checkpoint as files
 from .nodes import CheckpointError
-from .relayout import resumed_with
+from ..pipeline.resumed_layout import resumed_with
 
 __all__ = ['DTYPES', 'add_verify', 'load_pipeline', 'replay', 'run_verify', 'verify']
 

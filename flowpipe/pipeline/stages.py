@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import ExpressionError
 from ..expr import contains_expressions, evaluate
 from ..expr.context import Context
+from .resumed_layout import overrides
 
 __all__ = ['pipeline_stages', 'reading_ranks']
 
@@ -18,13 +19,12 @@ def pipeline_stages(records: Any, context: Context | None = None) -> int | None:
     ``import_model`` brings from another pipeline) ask for, ``None`` when none asks; the run's data side splits batches over the pipelines it gives (one value for every
     pipelined model of a run: its ranks read the same items).
 
-    A run resuming under ``relayout.resumed_with(pipeline=...)`` (``python -m flowpipe verify --stages``) builds its
+    A run resuming under ``resumed_with(pipeline=...)`` (``pipeline.resumed_layout``) (``python -m flowpipe verify --stages``) builds its
     models with that value: it is the run's.
 
     Raises:
         ValueError: two models asking for different numbers of stages.
     """
-    from ..execution.relayout import overrides
     given = overrides()
     if given is not None and 'pipeline' in given:
         return given['pipeline'] if given['pipeline'] not in (False, 1) else None
