@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ['STYLES', 'parallel_styles', 'resolve_tensor_plan']
+__all__ = ['STYLES', 'apply_tensor_parallel', 'parallel_styles', 'resolve_tensor_plan']
 
 #: the styles a plan names, each with the layer types it accepts
 STYLES = {'colwise': (nn.Linear,), 'rowwise': (nn.Linear,),
@@ -131,3 +131,13 @@ def _pair_chain(container: nn.Sequential, prefix: str, size: int, plan: dict[str
                    if isinstance(child, nn.Dropout) else 'it does not act on each entry alone')
             reasons.append(f'{path!r} ({type(child).__name__}) stands after {pending!r}: {why}')
             pending = None
+
+
+def apply_tensor_parallel(network: nn.Module, plan: Mapping[str, str], ranks: tuple[int, ...]) -> nn.Module:
+    """Split ``network``'s planned children over the process group of ``ranks`` (this rank's ``tp`` group) on
+    DTensor, in place; each rank keeps its share of the split parameters. Returns ``network``."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.parallel import parallelize_module
+    device = next(network.parameters()).device.type
+    mesh = DeviceMesh(device, list(ranks), mesh_dim_names=('tp',))
+    return parallelize_module(network, mesh, parallel_styles(plan))
