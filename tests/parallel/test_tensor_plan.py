@@ -57,3 +57,14 @@ def test_parallel_styles_are_dtensors():
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
     styles = parallel_styles({'a': 'colwise', 'b': 'rowwise', 'c': 'sequence', 'd': 'vocab'})
     assert [type(s) for s in styles.values()] == [ColwiseParallel, RowwiseParallel, SequenceParallel, RowwiseParallel]
+
+
+def test_the_mesh_lays_tp_innermost_on_adjacent_ranks():
+    from flowpipe.parallel.distributed import World
+    from flowpipe.parallel.mesh import make_mesh
+    mesh = make_mesh(World(5, 8), pipeline=2, tensor=2)
+    assert (mesh.pp, mesh.dp, mesh.tp, mesh.group('tp'), mesh.data_rank, mesh.data_size) == (2, 2, 2, (4, 5), 0, 2)
+    sharded = make_mesh(World(3, 4), shard_shape=(2,), tensor=2)
+    assert (sharded.shard, sharded.tp, sharded.group('tp'), sharded.group('shard')) == (2, 2, (2, 3), (1, 3))
+    with pytest.raises(ValueError, match='tensor_parallel=4, pipeline=1 in a job of 6 processes'):
+        make_mesh(World(0, 6), tensor=4)
