@@ -6,7 +6,7 @@ Axes (each with a size; 1 when unused):
 - ``dp``: data-parallel replicas, the replicas of one process (logical devices, GPUs) and the ranks of a job;
 - ``shard``: the ranks a model's parameters are sharded over (FSDP, ``'sharding'``);
 - ``pp``: pipeline stages (``'pipeline'``), one stage per rank;
-- ``tp``: tensor parallel, reserved (always 1 today).
+- ``tp``: tensor parallel (``'tensor_parallel'``), the ranks each split layer is divided over (``tensor_plan``).
 
 Ranks are laid out with ``pp`` outermost and ``tp`` innermost: ``rank = ((stage * DP + d) * SHARD + h) * TP + t``,
 where ``DP`` counts ranks (a process's replicas share its rank). The ranks that read the same items form a
@@ -116,12 +116,14 @@ def _checked(axis: str) -> str:
 
 
 def make_mesh(world: Any = None, replicas: int = 1, pipeline: int | None = None,
-              shard_shape: tuple[int, ...] | None = None) -> Mesh:
+              shard_shape: tuple[int, ...] | None = None, tensor: int = 1) -> Mesh:
     """The mesh of a plan: ``replicas`` devices in one process (``world`` ``None`` or of size 1), or the ranks of
-    ``world`` split into ``pipeline`` stages (``None``: one) and, under sharding, ``shard_shape`` (``(shards,)`` or
-    ``(replicas, shards)`` over the ranks, ``Sharding.mesh_shape``).
+    ``world`` split into ``pipeline`` stages (``None``: one), ``tensor`` ranks per split layer (innermost, adjacent
+    ranks) and, under sharding, ``shard_shape`` (``(shards,)`` or ``(replicas, shards)`` over the ranks of one stage
+    and one ``tp`` coordinate, ``Sharding.mesh_shape``).
 
-    In one process a pipeline or sharding asked for changes nothing: the one device holds the whole model.
+    In one process a pipeline, sharding or tensor parallelism asked for changes nothing: the one device holds the
+    whole model.
     """
     if world is None or world.size <= 1:
         return Mesh(dp=replicas, replicas=replicas)
@@ -130,8 +132,12 @@ def make_mesh(world: Any = None, replicas: int = 1, pipeline: int | None = None,
         raise ValueError(f"Expected a world size that the number of pipeline stages divides (world = data-parallel "
                          f"groups x stages). Received: pipeline={stages} in a job of {world.size} processes. Start a "
                          f"multiple of {stages} processes, or change 'pipeline'.")
-    ranks = world.size // stages
+    if world.size // stages % tensor:
+        raise ValueError(f"Expected a world size that pipeline stages x tensor_parallel divides (world = dp x shard x "
+                         f"pp x tp). Received: tensor_parallel={tensor}, pipeline={stages} in a job of {world.size} "
+                         f"processes. Start a multiple of {stages * tensor} processes, or change 'tensor_parallel'.")
+    ranks = world.size // stages // tensor
     if shard_shape is None:
-        return Mesh(dp=ranks, pp=stages, rank=world.rank)
+        return Mesh(dp=ranks, pp=stages, tp=tensor, rank=world.rank)
     groups, shards = shard_shape if len(shard_shape) == 2 else (1, shard_shape[0])
-    return Mesh(dp=groups, shard=shards, pp=stages, rank=world.rank)
+    return Mesh(dp=groups, shard=shards, pp=stages, tp=tensor, rank=world.rank)
