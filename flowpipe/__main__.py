@@ -68,7 +68,8 @@ def demo(model: str = 'ResNet18', device: str | list[str] | None = None, microba
 
 DEMO_HELP = 'train a network on the shipped Digits data set and print its accuracy'
 VERIFY_HELP = ('replay the next steps of a run checkpoint on another layout and print the largest relative '
-               'deviation of the parameters from one process on one device')
+               'deviation of the parameters from one process on one device; beyond the tolerance, the first '
+               'module whose activations or gradients differ')
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -46,6 +46,8 @@ class Shard:
     #: what the ranks agree on after the batch, carried by the engine's exchange of item counts
     #: (``flowpipe.execution.signals.Agreement``, shared by the run's shards; ``None``: nothing to agree on)
     agreement: Any = field(default=None, compare=False, repr=False)
+    #: what the run has said once (the layout-dependent ``R(...)`` draws warned of; shared by the run's shards)
+    said: set | None = field(default=None, compare=False, repr=False)
 
     def take(self, values: Any) -> Any:
         """The shard's part of per-item values drawn for the whole global batch."""
@@ -88,11 +90,12 @@ def shard_batches(indices: Iterator[Any], rank: int, size: int, stepped: list | 
                   agreement: Any = None) -> Iterator[Any]:
     """Each global batch's sub-index cut down to rank ``rank``'s shard (see the module docstring); ``stepped``
     collects the engines that step on the shards, ``agreement`` what the engine's exchange carries for the run."""
+    said: set = set()
     for position, index in enumerate(indices):
         total = len(index)
         start, stop = balanced_bounds(total, size, rank)
         shard = index.subset(np.arange(start, stop))
-        shard.shard = Shard(start, stop, total, rank, position, stepped, agreement)
+        shard.shard = Shard(start, stop, total, rank, position, stepped, agreement, said)
         yield shard
 
 

@@ -6,11 +6,19 @@ The checkpoint is read, not written: both replays resume from its file (``run(re
 builds the checkpoint's models with the layout given (``pipeline.resumed_layout.resumed_with``): the reference on ``'cpu'``
 without micro-batches, the other on ``device`` and ``microbatch`` (and, in ranks, ``stages`` pipeline stages),
 both in ``dtype`` (the model's ``dtype`` key, and torch's default dtype while they run).
+
+The exit status compares the largest relative deviation with a tolerance: ``--tolerance`` (a finite number >= 0),
+else ``default_tolerance``: ``8 * eps * pieces * steps``, with ``eps`` the dtype's machine epsilon, ``pieces`` the
+number of partial gradients a batch is summed from on the layout (``layout_pieces``) and ``steps`` the batches
+replayed, a bound on the rounding a reordered sum adds at each step. ``--bitwise`` asks for the same bits. When the
+layout fails, a third and fourth replay under hooks (``flowpipe.execution.divergence``) name the first module whose
+activations or gradients differ.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import math
 import os
 import runpy
 import sys
@@ -19,10 +27,12 @@ from typing import Any, Callable
 import torch
 
 from . import checkpoint as files
+from .divergence import Divergence, Recorder, RootCall, first_divergence
 from .nodes import CheckpointError
 from ..pipeline.resumed_layout import resumed_with
 
-__all__ = ['DTYPES', 'add_verify', 'load_pipeline', 'replay', 'run_verify', 'verify']
+__all__ = ['DTYPES', 'add_verify', 'default_tolerance', 'diagnose', 'layout_pieces', 'load_pipeline', 'replay',
+           'run_verify', 'verify']
 
 DTYPES = ('float32', 'float64')
 _LAUNCH_TIMEOUT = 3600.0        # seconds for a launched replay (and each of its collectives)
@@ -117,21 +127,71 @@ def _relative(got: list, want: list) -> float:
     return max(float((a - b).abs().max()) for a, b in zip(got, want)) / scale
 
 
+def layout_pieces(batch_size: int, devices: int, ranks: int = 1, microbatch: int | None = None) -> int:
+    """How many partial gradients a batch of ``batch_size`` is summed from on ``devices`` devices in each of
+    ``ranks`` data-parallel ranks, with micro-batches of ``microbatch`` items (``None``: one piece a device)."""
+    parts = max(1, devices * ranks)
+    if not microbatch:
+        return parts
+    return parts * max(1, math.ceil(math.ceil(batch_size / parts) / microbatch))
+
+
+def default_tolerance(dtype: str, pieces: int, steps: int) -> float:
+    """``8 * eps * pieces * steps``: the tolerance of ``verify`` when ``--tolerance`` is not given."""
+    return 8 * torch.finfo(getattr(torch, dtype)).eps * max(1, pieces) * max(1, steps)
+
+
+def _layouts(device: Any, microbatch: int | None, stages: int | None) -> tuple[dict, dict]:
+    one = {'device': 'cpu', 'microbatch': None, 'device_weights': None, 'device_map': None, 'sharding': None,
+           'pipeline': None}
+    return one, {**one, 'device': device, 'microbatch': microbatch, 'pipeline': stages}
+
+
+def _checkpoint_file(checkpoint: str) -> str:
+    path = files.latest(os.fspath(checkpoint)) if os.path.exists(checkpoint) else None
+    if path is None:
+        raise FileNotFoundError(f"Expected a run checkpoint file or a folder holding one. Received: {checkpoint!r}. "
+                                "Give the checkpoint=... folder of the run, or one of its .flowpipe files.")
+    return path
+
+
+def recorded_replay(path: str, source: str, steps: int, layout: dict, dtype: str,
+                    trusted: bool = False) -> list[RootCall]:
+    """``replay`` under a ``Recorder``: every root call of the replay, with its modules' activations and gradients."""
+    with Recorder() as recorder:
+        replay(path, source, steps, layout, dtype, trusted)
+    return recorder.calls
+
+
+def diagnose(checkpoint: str, source: str, steps: int, device: Any, microbatch: int | None = None,
+             dtype: str = 'float64', ranks: int = 1, stages: int | None = None, trusted: bool = False,
+             tolerance: float = 0.0) -> Divergence | None:
+    """Replay as ``verify`` does, under hooks: the first module whose activations or gradients differ by more
+    than ``tolerance`` (``flowpipe.execution.divergence``), ``None`` when none does."""
+    path = _checkpoint_file(checkpoint)
+    one, layout = _layouts(device, microbatch, stages)
+    reference = recorded_replay(path, source, steps, one, dtype, trusted)
+    if ranks == 1:
+        other = recorded_replay(path, source, steps, layout, dtype, trusted)
+    else:
+        from ..parallel import launch
+        file, name = _split(source)
+        results = launch(recorded_replay, ranks, args=(path, f'{os.path.abspath(file)}:{name}', steps, layout,
+                                                      dtype, trusted), timeout=_LAUNCH_TIMEOUT)
+        other = [call for calls in results for call in calls]
+    return first_divergence(reference, other, tolerance)
+
+
 def verify(checkpoint: str, source: str, steps: int, device: Any, microbatch: int | None = None,
            dtype: str = 'float64', ranks: int = 1, stages: int | None = None, trusted: bool = False) -> dict[str, Any]:
     """Replay ``steps`` batches of ``checkpoint`` (a file, or a folder: its newest) on ``device``/``microbatch``
     (in ``ranks`` gloo processes started by ``flowpipe.parallel.launch`` when more than 1, in pipelines of ``stages``
     stages: the models' ``'pipeline'``, ``None`` for none) and in one process on ``'cpu'``; ``{'path', 'steps',
-    'deviations': {model: largest relative deviation}}``. The checkpoint is read safely (``flowpipe.safe_pickle``)
-    unless ``trusted``, which runs the code it names."""
-    path = files.latest(os.fspath(checkpoint)) if os.path.exists(checkpoint) else None
-    if path is None:
-        raise FileNotFoundError(f"Expected a run checkpoint file or a folder holding one. Received: {checkpoint!r}. "
-                                "Give the checkpoint=... folder of the run, or one of its .flowpipe files.")
-    one = {'device': 'cpu', 'microbatch': None, 'device_weights': None, 'device_map': None, 'sharding': None,
-           'pipeline': None}
+    'batch_size', 'deviations': {model: largest relative deviation}, 'identical': {model: same bits}}``. The
+    checkpoint is read safely (``flowpipe.safe_pickle``) unless ``trusted``, which runs the code it names."""
+    path = _checkpoint_file(checkpoint)
+    one, layout = _layouts(device, microbatch, stages)
     reference, count = replay(path, source, steps, one, dtype, trusted)
-    layout = {**one, 'device': device, 'microbatch': microbatch, 'pipeline': stages}
     if ranks == 1:
         other, _ = replay(path, source, steps, layout, dtype, trusted)
     else:
@@ -140,8 +200,11 @@ def verify(checkpoint: str, source: str, steps: int, device: Any, microbatch: in
         source = f'{os.path.abspath(file)}:{name}'
         other, _ = launch(replay, ranks, args=(path, source, steps, layout, dtype, trusted),
                           timeout=_LAUNCH_TIMEOUT)[0]
-    return {'path': path, 'steps': count,
-            'deviations': {name: _relative(other[name], reference[name]) for name in reference}}
+    batch_size = ast.literal_eval(files.read(path, trusted)['fingerprint']['run']['batch_size'])
+    return {'path': path, 'steps': count, 'batch_size': batch_size,
+            'deviations': {name: _relative(other[name], reference[name]) for name in reference},
+            'identical': {name: len(other[name]) == len(reference[name]) and all(
+                torch.equal(a, b) for a, b in zip(other[name], reference[name])) for name in reference}}
 
 
 # ----- the command line -----
@@ -164,6 +227,18 @@ def _count(option: str) -> Callable[[str], int]:
     return read
 
 
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"Expected --tolerance as a finite number >= 0 (a relative deviation such "
+                                         f"as 1e-10). Received: {text!r}. Leave it out for the default tolerance "
+                                         "of the dtype and the layout, or give --bitwise for the same bits.")
+    return value
+
+
 def add_verify(parser: argparse.ArgumentParser, device: Callable[[str], Any]) -> None:
     """The options of ``python -m flowpipe verify`` (``device``: how ``--device`` is read)."""
     parser.add_argument('checkpoint', help="a run checkpoint file, or its folder (the newest file)")
@@ -183,8 +258,12 @@ def add_verify(parser: argparse.ArgumentParser, device: Callable[[str], Any]) ->
     parser.add_argument('--trusted', action='store_true',
                         help='read the checkpoint with dill, running any code it names (variables of your own classes); '
                              'by default it is read safely and such a file is refused')
-    parser.add_argument('--tolerance', type=float, default=None,
-                        help='exit with status 1 when the deviation is above this (default: only print it)')
+    parser.add_argument('--tolerance', type=_tolerance, default=None,
+                        help='exit with status 1 when the deviation is above this finite number >= 0 (default: '
+                             '8 * eps * pieces * steps, eps the dtype\'s machine epsilon, pieces the partial '
+                             'gradients a batch is summed from on the layout)')
+    parser.add_argument('--bitwise', action='store_true',
+                        help='exit with status 1 unless the replay gives the same bits as one process')
 
 
 def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -205,9 +284,10 @@ def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         print(f"{parser.prog}: error: Expected one device per rank with --ranks {args.ranks}. Received: --device "
               f"{args.device!r}, {len(plan.devices)} devices. Give --device cpu, or --ranks 1.", file=sys.stderr)
         return 2
+    run = (args.checkpoint, args.pipeline, args.steps, args.device, args.microbatch, args.dtype, args.ranks,
+           args.stages, args.trusted)
     try:
-        result = verify(args.checkpoint, args.pipeline, args.steps, args.device, args.microbatch, args.dtype,
-                        args.ranks, args.stages, args.trusted)
+        result = verify(*run)
     except UnsafeFileError as error:
         print(f'{parser.prog} verify: error: {error} Here: add --trusted.', file=sys.stderr)
         return 2
@@ -222,4 +302,29 @@ def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         print(f"  model {name!r}: largest relative deviation of the parameters {deviation:.3g}")
     largest = max(result['deviations'].values(), default=0.0)
     print(f'largest relative deviation: {largest:.3g}')
-    return 1 if args.tolerance is not None and largest > args.tolerance else 0
+    tolerance, why = args.tolerance, '--tolerance'
+    if tolerance is None:
+        data_ranks = args.ranks // (args.stages or 1)
+        pieces = layout_pieces(result['batch_size'], len(plan.devices), data_ranks, args.microbatch)
+        tolerance = default_tolerance(args.dtype, pieces, result['steps'])
+        why = f"8 * eps * pieces * steps: eps {torch.finfo(getattr(torch, args.dtype)).eps:.3g} of {args.dtype}, " \
+              f"{pieces} piece(s) a batch, {result['steps']} step(s)"
+    identical = all(result['identical'].values())
+    if args.bitwise:
+        print(f"bit-identical: {'yes' if identical else 'no'} (--bitwise)")
+        failed = not identical
+    else:
+        print(f'tolerance: {tolerance:.3g} ({why})')
+        failed = not largest <= tolerance            # a nan deviation fails too
+    if not failed:
+        return 0
+    try:
+        found = diagnose(*run, tolerance=0.0 if args.bitwise else tolerance)
+    except (OSError, ValueError, TypeError, CheckpointError, LaunchError) as error:
+        print(f'first divergence: not found ({error})')
+        return 1
+    print(f'first divergence: {found}' if found is not None else
+          'first divergence: no module activation or gradient of the replayed forwards differs beyond the '
+          'tolerance (the difference lies elsewhere: the optimizer, buffers, or forwards whose pieces could not '
+          'be placed on the items of one process)')
+    return 1

@@ -9,6 +9,8 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -52,8 +54,13 @@ class RandomExpr(Expression):
     ``P(R(func))`` calls it once with ``size=n_items`` when it takes ``size``, else once per item.
     batchflow's forms work too: ``R(['a', 'b'], p=[.9, .1])`` draws with ``choice`` from the list, and ``seed=``
     draws from a generator made from that seed and the batch's number instead of the run's seed.
+
+    A ``size`` read from the batch whose first entry is the batch's number of items (``size=B.x.shape``,
+    ``size=(B.size, 3)``) draws one row per item: on a rank's shard of a global batch the rows are drawn for the
+    whole global batch and cut to the shard, so every item gets the row it gets in one process, whatever the
+    world size. Any other draw whose arguments read the batch would depend on the shard: said once per run.
     """
-    __slots__ = ('_method', '_args', '_kwargs', '_seed')
+    __slots__ = ('_method', '_args', '_kwargs', '_seed', '_reads_batch')
 
     def __init__(self, method: str | Callable | list, *args: Any, seed: int | None = None, **kwargs: Any):
         if isinstance(method, (list, tuple, np.ndarray)):
@@ -67,6 +74,7 @@ class RandomExpr(Expression):
                              f"'normal', 'integers' or 'choice', a list to choose from, or a callable. "
                              f"Received: method={method!r}.{hint}")
         self._method, self._args, self._kwargs, self._seed = method, args, kwargs, seed
+        self._reads_batch: bool | None = None       # whether an argument reads the batch: found on first need
 
     def _generator(self, ctx: Any) -> Any:
         if self._seed is None:
@@ -83,7 +91,36 @@ class RandomExpr(Expression):
         return self._method(*args, **kwargs)
 
     def get(self, ctx: Any) -> Any:
-        return self._call(ctx, dict(evaluate(self._kwargs, ctx)) if self._kwargs else {})
+        kwargs = dict(evaluate(self._kwargs, ctx)) if self._kwargs else {}
+        shard = getattr(getattr(ctx.batch, 'index', None), 'shard', None)
+        if shard is None or shard.stop - shard.start == shard.size:
+            return self._call(ctx, kwargs)
+        return self._draw_on_shard(ctx, kwargs, shard)
+
+    def _draw_on_shard(self, ctx: Any, kwargs: dict, shard: Any) -> Any:
+        """The draw on a rank's shard of a global batch: per-item rows drawn for the global batch and cut to the
+        shard; any other draw that reads the batch is made for the shard, and said once per run."""
+        if self._reads_batch is None:
+            self._reads_batch = _reads_batch((self._args, self._kwargs))
+        if not self._reads_batch:
+            return self._call(ctx, kwargs)
+        size = kwargs.get('size')
+        rows = shard.stop - shard.start
+        if size is not None and np.ndim(size) <= 1 and np.size(size) and int(np.atleast_1d(size)[0]) == rows:
+            kwargs['size'] = (shard.size, *np.atleast_1d(size).tolist()[1:])
+            return shard.take(self._call(ctx, kwargs))
+        said = shard.said if shard.said is not None else set()
+        if repr(self) not in said:
+            said.add(repr(self))
+            action = _running_action()
+            where = f" in action {action}" if action else ''
+            warnings.warn(f"flowpipe: {self!r}{where} reads the batch, and its size does not start with the "
+                          f"batch's number of items (size={size!r} on a shard of {rows}): on this rank it draws "
+                          "for its shard, so its values depend on the number of ranks and differ from one "
+                          "process's. Give a size whose first entry is the batch's size (size=B.x.shape, "
+                          "size=(B.size, ...)) or P(R(...)) to draw one value per item, the same on every layout.",
+                          UserWarning, stacklevel=2)
+        return self._call(ctx, kwargs)
 
     def draw(self, ctx: Any, n_items: int) -> Any:
         """``n_items`` draws at once: ``size`` becomes ``n_items`` or ``(n_items, *size)``."""
@@ -111,6 +148,35 @@ class _Name:
 
     def __repr__(self) -> str:
         return self._text
+
+
+def _running_action() -> str | None:
+    """The label of the pipeline action whose arguments are being evaluated in this thread (the innermost
+    ``flowpipe.execution.steps`` step on the stack), ``None`` outside one; read only to name it in a warning."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        step = frame.f_locals.get('self')
+        if type(step).__module__.endswith('execution.steps') and isinstance(getattr(step, 'label', None), str):
+            return step.label
+        frame = frame.f_back
+    return None
+
+
+def _reads_batch(obj: Any) -> bool:
+    """Whether the named expressions in ``obj`` read the batch (``B``, ``B.name``), containers and expressions
+    walked."""
+    from .named import BatchExpr
+    from .roots import Root
+    if isinstance(obj, (BatchExpr, Root)):
+        return isinstance(obj, BatchExpr) or repr(obj) == 'B'
+    if isinstance(obj, dict):
+        return any(_reads_batch(value) for value in obj.values())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return any(_reads_batch(item) for item in obj)
+    if isinstance(obj, Expression):
+        return any(_reads_batch(getattr(obj, slot, None)) for klass in type(obj).__mro__
+                   for slot in getattr(klass, '__slots__', ()) if slot != '_reads_batch')
+    return False
 
 
 def _takes(func: Callable, name: str) -> bool:

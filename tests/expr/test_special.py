@@ -1,4 +1,6 @@
 """F, R, I, W, P and PerItem."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -167,3 +169,46 @@ def test_pp_evaluates_once_per_item(ctx):
     assert list(values) == [1, 2, 3, 4] and repr(PP(V('x'))) == "PP(V('x'))"
     draws = PP(R('normal', 0, 1)).get(ctx)
     assert len(set(draws)) == 4
+
+
+# rows per item on a rank's shard of a global batch
+
+
+def _shard_context(ctx, start, stop, total=4):
+    """``ctx``'s batch cut to items ``start:stop`` of its global batch of ``total``, as a rank holds it."""
+    from flowpipe.data.shards import Shard
+    images = ctx.batch.images[start:stop]
+    index = type(ctx.batch)(shard=Shard(start, stop, total, said=set()))
+    batch = type(ctx.batch)(images=images, labels=ctx.batch.labels[start:stop], size=stop - start, index=index)
+    return Context(batch=batch, config=ctx.config, seed=np.random.SeedSequence(7))
+
+
+@pytest.mark.parametrize('size', [B.images.shape, (B.size, 2), B.size])
+def test_random_rows_sized_by_the_batch_are_the_global_batchs_rows_on_a_shard(ctx, size):
+    whole = R('normal', 0, 1, size=size).get(Context(batch=ctx.batch, seed=np.random.SeedSequence(7)))
+    parts = [R('normal', 0, 1, size=size).get(_shard_context(ctx, start, stop)) for start, stop in ((0, 3), (3, 4))]
+    assert np.array_equal(np.concatenate(parts), whole)
+    empty = R('normal', 0, 1, size=size).get(_shard_context(ctx, 4, 4))
+    assert empty.shape == (0, *np.shape(whole)[1:])
+
+
+def test_random_draws_of_constant_size_are_the_same_on_a_shard_without_a_word(ctx, recwarn):
+    whole = R('normal', size=3).get(Context(batch=ctx.batch, seed=np.random.SeedSequence(7)))
+    assert np.array_equal(R('normal', size=3).get(_shard_context(ctx, 0, 3)), whole)
+    assert np.array_equal(R('uniform', C('model/lr'), 2).get(_shard_context(ctx, 0, 3)),
+                          R('uniform', 0.1, 2).get(Context(batch=ctx.batch, seed=np.random.SeedSequence(7))))
+    assert not [w for w in recwarn if 'flowpipe: R(' in str(w.message)]
+
+
+def test_a_draw_read_from_the_shard_but_not_per_item_is_said_once_per_run(ctx):
+    shard = _shard_context(ctx, 0, 3)
+    doubled = R('uniform', size=B.size * 2)
+    with pytest.warns(UserWarning, match=r"R\('uniform', size=B\('size'\) \* 2\) reads the batch.*size=6 on a "
+                                         r"shard of 3.*depend on the number of ranks"):
+        assert doubled.get(shard).shape == (6,)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        doubled.get(shard)                      # said once for the run's shards
+        R('normal', B.images).get(Context(batch=ctx.batch, seed=np.random.SeedSequence(7)))   # one process
+    with pytest.warns(UserWarning, match=r"R\('normal', B\('images'\)\) reads the batch"):
+        R('normal', B.images).get(shard)
