@@ -58,6 +58,9 @@ class FolderLock:
 
     def acquire(self) -> FolderLock:
         """Take the lock; ``FolderInUseError`` when another run holds it."""
+        if os.path.exists(self.folder) and not os.path.isdir(self.folder):
+            raise ValueError(f'Expected a folder for the {self.what}. Received: {self.folder!r}, an existing file. '
+                             'Pass the path of a folder (a missing one is made), or move the file away.')
         os.makedirs(self.folder, exist_ok=True)
         key = os.path.realpath(self.path)
         record = {'pid': os.getpid(), 'host': socket.gethostname(), 'what': self.what,

@@ -21,6 +21,9 @@ class TensorBoardLogger(Logger):
     def __init__(self, folder: str | os.PathLike):
         if not isinstance(folder, (str, os.PathLike)):
             raise TypeError(f"Expected folder as a str or os.PathLike. Received: folder={folder!r}")
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise ValueError(f"Expected TensorBoardLogger's folder to be a folder. Received: folder={folder!r}, an "
+                             "existing file. Pass the path of a folder (a missing one is made), or move the file away.")
         super().__init__()
         self.folder = os.fspath(folder)
         self._writer: Any = None

@@ -17,6 +17,7 @@ Calling it gives ``sum / normalizer``: a batch with nothing to count gives ``nan
 from __future__ import annotations
 
 import copy
+import math
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -42,7 +43,8 @@ class NormalizedLoss:
 
     ``normalizer`` sees only the targets and is called once per step on the whole batch (in a distributed job on
     every rank's shard, and the ranks' normalizers are added), ``sum`` on each piece; an empty piece's sum must be
-    0 (a masked sum is). Example, a mean over the valid entries of a mask::
+    0 (a masked sum is). The normalizer must be a finite number > 0, 0 only for no items (``ValueError``
+    otherwise: a negative one would make the model climb its loss). Example, a mean over the valid entries of a mask::
 
         class MaskedMSE(NormalizedLoss):
             def sum(self, outputs, target, mask):
@@ -75,7 +77,8 @@ class NormalizedLoss:
         raise NotImplementedError(f'Expected {type(self).__name__} to define normalizer(*targets).')
 
     def __call__(self, outputs: Any, *targets: torch.Tensor) -> torch.Tensor:
-        return self.sum(outputs, *targets) / self.normalizer(*targets)
+        items = _items(targets[0]) if targets else 1
+        return self.sum(outputs, *targets) / checked_normalizer(self, self.normalizer(*targets), items)
 
 
 def _items(target: torch.Tensor) -> int:
@@ -201,6 +204,29 @@ def weighting(form: Any) -> str:
     if form is None or getattr(form, 'per_item', False):
         return ITEM_SHARES
     return PLAIN_SUM if getattr(form, 'plain_sum', False) else NORMALIZER
+
+
+def checked_normalizer(form: Any, value: Any, items: int) -> Any:
+    """``value``, the normalizer ``form`` gave for ``items`` items, once it is a finite number, positive unless
+    there are no items (a user's loss; torch's own may count 0 where every target is ignored, and give NaN as
+    torch does); a tensor on a GPU is not read (that would wait for the device)."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type != 'cpu' or value.numel() != 1:
+            return value
+        number = value.item()
+    else:
+        number = value
+    user = not isinstance(form, TorchLoss)
+    try:
+        number = float(number)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number < 0 or (
+            user and items and number == 0):
+        raise ValueError(f'Expected the normalizer of {type(form).__name__} to be a finite number > 0 (0 only for '
+                         f'no items): the loss is its sum divided by it. Received: normalizer={number!r} for '
+                         f'{items} items. Fix its normalizer(*targets).')
+    return value
 
 
 def normalizer_value(value: Any) -> float | torch.Tensor:

@@ -89,3 +89,11 @@ def test_every_rank_of_a_job_into_a_held_folder_raises_naming_the_holder(tmp_pat
     assert errors[0].startswith('FolderInUseError') and 'rank 0 failed with FolderInUseError' in errors[1]
     assert _files(tmp_path) == before
     running.close()
+
+
+def test_a_checkpoint_folder_that_is_an_existing_file_is_named(tmp_path):
+    from flowpipe import Dataset, Pipeline
+    (tmp_path / 'ck').write_text('notes')
+    with pytest.raises(ValueError, match=r'Expected a folder for the run checkpoints\. Received: .*an existing file'):
+        (Pipeline() << Dataset(4)).run(batch_size=2, n_epochs=1, checkpoint=str(tmp_path / 'ck'))
+    assert (tmp_path / 'ck').read_text() == 'notes'

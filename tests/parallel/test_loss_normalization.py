@@ -147,3 +147,30 @@ def test_the_plan_says_what_a_loss_is_divided_by_or_that_it_is_exact_only_as_a_m
     plain = make_plan(['CPU:0', 'CPU:1'], num_gpus=0).describe(4)
     assert 'not declared' not in plain and 'piece_size / 4' in plain      # no loss given: the rule alone
 
+
+
+class _Normalized(NormalizedLoss):
+    def __init__(self, value):
+        self.value = value
+
+    def sum(self, outputs, target):
+        return ((outputs - target) ** 2).sum()
+
+    def normalizer(self, target):
+        return self.value if target.shape[0] else 0
+
+
+@pytest.mark.parametrize('value', [-3.0, 0, math.nan, math.inf, torch.tensor(-1.0)])
+@pytest.mark.parametrize('device, microbatch', [('cpu', None), ('cpu', 2), (['CPU:0', 'CPU:1'], None)])
+def test_a_normalizer_that_is_not_a_positive_finite_number_is_refused(value, device, microbatch):
+    model = TorchModel({'model': nn.Linear(3, 1), 'loss': _Normalized(value), 'optimizer': 'SGD',
+                        'device': device, 'microbatch': microbatch})
+    with pytest.raises(ValueError, match=r'Expected the normalizer of _Normalized to be a finite number > 0'):
+        model.train(torch.ones(5, 3), torch.zeros(5, 1))
+
+
+def test_an_empty_piece_may_count_zero():     # 5 items in pieces of 2: the normalizer is counted on the batch
+    model = TorchModel({'model': nn.Linear(3, 1), 'loss': _Normalized(2.0), 'optimizer': 'SGD',
+                        'microbatch': 2})
+    model.train(torch.ones(5, 3), torch.zeros(5, 1))
+    assert all(torch.isfinite(p).all() for p in model.model.parameters())

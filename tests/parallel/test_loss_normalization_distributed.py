@@ -54,3 +54,10 @@ def test_a_predicted_loss_with_padding_is_the_global_batchs_on_every_rank():
     assert len(alone) == 3 and np.all(np.isfinite(alone))
     for losses in launch(loss_cases.predicted_losses, 2, timeout=TIMEOUT):
         np.testing.assert_allclose(losses, alone, rtol=1e-12)
+
+
+def test_a_global_batch_with_nothing_to_count_is_named_on_every_rank():
+    from flowpipe.errors import LaunchError
+    with pytest.raises(LaunchError, match='Expected the normalizer of MaskedMSE to be a finite number > 0'):
+        launch(loss_cases.rank_steps, 2, args=(['masked mse (own NormalizedLoss)'], N, list(range(N))),
+               timeout=TIMEOUT)

@@ -158,3 +158,15 @@ def test_validation_through_the_stages_counts_every_item_once(world):
         np.testing.assert_array_equal(result['ids'], np.arange(pipeline_jobs.N_ITEMS))
         assert result['items'] == reference['items'] == pipeline_jobs.N_ITEMS
         assert _rel(result['predictions'], reference['predictions']) < 1e-10
+
+
+
+@pytest.mark.parametrize('stages, split, problem', [
+    (2, ['nope'], 'Expected pipeline_split to name top-level children'),
+    (3, ['1', '2'], 'Expected every pipeline stage to hold parameters')])
+def test_one_process_refuses_a_split_the_ranks_would_refuse(stages, split, problem):
+    network = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    with pytest.raises(ValueError, match=problem):
+        model = TorchModel({'model': network, 'loss': 'mse', 'optimizer': 'SGD', 'pipeline': stages,
+                            'pipeline_split': split})
+        model.train(torch.ones(4, 3), torch.zeros(4, 1))

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from ...data.shards import RunContext
 from .. import distributed
 from ..item_random import BY_ITEM
-from ..losses import ITEM_SHARES, NORMALIZER, PLAIN_SUM, normalized, normalizer_value, weighting
+from ..losses import ITEM_SHARES, NORMALIZER, PLAIN_SUM, checked_normalizer, normalized, normalizer_value, weighting
 from ..randomness import piece_seed
 from ..run_end import RUN_ENDED, check_same_batch, count_row
 from ..split import Piece, chunk_sizes, split_batch
@@ -75,7 +75,9 @@ class OneProcess:
 
     def normalizer(self, form: Any, batch: BatchTensors) -> float | torch.Tensor:
         """The whole batch's loss normalizer (``losses.normalizer_value``), counted before the split."""
-        return normalizer_value(form.normalizer(*batch.targets))
+        targets = batch.targets
+        items = int(targets[0].shape[0]) if targets and targets[0].dim() else 1
+        return normalizer_value(checked_normalizer(form, form.normalizer(*targets), items))
 
     def step_result(self, ordered: list[tuple[torch.Tensor, Any]], keep_outputs: bool, device: torch.device
                     ) -> tuple[torch.Tensor, Any]:
@@ -246,7 +248,7 @@ class DataRanks(OneProcess):
 
     def normalizer(self, form: Any, batch: BatchTensors) -> float:
         """The global batch's normalizer: the sum of the ranks', exchanged with the item counts."""
-        return self.normalizer_sum
+        return checked_normalizer(form, self.normalizer_sum, sum(self.counts))
 
     def step_result(self, ordered: list[tuple[torch.Tensor, Any]], keep_outputs: bool, device: torch.device
                     ) -> tuple[torch.Tensor, Any]:
@@ -365,4 +367,4 @@ def _shard_normalizer(form: Any, targets: Any) -> float | None:
     tensors = as_batch(targets, 'targets')
     if not tensors or (tensors[0].dim() and not tensors[0].shape[0]):
         return 0.0                              # an idle rank counts nothing
-    return float(form.normalizer(*tensors))
+    return float(checked_normalizer(form, form.normalizer(*tensors), 0))   # a shard may count 0; the sum may not

@@ -10,6 +10,7 @@ from torch import nn
 
 from ..plan import DevicePlan
 from ..precision import Precision
+from ..stages import check_parameters, cut
 from .base import Engine
 from .placement import ModelParallel, OneDevice
 
@@ -17,9 +18,14 @@ __all__ = ['ModelParallelEngine', 'SingleEngine']
 
 
 class SingleEngine(Engine):
-    """Runs every step on ``module``, moved to the plan's device (``OneDevice``, no synchronization)."""
+    """Runs every step on ``module``, moved to the plan's device (``OneDevice``, no synchronization); a
+    ``'pipeline'`` of the config is cut here as the ranks would cut it (``stages.cut``), so that a script that runs
+    in one process does not fail only on the cluster."""
 
     def __init__(self, module: nn.Module, plan: DevicePlan, precision: Precision | None = None):
+        if plan.pipeline is not None:
+            children = list(module.named_children())
+            check_parameters(children, cut(children, plan.pipeline))
         super().__init__(plan, OneDevice(module, plan), None, precision)
 
 
