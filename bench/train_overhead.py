@@ -9,10 +9,14 @@ the framework's per-batch cost, not overlap. Both arms hand the network the same
 images ``np.ascontiguousarray(np.moveaxis(...))`` would keep the strides of the NHWC array, which torch reads as
 channels-last, and oneDNN's NHWC kernels make this network about 1.4 times faster (``bench/speed.py``'s ``naive
 .contiguous()`` arm): a layout, not the framework's cost. The arms are timed in alternating blocks (ABBA order, so a
-drift in machine load hits both alike); the script prints the median ms per iteration of each and the ratio flowpipe
-/ raw (target: at most 1.05).
+drift in machine load hits both alike); the script prints the median ms per iteration of each and the median of the
+per-block ratios flowpipe / raw (each block of one arm against the other arm's block beside it: a load change
+between blocks moves one ratio, not the median). Targets at batch 32: at most 1.03 without micro-batches, 1.06 with
+micro-batches of 8 (``--microbatch 8``: the model's ``'microbatch': 8`` against a hand loop that accumulates the
+summed losses of micro-batches of 8 divided by the batch size, then steps once).
 
-Run: ``python bench/train_overhead.py [--iters 20] [--repeats 8] [--batch-sizes 32 128] [--threads 1]``
+Run: ``python bench/train_overhead.py [--iters 20] [--repeats 8] [--batch-sizes 32 128] [--threads 1]
+[--microbatch 8]``
 """
 from __future__ import annotations
 
@@ -50,8 +54,9 @@ def hand_preprocess(images: np.ndarray) -> torch.Tensor:
 
 
 def raw_block(images: np.ndarray, labels: np.ndarray, network, optimizer, batch_size: int, iters: int,
-              seed: int) -> float:
-    """Seconds per iteration of the same work written by hand."""
+              seed: int, microbatch: int | None = None) -> float:
+    """Seconds per iteration of the same work written by hand (gradients accumulated over micro-batches of
+    ``microbatch`` items, each summed loss divided by the batch size, when given)."""
     start = time.perf_counter()
     order = np.random.default_rng(seed).permutation(len(labels))
     network.train()
@@ -60,22 +65,29 @@ def raw_block(images: np.ndarray, labels: np.ndarray, network, optimizer, batch_
         index = order[at:at + batch_size]
         batch, target = hand_preprocess(images[index]), torch.from_numpy(labels[index])
         optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(network(batch), target)
-        loss.backward()
+        if microbatch is None:
+            F.cross_entropy(network(batch), target).backward()
+        else:
+            for start_item in range(0, batch_size, microbatch):
+                piece = slice(start_item, start_item + microbatch)
+                (F.cross_entropy(network(batch[piece]), target[piece], reduction='sum') / batch_size).backward()
         optimizer.step()
     return (time.perf_counter() - start) / iters
 
 
-def measure(dataset, images, labels, batch_size: int, iters: int, repeats: int) -> tuple[float, float]:
-    """Median seconds per iteration of the flowpipe and the raw arm, blocks alternating ABBA."""
-    model = SimpleCNN({'inputs/images/shape': SHAPE, 'inputs/labels/classes': CLASSES, 'device': 'cpu'})
+def measure(dataset, images, labels, batch_size: int, iters: int, repeats: int,
+            microbatch: int | None = None) -> tuple[float, float, float]:
+    """Median seconds per iteration of the flowpipe and the raw arm, blocks alternating ABBA, and the median of the
+    per-block ratios."""
+    model = SimpleCNN({'inputs/images/shape': SHAPE, 'inputs/labels/classes': CLASSES, 'device': 'cpu',
+                       'microbatch': microbatch})
     network = SimpleCNNNetwork(SHAPE, CLASSES)
     network.load_state_dict(model.model.state_dict())
     optimizer = torch.optim.Adam(network.parameters())
     pipeline = (Pipeline().import_model('net', model).resize((32, 32)).to_array()
                 .train_model('net', images=B.images, labels=B.labels)) << dataset
     arms = {'flowpipe': lambda n, seed: flowpipe_block(pipeline, batch_size, n, seed),
-            'raw': lambda n, seed: raw_block(images, labels, network, optimizer, batch_size, n, seed)}
+            'raw': lambda n, seed: raw_block(images, labels, network, optimizer, batch_size, n, seed, microbatch)}
     for arm in arms.values():
         arm(3, 0)  # warm-up: kernels, allocator, optimizer state
     times: dict[str, list[float]] = {name: [] for name in arms}
@@ -83,7 +95,8 @@ def measure(dataset, images, labels, batch_size: int, iters: int, repeats: int) 
         for name in (('flowpipe', 'raw') if repeat % 2 == 0 else ('raw', 'flowpipe')):
             times[name].append(arms[name](iters, repeat))
     model.close()
-    return statistics.median(times['flowpipe']), statistics.median(times['raw'])
+    ratios = [ours / raw for ours, raw in zip(times['flowpipe'], times['raw'])]
+    return statistics.median(times['flowpipe']), statistics.median(times['raw']), statistics.median(ratios)
 
 
 def main() -> None:
@@ -93,6 +106,8 @@ def main() -> None:
     parser.add_argument('--batch-sizes', type=int, nargs='+', default=[32, 128])
     parser.add_argument('--threads', type=int, default=1, help='torch threads of both arms (default 1: a busy '
                         'machine delays multi-threaded kernels by whole time slices, which swamps the overhead)')
+    parser.add_argument('--microbatch', type=int, nargs='+', default=[0],
+                        help="micro-batch sizes to measure, 0 for none (e.g. --microbatch 0 8)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -102,10 +117,12 @@ def main() -> None:
     images, labels = np.ascontiguousarray(whole.images), np.asarray(whole.labels)
     print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, {args.iters} iterations per block, '
           f'{args.repeats} blocks each, alternating')
-    print(f"{'batch':>6} {'flowpipe ms/iter':>17} {'raw ms/iter':>12} {'ratio':>7}")
+    print(f"{'batch':>6} {'microbatch':>10} {'flowpipe ms/iter':>17} {'raw ms/iter':>12} {'median ratio':>13}")
     for batch_size in args.batch_sizes:
-        ours, raw = measure(dataset, images, labels, batch_size, args.iters, args.repeats)
-        print(f'{batch_size:>6} {1000 * ours:>17.2f} {1000 * raw:>12.2f} {ours / raw:>7.3f}')
+        for microbatch in args.microbatch:
+            ours, raw, ratio = measure(dataset, images, labels, batch_size, args.iters, args.repeats,
+                                       microbatch or None)
+            print(f"{batch_size:>6} {microbatch or '-':>10} {1000 * ours:>17.2f} {1000 * raw:>12.2f} {ratio:>13.3f}")
 
 
 if __name__ == '__main__':

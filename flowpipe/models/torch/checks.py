@@ -219,14 +219,17 @@ class InputCheck:
     def _check_labels(self, name: str, labels: torch.Tensor, ignore_index: Any) -> None:
         if labels.device.type != 'cpu':
             self._device_labels_checked = True
+        classes = self.classes[name]
+        low, high = (int(value) for value in torch.aminmax(labels))
+        if low >= 0 and high < classes:             # the common case: one pass, no mask
+            return
         if ignore_index is not None:
             labels = labels[labels != ignore_index]
             if not labels.numel():
                 return
-        low, high = int(labels.min()), int(labels.max())
-        classes = self.classes[name]
-        if low >= 0 and high < classes:
-            return
+            low, high = (int(value) for value in torch.aminmax(labels))
+            if low >= 0 and high < classes:
+                return
         fix = (f"or set 'inputs/{name}/classes' to {high + 1} if there are that many classes" if low >= 0 else
                "(e.g. codes = np.unique(labels, return_inverse=True)[1])")
         raise ValueError(f"Expected {name!r} labels in [0, {classes}) ('inputs/{name}/classes': {classes}). "
