@@ -20,8 +20,9 @@ What draws by item: ``nn.Dropout``, ``Dropout1d``, ``Dropout2d``, ``Dropout3d``,
 user's modules are left as they were). Their ``p``, ``inplace``, training or evaluation mode and the scaling by
 ``1 / (1 - p)`` (AlphaDropout's affine correction) are torch's. An input whose first axis is not the piece's items
 (a sequence-first transformer), a subclass with its own ``forward``, and random operations that are not these
-modules (``F.dropout`` in a user's ``forward``, attention dropout inside ``nn.MultiheadAttention``) draw from
-torch's generator of the piece as under ``'torch'`` (a warning names such a module once).
+modules draw from torch's generator of the piece as under ``'torch'`` (a warning names such a module once, and the
+plan's line names it: ``qualified``). Random *calls* in a forward (``F.dropout``, attention dropout in
+``scaled_dot_product_attention`` and ``nn.MultiheadAttention``) draw by item through ``item_calls.CallDraws``.
 
 Activation checkpointing (``flowpipe.models.torch.checkpointing``) runs a checkpointed module's forward a second time
 during backward. Its dropout calls must not count as new calls: around the first forward a :class:`DrawLog` records
@@ -41,9 +42,10 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 __all__ = ['BY_ITEM', 'RANDOMNESS', 'TORCH', 'DrawLog', 'ItemStreams', 'call_stream', 'check_randomness', 'describe_randomness',
-           'dropout_modules', 'item_dropout', 'keep_mask', 'mix']
+           'dropout_modules', 'item_dropout', 'keep_mask', 'mix', 'qualified']
 
 BY_ITEM, TORCH = 'by_item', 'torch'
 RANDOMNESS = (BY_ITEM, TORCH)
@@ -170,6 +172,7 @@ class _Piece:
     start: int = 0
     size: int | None = None
     calls: dict[int, int] = field(default_factory=dict)
+    quiet: int = 0          # > 0 while a dropout module runs torch's own dropout (its call is not the forward's)
 
 
 class _Draw(NamedTuple):
@@ -241,7 +244,11 @@ class ItemStreams:
         self._roots = list(roots)
         self._modules: list[list[tuple[str, nn.Module, Kind]]] | None = None
         self._pieces = [_Piece() for _ in self._roots]
+        from .item_calls import CallDraws        # the calls' mode reads this module's masks
+        self._modes = [CallDraws(self, piece, replica) for replica, piece in enumerate(self._pieces)]
         self._warned: set[str] = set()
+        #: the random calls met in a training forward that do not draw by item: ``{function: module}``
+        self.uncovered: dict[str, str] = {}
 
     @contextlib.contextmanager
     def step(self, seed: int) -> Iterator[None]:
@@ -261,11 +268,29 @@ class ItemStreams:
             for module in patched:
                 del module.forward
 
-    def piece(self, replica: int, start: int, size: int) -> None:
-        """Replica ``replica`` runs the piece of ``size`` items whose first is item ``start`` of the global batch."""
+    def piece(self, replica: int, start: int, size: int) -> TorchFunctionMode:
+        """Replica ``replica`` runs the piece of ``size`` items whose first is item ``start`` of the global batch:
+        the mode to run its forward (and backward) in, on its thread (``item_calls.CallDraws``)."""
         piece = self._pieces[replica]
         piece.start, piece.size = start, size
         piece.calls.clear()
+        return self._modes[replica]
+
+    def uncovered_call(self, name: str, replica: int, shape: tuple[int, ...] | None) -> None:
+        """A random call ``name`` of a training forward on ``replica`` drew from torch's generator: said once."""
+        if name in self.uncovered:
+            return
+        from .item_calls import caller_module
+        module = caller_module(self._roots[replica])
+        self.uncovered[name] = 'the network' if module in (None, '') else repr(module)
+        why = 'does not draw by item' if shape is None else (
+            f"got an input of shape {shape} whose first axis is not the piece's {self._pieces[replica].size} items")
+        warnings.warn(f"Expected every random call of a training forward to draw by item under 'randomness': "
+                      f"'by_item'. Received: {name} in {self.uncovered[name]}, which {why}: its draws come from "
+                      f"torch's generator of the piece, and the layout (devices, micro-batches, ranks) changes the "
+                      f"result. Use dropout (nn.Dropout*, F.dropout*, attention dropout) on batch-first tensors, "
+                      f"draw the noise outside the forward (R(...) in the pipeline), or set 'randomness': 'torch'.",
+                      UserWarning, stacklevel=4)
 
     def _forward(self, module: nn.Module, name: str, kind: Kind, piece: _Piece) -> Callable[[torch.Tensor], Any]:
         own, key = type(module).forward, _name_key(name)
@@ -281,7 +306,11 @@ class ItemStreams:
                 if log is not None:
                     log.draws.append(draw)
             if draw is None:
-                return own(module, input)
+                piece.quiet += 1
+                try:
+                    return own(module, input)
+                finally:
+                    piece.quiet -= 1
             return item_dropout(input, float(module.p), module.inplace, kind, draw.stream, draw.start)
         return forward
 
@@ -301,6 +330,7 @@ class ItemStreams:
     def _warn(self, name: str, input: torch.Tensor, size: int) -> None:  # noqa: A002
         if name not in self._warned:
             self._warned.add(name)
+            self.uncovered[f'dropout module {name!r}'] = repr(name)
             warnings.warn(f"Expected the input of dropout module {name!r} to hold the piece's {size} items along its "
                           f"first axis under 'randomness': 'by_item'. Received: an input of shape "
                           f"{tuple(input.shape)}. Its masks come from torch's generator of the piece, the same only "
@@ -328,11 +358,24 @@ def check_randomness(randomness: Any, compile: Any = None) -> str:  # noqa: A002
     return value
 
 
+_BY_ITEM_LINE = ("  randomness 'by_item': dropout masks drawn per item (step seed, module, call, item), the same on "
+                 "every layout")
+
+
+def qualified(text: str, streams: ItemStreams | None) -> str:
+    """A plan's ``text`` that no longer claims the same draws on every layout for the random calls ``streams`` met
+    that do not draw by item."""
+    if streams is None or not streams.uncovered:
+        return text
+    calls = ', '.join(f'{name} in {module}' for name, module in streams.uncovered.items())
+    return text.replace(_BY_ITEM_LINE, f"{_BY_ITEM_LINE[:-len(', the same on every layout')]}, the same on every "
+                        f"layout but for {calls}: drawn from torch's generator, the same only on the same layout")
+
+
 def describe_randomness(randomness: str, compile: Any = None) -> list[str]:
     """The plan's line about its dropout masks."""
     if randomness == BY_ITEM:
-        return ["  randomness 'by_item': dropout masks drawn per item (step seed, module, call, item), the same "
-                "on every layout"]
+        return [_BY_ITEM_LINE]
     why = ' (compiled)' if compile is not None else ''
     return [f"  randomness 'torch'{why}: dropout masks from torch's generators, one stream per piece: the same only "
             f"on the same layout"]

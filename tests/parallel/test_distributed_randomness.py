@@ -26,7 +26,7 @@ def launched(default_dtype):
     return launch(randomness_jobs.scenarios, 2, timeout=TIMEOUT)
 
 
-@pytest.mark.parametrize('name', ['by_item', 'sharded'])
+@pytest.mark.parametrize('name', ['by_item', 'sharded', 'calls'])
 def test_ranks_with_dropout_by_item_train_one_process_s_model(launched, reference, name):
     for result in launched:
         assert _rel(result[name]['params'], reference[name]['params']) < 1e-10

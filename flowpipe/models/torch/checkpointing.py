@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _NormBase     # BatchNorm's and InstanceNorm's base: the running statistics
 from torch.utils.checkpoint import checkpoint
 
+from ...parallel.item_calls import replaying_calls
 from ...parallel.item_random import DrawLog, dropout_modules
 from ...parallel.randomness import ForwardGenerators
 
@@ -117,6 +118,8 @@ class _Recompute:
         self.contexts = contextlib.ExitStack()
         self.contexts.enter_context(self.first.generators.replaying())
         self.contexts.enter_context(self.first.log.replaying())
+        if any(draw is not None for draw in self.first.log.draws):  # random calls too: their mode, on this thread
+            self.contexts.enter_context(replaying_calls())
 
     def __exit__(self, *exc_info: Any) -> None:
         self.contexts.__exit__(*exc_info)

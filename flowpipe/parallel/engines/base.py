@@ -31,7 +31,7 @@ from torch import nn
 
 from ...data.shards import NO_RUN, RunContext
 from ...torchutils import NO_CONTEXT
-from ..item_random import BY_ITEM, ItemStreams
+from ..item_random import BY_ITEM, ItemStreams, qualified
 from ..losses import StepLoss
 from ..plan import DevicePlan
 from ..precision import Precision, make_precision
@@ -394,7 +394,8 @@ class Engine:
         given) and what only the built engine knows (the sizes of the module's parameters and buffers, where each
         part lies, what a rank holds)."""
         text = self.gradient_sync.describe(self, batch_size, loss)
-        return self.placement.describe(self, batch_size, loss) if text is None else text
+        text = self.placement.describe(self, batch_size, loss) if text is None else text
+        return qualified(text, self._item_streams)     # random calls met that do not draw by item
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}({self.describe()})'

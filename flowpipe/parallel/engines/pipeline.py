@@ -232,7 +232,7 @@ class PipelineEngine(Engine):
     def _item_chunks(self, batch: Any, pieces: Sequence[Piece]) -> contextlib.AbstractContextManager:
         """Under ``'randomness': 'by_item'``, the step's context that tells the stage's dropout modules the items of
         every micro-batch (``stage_items``; a collective of every rank, with items or without)."""
-        if self._item_streams is None or not self._chunk_items.needed(self._network):
+        if self._item_streams is None:
             return contextlib.nullcontext()
         return self._chunk_items.step(self._item_streams, part_offset(batch.size, self._dp, self.plan.mesh), pieces)
 

@@ -16,9 +16,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
-from ..item_random import ItemStreams, dropout_modules
+from ..item_random import ItemStreams
 from ..mesh import Mesh
 from ..split import Piece
 
@@ -42,13 +41,7 @@ class ChunkItems:
         self.streams: ItemStreams | None = None
         self._starts: list[int] | None = None
         self._size = 0
-        self._dropout: bool | None = None
 
-    def needed(self, network: nn.Module) -> bool:
-        """Whether ``network`` (the whole one, every rank alike) has dropout modules that draw by item."""
-        if self._dropout is None:
-            self._dropout = bool(dropout_modules(network))
-        return self._dropout
 
     @contextlib.contextmanager
     def step(self, streams: ItemStreams, offset: int, pieces: Sequence[Piece]) -> Iterator[None]:
@@ -70,6 +63,7 @@ class ChunkItems:
 
         def forward_one_chunk(chunk: int, *args: Any, **kwargs: Any) -> Any:
             if self._starts is not None and self.streams is not None:
-                self.streams.piece(0, self._starts[chunk], self._size)
+                with self.streams.piece(0, self._starts[chunk], self._size):   # the mode of its random calls
+                    return forward(chunk, *args, **kwargs)
             return forward(chunk, *args, **kwargs)
         stage.forward_one_chunk = forward_one_chunk

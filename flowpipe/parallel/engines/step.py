@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
+from ...torchutils import NO_CONTEXT
 from ..losses import ITEM_SHARES, PLAIN_SUM, StepLoss, normalized, weighting
 from ..randomness import piece_random, piece_seed
 from ..split import Piece
@@ -142,11 +143,11 @@ def run_piece(engine: 'Engine', replica: int, piece: Piece, batch: BatchTensors,
     if not piece.size and sync.lockstep:
         return sync.join_empty(engine, replica, piece, batch, keep_outputs, last)
     forward, device, precision = engine.forwards[replica], engine.devices[replica], engine.precision
-    start = piece.start
-    if engine._item_streams is not None:
+    start, calls = piece.start, NO_CONTEXT
+    if engine._item_streams is not None:    # 'by_item': the piece's items, and the mode its random calls run in
         start += engine.item_offset
-        engine._item_streams.piece(replica, start, piece.size)
-    with piece_random(device, piece_seed(seed, piece.chunk, start)), engine.backward_sync(last):
+        calls = engine._item_streams.piece(replica, start, piece.size)
+    with piece_random(device, piece_seed(seed, piece.chunk, start)), engine.backward_sync(last), calls:
         with precision.autocast(device):
             outputs = forward(*[move(t, device, batch.dtype, piece, engine.memory_format) for t in batch.inputs])
             out_device = device_of(outputs, device)
