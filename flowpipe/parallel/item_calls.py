@@ -122,6 +122,8 @@ class CallDraws(TorchFunctionMode):
             routed = False
         if not routed:          # the fast path: every other call of the forward
             return func(*args, **(kwargs or {}))
+        if self.streams is not None:
+            self.streams.calls_seen = True      # a random call: the forward keeps being watched
         kwargs = kwargs or {}
         dropout = _DROPOUTS.get(func)
         uncovered = None if dropout is not None else UNCOVERED.get(func)

@@ -44,6 +44,8 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from ..torchutils import NO_CONTEXT
+
 __all__ = ['BY_ITEM', 'RANDOMNESS', 'TORCH', 'DrawLog', 'ItemStreams', 'call_stream', 'check_randomness', 'describe_randomness',
            'dropout_modules', 'item_dropout', 'keep_mask', 'mix', 'qualified']
 
@@ -249,6 +251,9 @@ class ItemStreams:
         self._warned: set[str] = set()
         #: the random calls met in a training forward that do not draw by item: ``{function: module}``
         self.uncovered: dict[str, str] = {}
+        #: the calls' mode watches the forward while ``watching``: from the first training step on, and after a
+        #: step whose forward made no random call (``calls_seen`` still false) no longer (see ``piece``)
+        self.watching, self.calls_seen = True, False
 
     @contextlib.contextmanager
     def step(self, seed: int) -> Iterator[None]:
@@ -264,17 +269,21 @@ class ItemStreams:
                         module.forward = self._forward(module, name, kind, piece)
                         patched.append(module)
             yield
+            if not self.calls_seen:     # a forward without random calls: later steps run without the mode
+                self.watching = False
         finally:
             for module in patched:
                 del module.forward
 
     def piece(self, replica: int, start: int, size: int) -> TorchFunctionMode:
         """Replica ``replica`` runs the piece of ``size`` items whose first is item ``start`` of the global batch:
-        the mode to run its forward (and backward) in, on its thread (``item_calls.CallDraws``)."""
+        the mode to run its forward (and backward) in, on its thread (``item_calls.CallDraws``). The mode sees every
+        torch call of the forward, which costs time on every step; after a first training step whose forward made no
+        random call (a network whose randomness is its dropout modules, or none), the steps run without it."""
         piece = self._pieces[replica]
         piece.start, piece.size = start, size
         piece.calls.clear()
-        return self._modes[replica]
+        return self._modes[replica] if self.watching else NO_CONTEXT
 
     def uncovered_call(self, name: str, replica: int, shape: tuple[int, ...] | None) -> None:
         """A random call ``name`` of a training forward on ``replica`` drew from torch's generator: said once."""

@@ -170,3 +170,19 @@ class Dropped(nn.Module):
         q = x.view(-1, 2, 2, 4)
         return F.dropout(x, 0.4, self.training) + F.scaled_dot_product_attention(
             q, q, q, dropout_p=0.3 if self.training else 0.0).reshape(x.shape)
+
+
+@pytest.mark.parametrize('which, watched', [('', False), ('f', True), ('s', True)])
+def test_the_mode_stops_watching_after_a_first_step_without_random_calls(which, watched):
+    from flowpipe.parallel.item_calls import CallDraws
+    torch.manual_seed(0)
+    net = Calls(which).double() if which else nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.3), nn.Linear(8, 3)).double()
+    engine = build_engine(net, make_plan('cpu'))
+    optimizer = torch.optim.SGD(engine.parameters(), lr=0.1)
+    inputs, targets = torch.randn(4, 6, dtype=torch.float64), torch.zeros(4, dtype=torch.long)
+    for seed in (1, 2):
+        engine.train_step([inputs], [targets], F.cross_entropy, optimizer, seed=seed)
+    streams = engine._item_streams
+    assert streams.watching is watched
+    assert isinstance(streams.piece(0, 0, 4), CallDraws) is watched
+    engine.close()
