@@ -60,7 +60,8 @@ class ModelBuilding:
         self.loss_fn = make_loss(self.spec.get('loss'), has_classes=bool(self.spec.classes))
         adapt_forwards(self.engine, self.spec.input_names or (DEFAULT_INPUT,), self.spec.get('keyword_inputs', False),
                        self.prediction_field, isinstance(self.loss_fn, TorchLoss))
-        self.optimizer = make_optimizer(self.spec.get('optimizer'), self.engine.parameters())
+        self.optimizer = make_optimizer(self.spec.get('optimizer'), self.engine.parameters(),
+                                        self.engine.module.named_parameters())
         self.decay = make_decay(self.spec.get('decay'), self.optimizer)
         self.averaging = make_averaging(self.spec.config, self.engine, self.optimizer)
 
