@@ -33,6 +33,7 @@ Text documents are tokenized by ``tokenizer=``: a callable (a Hugging Face token
 from __future__ import annotations
 
 import os
+import zlib
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
@@ -40,7 +41,7 @@ import numpy as np
 from .arrays import object_array
 from .dataset import Dataset
 from .index import DatasetIndex
-from .token_files import TokenFile, open_tokens
+from .token_files import TokenFile, mapped_text, open_tokens
 
 if TYPE_CHECKING:
     from ..batch.tokens import TokenBatch
@@ -157,6 +158,16 @@ class TokenWindows(Dataset):
         kind = 'sequential' if self.sequential else 'random'
         return (f"{type(self).__name__}({kind} windows of {self.block_size} of {len(self.tokens)} tokens, "
                 f"size={len(self)})")
+
+    def data_text(self) -> str:
+        """The tokens and windows, for a run's canonical description: a checkpoint of other tokens is refused (a
+        mapped file by its size and sampled chunks, ``flowpipe.data.token_files``; an array by its checksum)."""
+        tokens = self.tokens
+        described = mapped_text(tokens) or (f'array(dtype={tokens.dtype}, shape={tokens.shape}, '
+                                            f'crc32={zlib.crc32(np.ascontiguousarray(tokens).data)})')
+        kind = 'sequential' if self.sequential else 'random'
+        return (f'{kind} windows of {self.block_size} of tokens {described}, eot={self.eot!r}, '
+                f'reset={self.reset!r}, pad={self.pad_token!r}/{self.ignore_index!r}')
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

@@ -21,7 +21,7 @@ import math
 import numbers
 from typing import Any, Sequence
 
-from ..callbacks.base import RUN_HOOKS, Callback, listens, takes_logs
+from ..callbacks.base import RUN_HOOKS, Callback, listens, model_names, takes_logs
 from ..errors import CheckpointError
 from ..rank0 import is_main
 from .epochs import EpochClock
@@ -253,6 +253,8 @@ def _learning_rates(pipeline: Any) -> dict[str, float]:
     """``lr`` of the one model with an optimizer (``lr/<name>`` of each when there are several)."""
     with pipeline.state.models.lock:
         items = list(pipeline.state.models.items())
+    if not items:       # before the first batch (a run counted in steps at step 0): the models declared built
+        items = [(name, pipeline.m(name)) for name in model_names(pipeline) or []]
     rates = {name: float(optimizer.param_groups[0]['lr']) for name, model in items
              if (optimizer := getattr(model, 'optimizer', None)) is not None}
     if len(rates) == 1:

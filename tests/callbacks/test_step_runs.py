@@ -73,6 +73,7 @@ def _run(folder, stop=None, patience=50):
 def test_validation_decisions_and_logs_come_every_n_steps_from_step_0(tmp_path):
     result = _run(tmp_path)
     assert [int(row['step']) for row in result['rows']] == [0, 4, 8, 12]
+    assert float(result['rows'][0]['lr']) == 0.05              # the static model's, before its first step
     assert np.isnan(float(result['rows'][0]['train/loss'])) and all(
         np.isfinite(float(row['train/loss'])) for row in result['rows'][1:])
     assert [name for name in result['files'] if name.endswith('.model')] == sorted(

@@ -181,3 +181,20 @@ def test_a_dataset_over_a_mapped_file_travels_as_its_place_on_disk(token_file):
         dill.loads(payload)
     assert os.path.getsize(token_file) == 10002
     assert mapped_text(np.arange(100)) is None
+
+
+def test_a_runs_description_holds_its_tokens_so_a_checkpoint_of_other_tokens_is_refused(token_file, monkeypatch):
+    from flowpipe.execution import canonical
+    from flowpipe.execution.run import RunArgs
+
+    def described(windows):
+        done = Pipeline().init_variable('x', []) << windows
+        return canonical.describe(done, RunArgs(batch_size=4, n_iters=2))['dataset']
+    mapped = described(TokenWindows(token_file, 8))
+    assert 'memmap(dtype=uint16, shape=(5000,), file bytes=10000, sampled blake2b=' in mapped
+    assert 'random windows of 8' in mapped
+    tokens = np.array(open_tokens(token_file))
+    assert 'crc32=' in described(TokenWindows(tokens, 8))
+    tokens[2500] += 1
+    assert described(TokenWindows(tokens, 8)) != described(TokenWindows(np.array(open_tokens(token_file)), 8))
+    assert described(TokenWindows(token_file, 8, sequential=True)) != mapped
