@@ -128,3 +128,62 @@ def test_imagenet_resumes_a_shorter_run_to_the_uninterrupted_one(imagenet):
     resumed_name, resumed_weights = best_weights(folder / 'resumed')
     assert resumed_name == name and weights.keys() == resumed_weights.keys()
     assert all(torch.equal(weights[key], resumed_weights[key]) for key in weights)
+
+
+NANOGPT_LINE = re.compile(r'val=(\d+\.\d+) best=(\d+\.\d+) steps=(\d+) tokens=(\d+) full_val=(\d+\.\d+)')
+NANOGPT_SMALL = ('--seed', '3', '--max_iters=24', '--eval_interval=8', '--eval_iters=3', '--n_layer=2', '--n_head=2',
+                 '--n_embd=32', '--block_size=16', '--batch_size=6', '--gradient_accumulation_steps=2',
+                 '--lr_decay_iters=24', '--warmup_iters=4', '--learning_rate=3e-3', '--log_interval=8')
+
+
+@pytest.fixture(scope='module')
+def pychars(tmp_path_factory) -> Path:
+    """The character corpus ``examples/nanogpt_prepare.py`` makes of Python's own sources, 60,000 characters."""
+    folder = tmp_path_factory.mktemp('pychars')
+    lines = run_script(ROOT / 'examples' / 'nanogpt_prepare.py', '--out', str(folder), '--chars', '60000')
+    assert re.fullmatch(r'vocab_size=\d+ chars=60000 out=.*', lines[-1])
+    return folder
+
+
+def run_nanogpt(data: Path, out: Path, *args: str, command: tuple = ()) -> tuple[dict[str, float], list[str]]:
+    lines = (subprocess.run([*command, str(ROOT / 'examples' / 'nanogpt.py'), '--data', str(data), '--out_dir',
+                             str(out), *args], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, 'PYTHONPATH': str(ROOT)}, check=True).stdout.strip().splitlines()
+             if command else run_script(ROOT / 'examples' / 'nanogpt.py', '--data', str(data), '--out_dir', str(out),
+                                        *args))
+    match = NANOGPT_LINE.fullmatch(lines[-1])
+    assert match, f"unexpected last line {lines[-1]!r}"
+    return dict(zip(('val', 'best', 'steps', 'tokens', 'full_val'), map(float, match.groups()))), lines
+
+
+def test_nanogpt_trains_on_the_made_corpus_and_prints_its_figures(pychars, tmp_path):
+    import numpy as np
+    numbers, lines = run_nanogpt(pychars, tmp_path, *NANOGPT_SMALL)
+    assert numbers['steps'] == 24 and numbers['tokens'] == 24 * 6 * 2 * 16
+    vocab = len(set(np.fromfile(pychars / 'train.bin', dtype=np.uint16)) | set(
+        np.fromfile(pychars / 'val.bin', dtype=np.uint16)))
+    assert numbers['full_val'] < math.log(vocab) - 0.5 and numbers['best'] <= numbers['val']   # it learned
+    # estimates at steps 0, 8, 16, 24, one step line each 8 steps, the best file of the best estimate
+    assert [line.split(' – ')[0] for line in lines if line.startswith('step ')] == [
+        'step 0/24', 'step 8/24', 'step 16/24', 'step 24/24']
+    assert sum(line.startswith('iter ') for line in lines) == 3
+    assert len(list((tmp_path / 'best').glob('step-*.model'))) == 1
+
+
+def test_nanogpt_refuses_an_unknown_config_name(pychars, tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / 'examples' / 'nanogpt.py'), '--data', str(pychars),
+                           '--n_layers=2'], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert done.returncode != 0 and "Received: '--n_layers=2'" in done.stderr
+
+
+@pytest.mark.slow
+def test_nanogpt_under_torchrun_gives_one_processs_figures_and_resumes_a_finished_run(pychars, tmp_path):
+    one, _ = run_nanogpt(pychars, tmp_path / 'one', *NANOGPT_SMALL)
+    again, _ = run_nanogpt(pychars, tmp_path / 'one', *NANOGPT_SMALL)        # resumed from its last checkpoint
+    assert again == one
+    two, _ = run_nanogpt(pychars, tmp_path / 'two', *NANOGPT_SMALL, command=(
+        sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2'))
+    assert two['steps'] == one['steps'] and two['tokens'] == one['tokens']
+    for key in ('val', 'best', 'full_val'):
+        assert two[key] == pytest.approx(one[key], abs=2e-4)        # the same step to float reordering

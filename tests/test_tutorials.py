@@ -294,3 +294,17 @@ def test_doc_images_exist_and_are_small():
             image = (page.parent / target).resolve()
             assert image.is_file(), f"{page.name} shows {target}, which does not exist"
             assert image.stat().st_size < 200_000
+
+
+@pytest.mark.slow     # a notebook under a kernel: run in CI or with FLOWPIPE_SLOW=1
+def test_11_language_model():
+    facts = run_notebook('11_language_model.ipynb', same_windows='same_windows', val_loss='val_loss',
+                         vocab='vocab_size', groups='groups', layouts='layout_differences',
+                         accumulated='accumulated_difference', ranks='rank_differences',
+                         same_generation='same_generation')
+    assert facts['same_windows'] is True
+    assert facts['val_loss'] < np.log(facts['vocab']) - 1.5          # it learned: chance is ln(vocab)
+    assert facts['groups'] == [[10, 0.1], [18, 0.0]]
+    assert max(facts['layouts'].values()) < 1e-12 and max(facts['ranks']) < 1e-12 and len(facts['ranks']) == 2
+    assert facts['accumulated'] > 1e-3               # the mean of micro-batch means weighs the padded ones wrong
+    assert facts['same_generation'] is True

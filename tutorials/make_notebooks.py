@@ -28,7 +28,8 @@ NOTEBOOKS = {'01_pipelines.ipynb': 'nb01_pipelines', '02_training.ipynb': 'nb02_
              '03_devices.ipynb': 'nb03_devices', '04_data_parallel_from_scratch.ipynb': 'nb04_data_parallel',
              '05_memory_and_microbatches.ipynb': 'nb05_memory', '06_model_parallel.ipynb': 'nb06_model_parallel',
              '07_distributed.ipynb': 'nb07_distributed', '08_training_run.ipynb': 'nb08_training_run',
-             '09_research.ipynb': 'nb09_research', '10_segmentation.ipynb': 'nb10_segmentation'}
+             '09_research.ipynb': 'nb09_research', '10_segmentation.ipynb': 'nb10_segmentation',
+             '11_language_model.ipynb': 'nb11_language_model'}
 KERNEL = {'display_name': 'Python 3', 'language': 'python', 'name': 'python3'}
 CELL_TIMEOUT = 1800    # a hang guard: far above any cell's time on a loaded machine
 STORED_THREADS = 1     # torch threads of the kernel that makes the stored outputs: steady on a shared machine

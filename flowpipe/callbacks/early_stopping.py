@@ -24,7 +24,8 @@ class EarlyStopping(BaseCallback):
     One class for both places a callback goes:
 
     - in ``run(..., callbacks=[...])`` it reads ``monitor`` (``'val/loss'`` when not given) in each epoch's logs
-      and stops the run at that epoch's end; ``stopped_epoch`` is the first such epoch (0-based);
+      and stops the run at that epoch's end; ``stopped_epoch`` is the first such epoch (0-based; in a run counted
+      in steps, ``Validate(steps=True)``, the step);
     - in a model config's ``callbacks`` it reads each training step's logs (``monitor``: ``'loss'`` when not
       given), and raises ``StopPipeline`` (a pipeline run ends after the current batch) after writing
       ``EarlyStopping at iteration N: ...`` to ``stream``; ``stopped_iteration`` is the last such step.
@@ -115,7 +116,8 @@ class EarlyStopping(BaseCallback):
             return
         if self.stopped_epoch is None:
             self.stopped_epoch = epoch
-            self.write(f'EarlyStopping at epoch {epoch}: {self.monitor} is on a plateau ({self._rule_text()})')
+            self.write(f"EarlyStopping at {getattr(run, 'unit', 'epoch')} {epoch}: {self.monitor} is on a plateau "
+                       f"({self._rule_text()})")
         run.stop()
 
     # ----- in a model

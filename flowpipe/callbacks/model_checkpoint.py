@@ -11,7 +11,7 @@ from typing import Any
 
 from ..atomic import write_text_atomically
 from ..folder_lock import lock_on_main
-from .base import Callback, check_mode, monitored
+from .base import Callback, check_mode, model_names, monitored
 
 __all__ = ['ModelCheckpoint']
 
@@ -108,9 +108,11 @@ class ModelCheckpoint(Callback):
             self._lock = None
 
     def _free_path(self, run: Any, epoch: int) -> str:
-        """``folder/epoch-<epoch>.model``, or, when a file this run did not write has that name, the first free
-        ``epoch-<epoch>-v<k>.model`` (said once per run); rank 0's choice in a distributed job."""
-        path = os.path.join(self.folder, f'epoch-{epoch:04d}.model')
+        """``folder/epoch-<epoch>.model`` (``step-<step>.model`` in a run counted in steps), or, when a file this
+        run did not write has that name, the first free ``...-v<k>.model`` (said once per run); rank 0's choice in a
+        distributed job."""
+        unit = getattr(run, 'unit', 'epoch')         # a run counted in steps: its periods end at steps
+        path = os.path.join(self.folder, f'epoch-{epoch:04d}.model' if unit == 'epoch' else f'step-{epoch:06d}.model')
         if run.is_main:
             ledger, stem, version = self._ledger(), path[:-len('.model')], 0
             while os.path.exists(path) and ledger.get(os.path.basename(path)) != self._run:
@@ -148,6 +150,10 @@ class ModelCheckpoint(Callback):
         models = run.pipeline.state.models
         if self.model is not None:
             return run.pipeline.m(self.model)
+        if not models:      # before the first batch (a run validating at step 0): the model init_model declares
+            declared = model_names(run.pipeline) or []
+            if len(declared) == 1:
+                return run.pipeline.m(declared[0])
         if len(models) != 1:
             raise ValueError(f"Expected ModelCheckpoint(model=name) for a pipeline with {len(models)} models. "
                              f"Received: model=None. Name one of {sorted(models)}.")

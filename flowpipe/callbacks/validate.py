@@ -1,9 +1,12 @@
-"""``Validate``: run a validation pipeline every epoch (or every N batches) and log its metrics."""
+"""``Validate``: run a validation pipeline every epoch (or every N batches) and log its metrics; a run counted in
+steps validates, decides and logs every N batches (``steps=True``)."""
 from __future__ import annotations
 
 import numbers
 import pickle
 from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from .base import Callback, flat_records
 from ..execution.merged_variables import merge_variables
@@ -33,15 +36,36 @@ class Validate(Callback):
             variables they read), ``torchmetrics.Metric`` objects, or a dict ``{name: fn(pipeline) -> float, a
             built-in name or a Metric}``; functions are called after each validation run.
         shard: in a distributed job, split the validation batches over the ranks (see above).
+        steps: count the run in steps: each validation, every ``every`` batches, is where the run's period ends,
+            the deciding callbacks decide and the loggers write (``flowpipe.execution.events``), with no epochs.
+        at_start: with ``steps``, validate (and decide, log) at step 0 too, before any training.
+        estimate: validate on this many batches instead of the whole set (nanoGPT's ``eval_iters``), drawn with
+            ``seed`` (``run_kwargs``; 0 by default) and the run's step: a resumed run validates on what the
+            uninterrupted one did (random token windows are new at each step, the same on every layout).
+        prefix: the logged names are ``<prefix>/<metric>`` (``'val/loss'``); another prefix (``'train_estimate'``)
+            for a second ``Validate``, on training data.
         **run_kwargs: more arguments of the validation ``run`` (``prefetch=``, ``drop_last=``...).
     """
     order = 0
 
     def __init__(self, pipeline: Any, every: int | str = 'epoch', batch_size: int | None = None,
                  metrics: Mapping[str, Any] | Sequence[Any] | None = None, shard: bool = True,
+                 steps: bool = False, at_start: bool = False, estimate: int | None = None, prefix: str = 'val',
                  **run_kwargs: Any):
         if every != 'epoch' and (isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1):
             raise ValueError(f"Expected every='epoch' or a number of batches >= 1. Received: every={every!r}")
+        if (steps or at_start) and (every == 'epoch' or not steps):
+            raise ValueError(f"Expected every=N (a number of batches) with steps=True, and at_start only with "
+                             f"steps=True. Received: every={every!r}, steps={steps!r}, at_start={at_start!r}")
+        if estimate is not None and (isinstance(estimate, bool) or not isinstance(estimate, numbers.Integral)
+                                     or estimate < 1):
+            raise ValueError(f"Expected estimate as a number of batches >= 1. Received: estimate={estimate!r}")
+        if not isinstance(prefix, str) or not prefix or prefix == 'train':
+            raise ValueError(f"Expected prefix as a name other than 'train' (the run logs 'train/loss'). "
+                             f"Received: prefix={prefix!r}")
+        #: ``(every, at_start)`` of a run counted in steps, else ``None`` (read by the run's ``TrainingRun``)
+        self.step_periods = (int(every), bool(at_start)) if steps else None
+        self.estimate, self.prefix, self._step = estimate, prefix, 0
         _check_pipeline(pipeline)
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
                                        or batch_size < 1):
@@ -69,7 +93,7 @@ class Validate(Callback):
         self.pipeline.reset('variables')
         initial = {name: _snapshot(value) for name, value in self.pipeline.variables.items()}
         with whole_batches(split=self.shard):
-            batches = self.pipeline.gen_batch(self.batch_size, n_epochs=1, shuffle=False, **self.run_kwargs)
+            batches = self.pipeline.gen_batch(self.batch_size, **self._span())
             sizes = [len(batch) for batch in batches]
         sharded = self.shard and distributed.world_size() > 1
         # the ranks of a pipelined model's pipeline validate the same items: each pipeline's first stage counts them
@@ -83,8 +107,18 @@ class Validate(Callback):
             for name, value in merge_variables(starts, [written for written, _ in gathered]).items():
                 self.pipeline.set_variable(name, value)
             sizes = [size for _, rank_sizes in gathered for size in rank_sizes]
-        self.values = {f'val/{name}': self._value(name, metric, sizes) for name, metric in self.metrics.items()}
+        self.values = {f'{self.prefix}/{name}': self._value(name, metric, sizes)
+                       for name, metric in self.metrics.items()}
         return self.values
+
+    def _span(self) -> dict:
+        """The validation run's arguments: one epoch in order, or ``estimate`` batches seeded by the step."""
+        if self.estimate is None:
+            return {'n_epochs': 1, 'shuffle': False, **self.run_kwargs}
+        kwargs = dict(self.run_kwargs)
+        base = kwargs.pop('seed', 0)
+        seed = int(np.random.SeedSequence([int(base), self._step]).generate_state(1)[0])
+        return {'n_iters': self.estimate, 'shuffle': kwargs.pop('shuffle', seed), 'seed': seed, **kwargs}
 
     def _update_torchmetrics(self, sizes: list[int], sharded: bool) -> None:
         """Feed this rank's batches to the ``torchmetrics.Metric`` objects, whose ``compute`` syncs the ranks: with
@@ -104,14 +138,17 @@ class Validate(Callback):
         return _number(name, metric(self.pipeline))
 
     def logged_names(self) -> frozenset[str]:
-        return frozenset(f'val/{name}' for name in self.metrics)
+        return frozenset(f'{self.prefix}/{name}' for name in self.metrics)
 
     def on_batch_end(self, run: Any, batch: Any, logs: dict | None = None) -> None:
-        if self.every != 'epoch' and run.step % self.every == 0:
+        if self.every != 'epoch' and self.step_periods is None and run.step % self.every == 0:
+            self._step = run.step
             self.validate()
 
     def on_epoch_end(self, run: Any, epoch: int, logs: dict | None = None) -> None:
-        (run.logs if logs is None else logs).update(self.validate() if self.every == 'epoch' else self.values)
+        self._step = run.step
+        fresh = self.every == 'epoch' or self.step_periods is not None
+        (run.logs if logs is None else logs).update(self.validate() if fresh else self.values)
 
     def state(self) -> dict:
         return {'values': dict(self.values)}
@@ -120,7 +157,11 @@ class Validate(Callback):
         self.values = dict(state['values'])
 
     def __repr__(self) -> str:
-        return f"Validate(every={self.every!r}, batch_size={self.batch_size!r}, metrics={sorted(self.metrics)})"
+        more = '' if self.step_periods is None else f', steps=True, at_start={self.step_periods[1]!r}'
+        more += '' if self.estimate is None else f', estimate={self.estimate!r}'
+        more += '' if self.prefix == 'val' else f', prefix={self.prefix!r}'
+        return (f"Validate(every={self.every!r}, batch_size={self.batch_size!r}, metrics={sorted(self.metrics)}"
+                f"{more})")
 
 
 _FIX = ("Validate a pipeline that imports the trained model and predicts, e.g. (Pipeline().import_model('net', "

@@ -5,7 +5,8 @@ never cut, the same in every process):
 
 - ``run``: the run arguments that decide the batches (``batch_size``, ``shuffle``, ``n_epochs``, ``n_iters``,
   ``drop_last``, ``seed``, the index's own keywords) and the number of processes;
-- ``dataset``: its class, item count and a checksum of its ids;
+- ``dataset``: its class, item count and a checksum of its ids, and what a dataset with ``data_text()`` says of its
+  data (``TokenWindows``: its tokens, as ``canonical_values.text`` describes an array, and its windows);
 - ``config``: the pipeline's config, one entry per key path (``'optimizer/lr'``);
 - ``models``: the config of each model ``init_model`` declares, one entry per key path, nested keys included,
   evaluated: a named expression that can be read before the first batch (made of ``C`` and ``D`` only, such as
@@ -59,10 +60,17 @@ def describe(pipeline: Any, args: Any, world_size: int = 1) -> dict[str, Any]:
                 reads.setdefault(key, set()).add(('model', name, path))
             models[name][path] = text(_at_start(value, pipeline))
     return {'run': {key: text(value) for key, value in run.items()},
-            'dataset': f'{type(pipeline.dataset).__name__} of {len(ids)} items (ids crc32 {zlib.crc32(data)})',
+            'dataset': f'{type(pipeline.dataset).__name__} of {len(ids)} items (ids crc32 {zlib.crc32(data)})'
+                       + _data_text(pipeline.dataset),
             'config': {path: text(value) for path, value in _paths(pipeline.config).items()},
             'models': models, 'actions': [_action_text(record) for record in records],
             'reads': {key: sorted(list(place) for place in places) for key, places in sorted(reads.items())}}
+
+
+def _data_text(dataset: Any) -> str:
+    """What a dataset says of its data beyond its ids (``data_text()``: a token dataset's tokens), or nothing."""
+    own = getattr(dataset, 'data_text', None)
+    return f'; {own()}' if callable(own) else ''
 
 
 def digest(description: dict[str, Any]) -> str:

@@ -5,7 +5,8 @@ It is what the pipeline's canonical description (``canonical.py``) is made of. T
 - ``None``, booleans, numbers and strings: their ``repr`` (a float's is exact); lists, tuples, sets (sorted) and
   dicts (sorted by key) item by item, so ``(8,)`` reads ``(8,)``.
 - numpy arrays and torch tensors: small ones (up to 32 items) with their values, larger ones by dtype, shape and a
-  checksum of their bytes.
+  checksum of their bytes; a larger memory-mapped array (a token file) by its file's size and a digest of sampled
+  chunks, without reading it whole (``flowpipe.data.token_files.mapped_text``).
 - an ``nn.Module`` by its class and structure (its ``repr``), not its weights: a network object in a config is
   compared as an architecture, so a run that trained it in place still matches its checkpoint.
 - a named expression by its ``repr`` (``B('x')``, ``C('lr') * 2``); when it holds something its ``repr`` does not
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..data.token_files import mapped_text
 from ..expr.base import MISSING, Expression
 
 __all__ = ['callable_text', 'expression_text', 'stable_repr', 'text']
@@ -80,6 +82,9 @@ def _array_text(value: Any) -> str:
         return f'array({text(array.tolist())}, dtype=object)'
     if array.size <= _SMALL:
         return f'array({text(array.tolist())}, dtype={array.dtype})'
+    mapped = mapped_text(value) if isinstance(value, np.memmap) else None
+    if mapped is not None:
+        return mapped
     return f'array(dtype={array.dtype}, shape={array.shape}, crc32={zlib.crc32(np.ascontiguousarray(array).data)})'
 
 

@@ -8,6 +8,12 @@ batch's logs (``Context.logs['steps']``), which the runner of the batch's statef
 they are read as floats at the batch's end (a read per step, which a model's default ``nonfinite_loss`` check
 already waits for). ``None`` stands for a step skipped for a non-finite loss (``nonfinite_loss='skip'``), counted
 in ``train/skipped_steps`` instead (logged from the first epoch with such a step on).
+
+A run **counted in steps** (a ``Validate(..., every=N, steps=True)`` among its callbacks) has its periods end every
+``N`` batches (and at step 0 with ``at_start=True``) instead of at epoch ends: there every callback's
+``on_epoch_end`` is called with the number of batches done in place of the epoch, and ``logs`` hold that ``step``,
+the ``epoch`` it lies in, ``train/loss`` (the mean since the previous period's end), ``lr`` and what callbacks add.
+``unit`` says which: ``'epoch'`` or ``'step'``.
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import math
 import numbers
 from typing import Any, Sequence
 
-from ..callbacks.base import RUN_HOOKS, Callback, listens, takes_logs
+from ..callbacks.base import RUN_HOOKS, Callback, listens, model_names, takes_logs
 from ..errors import CheckpointError
 from ..rank0 import is_main
 from .epochs import EpochClock
@@ -79,6 +85,8 @@ class TrainingRun:
         self._loss_sum, self._loss_count, self._skipped = 0.0, 0, 0
         self._steps: list = []                      # the step losses of the batches not yet announced
         self._next_end = clock.end_step(0)
+        self.every, self.at_start = _step_periods(self.callbacks)
+        self.unit = 'epoch' if self.every is None else 'step'
 
     def stop(self) -> None:
         """End the run after the current batch: no later batch reaches a stateful action."""
@@ -91,6 +99,8 @@ class TrainingRun:
     def start(self) -> None:
         for hook, takes in self._hooks['on_run_start']:
             _call(hook, takes, self.logs, self)
+        if self.at_start and self.step == 0 and not self.history:       # a resumed run had its step 0
+            self._period_end(0, 0)
 
     def batch_end(self, batch: Any) -> bool:
         """Announce a completed batch (and the epochs it ends); whether the run is to stop now."""
@@ -106,7 +116,10 @@ class TrainingRun:
             logs = {'step': self.step, **({'train/loss': sum(taken) / len(taken)} if taken else {})}
             for hook, takes in self._hooks['on_batch_end']:
                 _call(hook, takes, logs, self, batch)
-        if self.step >= self._next_end:
+        if self.every is not None:
+            if self.step % self.every == 0:
+                self._period_end(self.step, self.clock.epoch_of(seq))
+        elif self.step >= self._next_end:
             for epoch in self.clock.ended(seq):
                 self._epoch_end(epoch)
             self._next_end = self.clock.end_step(self.epoch)
@@ -116,6 +129,12 @@ class TrainingRun:
         return self.stopped
 
     def _epoch_end(self, epoch: int) -> None:
+        self._period_end(epoch, epoch)
+        self.epoch = epoch + 1
+
+    def _period_end(self, period: int, epoch: int) -> None:
+        """The end of a period: epoch ``epoch``'s end (``period`` is ``epoch``), or in a run counted in steps the
+        step ``period`` (``epoch``: the epoch it lies in)."""
         mean = self._loss_sum / self._loss_count if self._loss_count else math.nan
         self.logs = {'epoch': epoch, 'step': self.step, 'train/loss': mean, **_learning_rates(self.pipeline)}
         # logged from the first epoch that skipped a step on: a run without skips keeps its columns
@@ -127,11 +146,11 @@ class TrainingRun:
             if not agreed and callback.order > 0:
                 # every rank decides from rank 0's values: the same stop, learning rates and best epochs everywhere
                 self.logs, agreed = _distributed().broadcast(self.logs), True
-            _call(hook, takes, self.logs, self, epoch)
+            _call(hook, takes, self.logs, self, period)
         self.history.append(dict(self.logs))
-        self.epoch = epoch + 1
         if self.summary and self.is_main:
-            self.write(summary_line(self.logs, self.clock.n_epochs))
+            total = self.clock.n_epochs if self.every is None else getattr(self.args, 'n_iters', None)
+            self.write(summary_line(self.logs, total, self.unit))
 
     def end(self) -> None:
         for hook, takes in self._hooks['on_run_end']:
@@ -200,15 +219,29 @@ def matched_states(callbacks: Sequence[Any], saved: list) -> list:
     return states
 
 
-def summary_line(logs: dict[str, Any], n_epochs: int | None) -> str:
+def summary_line(logs: dict[str, Any], n_epochs: int | None, unit: str = 'epoch') -> str:
     """``epoch 3/10 – loss 0.4821 – lr 0.05 – val/accuracy 0.9375``: the epoch counted from 1, as Keras shows it,
-    then every other logged number (``train/loss`` as ``loss``) with 4 significant digits."""
-    epoch = logs['epoch'] + 1
-    parts = [f"epoch {epoch}/{n_epochs}" if n_epochs is not None else f"epoch {epoch}"]
+    then every other logged number (``train/loss`` as ``loss``) with 4 significant digits; in a run counted in
+    steps ``step 300/5000 – ...`` (``n_epochs``: the run's number of batches)."""
+    count = logs['epoch'] + 1 if unit == 'epoch' else logs['step']
+    parts = [f"{unit} {count}/{n_epochs}" if n_epochs is not None else f"{unit} {count}"]
     for name, value in logs.items():
         if name not in ('epoch', 'step') and isinstance(value, numbers.Real):
             parts.append(f"{'loss' if name == 'train/loss' else name} {value:.4g}")
     return ' – '.join(parts)
+
+
+def _step_periods(callbacks: Sequence[Any]) -> tuple[int | None, bool]:
+    """``(N, at_start)`` of a run counted in steps (the callbacks' ``step_periods``: ``Validate(every=N,
+    steps=True)``), ``(None, False)`` for a run counted in epochs; several must agree on ``N``."""
+    periods = [callback.step_periods for callback in callbacks if getattr(callback, 'step_periods', None)]
+    if not periods:
+        return None, False
+    sizes = {every for every, _ in periods}
+    if len(sizes) > 1:
+        raise ValueError(f"Expected the callbacks of a run counted in steps to agree on its period. Received: "
+                         f"every={sorted(sizes)} with steps=True; give every Validate(steps=True) the same every=")
+    return sizes.pop(), any(at_start for _, at_start in periods)
 
 
 def _distributed() -> Any:
@@ -220,6 +253,8 @@ def _learning_rates(pipeline: Any) -> dict[str, float]:
     """``lr`` of the one model with an optimizer (``lr/<name>`` of each when there are several)."""
     with pipeline.state.models.lock:
         items = list(pipeline.state.models.items())
+    if not items:       # before the first batch (a run counted in steps at step 0): the models declared built
+        items = [(name, pipeline.m(name)) for name in model_names(pipeline) or []]
     rates = {name: float(optimizer.param_groups[0]['lr']) for name, model in items
              if (optimizer := getattr(model, 'optimizer', None)) is not None}
     if len(rates) == 1:

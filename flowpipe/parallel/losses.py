@@ -12,7 +12,8 @@ A loss declares its normalization by two methods (``NormalizedLoss``, or any obj
 
 Calling it gives ``sum / normalizer``: a batch with nothing to count gives ``nan``, as torch's mean does.
 ``torch_normalized(module)`` gives torch's own losses this form (``TORCH_NORMALIZERS`` lists them), and
-``normalized(loss_fn)`` finds the form of any loss, or ``None`` for one flowpipe cannot place.
+``normalized(loss_fn)`` finds the form of any loss, or ``None`` for one flowpipe cannot place. Cross-entropy and
+NLL also take a language model's ``(B, T, V)`` outputs with ``(B, T)`` targets (``TorchLoss._sequence``).
 """
 from __future__ import annotations
 
@@ -126,6 +127,9 @@ def _rule(loss: nn.Module) -> str | None:
     return ITEMS if cls in _ITEM_LOSSES or reduction == 'batchmean' else ELEMENTS
 
 
+_CLASS_LOSSES = (nn.CrossEntropyLoss, nn.NLLLoss)
+
+
 class TorchLoss(NormalizedLoss):
     """A torch loss module in the normalized form: ``sum`` is the module with ``reduction='sum'``, ``normalizer``
     what its mean divides by (``TORCH_NORMALIZERS``); calling it calls the module itself.
@@ -151,7 +155,20 @@ class TorchLoss(NormalizedLoss):
     def _targets(self, outputs: Any, targets: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
         return [target.to(outputs.dtype) for target in targets] if self.float_targets else targets
 
+    def _sequence(self, outputs: Any, targets: Sequence[torch.Tensor]) -> tuple[Any, Sequence[torch.Tensor]]:
+        """Class-index targets ``(B, T, ...)`` with outputs ``(B, T, ..., C)``, classes last as language models
+        give them, flattened to ``(B * T * ..., C)`` and ``(B * T * ...)`` (the same sum, the same count of valid
+        targets); torch's own layout ``(B, C, T, ...)`` wins where both fit (``C`` equal to ``T``)."""
+        if not targets or not isinstance(outputs, torch.Tensor) or not isinstance(self.loss, _CLASS_LOSSES):
+            return outputs, targets
+        target = targets[0]
+        if (outputs.dim() >= 3 and outputs.dim() == target.dim() + 1 and not target.is_floating_point()
+                and outputs.shape[:-1] == target.shape and outputs.shape[2:] != target.shape[1:]):
+            return outputs.reshape(-1, outputs.shape[-1]), [target.reshape(-1), *targets[1:]]
+        return outputs, targets
+
     def sum(self, outputs: Any, *targets: torch.Tensor) -> torch.Tensor:
+        outputs, targets = self._sequence(outputs, targets)
         return self._summed(outputs, *self._targets(outputs, targets))
 
     def normalizer(self, *targets: torch.Tensor) -> torch.Tensor | int:
@@ -163,6 +180,7 @@ class TorchLoss(NormalizedLoss):
         return target.numel() if rule == ELEMENTS else _classes(self.loss, target)
 
     def __call__(self, outputs: Any, *targets: torch.Tensor) -> torch.Tensor:
+        outputs, targets = self._sequence(outputs, targets)
         return self.loss(outputs, *self._targets(outputs, targets))
 
     def __repr__(self) -> str:

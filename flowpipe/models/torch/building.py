@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ...parallel import build_engine, distributed, make_plan
+from ...parallel.losses import TorchLoss
 from ...plan_keys import PLAN_KEYS
 from .averaging import make_averaging
 from .batchflow_keys import apply_benchmark, apply_init_weights, apply_trainable, check_batchflow_keys
@@ -24,6 +25,7 @@ from .decay import make_decay
 from .inputs import DEFAULT_INPUT
 from .losses import make_loss
 from .optimizers import make_optimizer
+from .outputs import adapt_forwards
 from .sections import has_sections, network_from_sections
 
 __all__ = ['ModelBuilding']
@@ -56,7 +58,10 @@ class ModelBuilding:
         self.engine.skip_nonfinite = self._loss_check.skips
         self._batch_norm_check = BatchNormCheck(self.engine.module, self.engine.plan)
         self.loss_fn = make_loss(self.spec.get('loss'), has_classes=bool(self.spec.classes))
-        self.optimizer = make_optimizer(self.spec.get('optimizer'), self.engine.parameters())
+        adapt_forwards(self.engine, self.spec.input_names or (DEFAULT_INPUT,), self.spec.get('keyword_inputs', False),
+                       self.prediction_field, isinstance(self.loss_fn, TorchLoss))
+        self.optimizer = make_optimizer(self.spec.get('optimizer'), self.engine.parameters(),
+                                        self.engine.module.named_parameters())
         self.decay = make_decay(self.spec.get('decay'), self.optimizer)
         self.averaging = make_averaging(self.spec.config, self.engine, self.optimizer)
 

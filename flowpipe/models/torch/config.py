@@ -15,6 +15,8 @@ Keys read here (everything else is kept for the network classes, e.g. ``body/fil
   ``pipeline*``): passed to ``flowpipe.parallel`` (sharding: ``flowpipe.parallel.sharding``; randomness:
   ``flowpipe.parallel.item_random``; pipeline: ``flowpipe.parallel.stages``).
 - ``model``: a ready ``nn.Module`` (or a class / zero-argument callable that makes one).
+- ``output``, ``keyword_inputs``: which field of the network's return is the prediction, and whether the inputs go
+  by keyword (``flowpipe.models.torch.outputs``).
 - ``profile``: time every training step per torch operation (``TorchModel.show_profile_info``).
 - ``nonfinite_loss``: what a nan or inf training loss does (``flowpipe.models.torch.checks``).
 - ``sam_rho``, ``sam_individual_norm``: sharpness-aware minimization (``flowpipe.parallel.engines.sam``).
@@ -47,7 +49,7 @@ __all__ = ['TOP_KEYS', 'ModelSpec', 'as_dtype', 'flat_paths', 'get_path', 'merge
 #: The placement keys come from ``flowpipe.plan_keys`` (the one list the plan's readers share).
 TOP_KEYS = tuple(sorted({'batch_norm', 'benchmark', 'body', 'callbacks', 'checkpoint_activations', 'clip_grad_norm',
                          'clip_grad_value', 'common', 'decay', 'dtype', 'gradient_clipping', 'head', 'init_weights',
-                         'initial_block', 'inputs', 'loss', 'model', 'name', 'nonfinite_loss', 'optimizer', 'order',
+                         'initial_block', 'inputs', 'keyword_inputs', 'loss', 'model', 'name', 'nonfinite_loss', 'optimizer', 'order',
                          'output', 'placeholder_batch_size', 'profile', 'sam_individual_norm', 'sam_rho', 'swa',
                          'trainable', 'wa', 'weights_averaging', *PLACEMENT_KEYS}))
 #: Where a few keys that are often put at the top level belong.

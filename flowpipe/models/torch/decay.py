@@ -13,6 +13,7 @@ keys read here:
 Every scheduler is made on the same optimizer, in list order, and they step in list order: torch's schedulers
 multiply the learning rate they find, so a warm-up ``LinearLR`` and a later ``ExponentialLR`` chain.
 ``ReduceLROnPlateau`` steps on the training loss of the batch it steps after, unless ``Decay.step_on`` feeds it.
+``'warmup_cosine'`` (``WarmupCosine``) is the schedule of language-model runs, nanoGPT's ``get_lr``.
 """
 from __future__ import annotations
 
@@ -25,13 +26,55 @@ from torch.optim import lr_scheduler
 
 from .optimizers import construct, find_class, split_spec
 
-__all__ = ['Decay', 'Schedule', 'check_steps', 'make_decay']
+__all__ = ['Decay', 'Schedule', 'WarmupCosine', 'check_steps', 'make_decay']
 
 _DECAY_ALIASES = {'exp': 'ExponentialLR', 'step': 'StepLR', 'multistep': 'MultiStepLR', 'cos': 'CosineAnnealingLR',
                   'cosine': 'CosineAnnealingLR', 'lambda': 'LambdaLR', 'onecycle': 'OneCycleLR',
                   'linear': 'LinearLR', 'poly': 'PolynomialLR', 'plateau': 'ReduceLROnPlateau',
-                  'cosw': 'CosineAnnealingWarmRestarts', 'cyclic': 'CyclicLR'}
+                  'cosw': 'CosineAnnealingWarmRestarts', 'cyclic': 'CyclicLR', 'warmup_cosine': 'WarmupCosine'}
 _STEP_KEYS = ('start_iter', 'last_iter', 'frequency')
+
+
+class WarmupCosine(lr_scheduler.LRScheduler):
+    """A linear warm-up then a cosine decay to ``min_lr``: the learning rate of step ``it`` (0-based) is nanoGPT's
+    ``get_lr(it)``: ``lr * (it + 1) / (warmup + 1)`` for ``it < warmup``, ``min_lr`` for ``it > total``, else
+    ``min_lr + (lr - min_lr) * (1 + cos(pi * (it - warmup) / (total - warmup))) / 2``. ``lr`` is each group's
+    own; a group whose rate differs from the optimizer's ``lr`` gets ``min_lr`` scaled by their ratio.
+
+    Args:
+        optimizer: the optimizer.
+        warmup: steps of warm-up (``warmup_iters``).
+        total: the step at which the decay reaches ``min_lr`` (``lr_decay_iters``), above ``warmup``.
+        min_lr: the floor.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, warmup: int, total: int, min_lr: float = 0.0,
+                 last_epoch: int = -1):
+        for key, value in (('warmup', warmup), ('total', total)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ValueError(f"Expected warmup_cosine {key!r} as a non-negative int (steps). Received: "
+                                 f"{key}={value!r}")
+        if total <= warmup:
+            raise ValueError(f"Expected warmup_cosine 'total' above 'warmup' (the decay lasts total - warmup "
+                             f"steps). Received: warmup={warmup!r}, total={total!r}")
+        if not isinstance(min_lr, numbers.Real) or min_lr < 0:
+            raise ValueError(f"Expected warmup_cosine 'min_lr' as a number >= 0. Received: min_lr={min_lr!r}")
+        self.warmup, self.total, self.min_lr = int(warmup), int(total), float(min_lr)
+        self.reference = optimizer.defaults.get('lr')
+        super().__init__(optimizer, last_epoch)
+
+    def rate(self, it: int, lr: float) -> float:
+        """The learning rate of step ``it`` for a group whose own rate is ``lr``."""
+        floor = self.min_lr if lr == self.reference or not self.reference else self.min_lr * lr / self.reference
+        if it < self.warmup:
+            return lr * (it + 1) / (self.warmup + 1)
+        if it > self.total:
+            return floor
+        ratio = (it - self.warmup) / (self.total - self.warmup)
+        return floor + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - floor)
+
+    def get_lr(self) -> list[float]:
+        return [self.rate(self.last_epoch, lr) for lr in self.base_lrs]
 
 
 class Schedule:
@@ -188,7 +231,8 @@ def _make_schedule(spec: Any, optimizer: torch.optim.Optimizer) -> Schedule:
     check_steps(**steps)        # before the scheduler is made: making one sets the optimizer's learning rate
     name = spec
     if isinstance(spec, str):
-        spec = find_class(spec, vars(lr_scheduler), lr_scheduler.LRScheduler, 'decay', _DECAY_ALIASES)
+        spec = find_class(spec, {**vars(lr_scheduler), 'WarmupCosine': WarmupCosine}, lr_scheduler.LRScheduler,
+                          'decay', _DECAY_ALIASES)
     if not callable(spec):
         raise TypeError(f"Expected a decay name, scheduler class or callable(optimizer). Received: decay={spec!r}.")
     return Schedule(construct(spec, optimizer, kwargs, 'decay', name), **steps)

@@ -39,7 +39,8 @@ from .config import ModelSpec, flat_paths, merge_nested, nest, parse_config
 from .files import ModelFiles
 from .gradcam import GradCam
 from .history import History, HistoryPlots
-from .inputs import FETCHES, check_fetches, check_output
+from .inputs import FETCHES, check_fetches
+from .outputs import read_output
 from .profiling import OpProfiler
 from .state import ModelState
 from .steps import ModelSteps
@@ -94,7 +95,8 @@ class TorchModel(ModelBuilding, ModelSteps, ModelFiles, ModelState, HistoryPlots
             self.config = nest({**flat_paths(self.config), **overrides})
         self.spec: ModelSpec = parse_config(self.config)
         self._warn_unknown_keys()
-        self.output_names = check_output(self.spec.get('output'))    # batchflow's 'output': fetchable by name
+        # batchflow's 'output' names (fetchable by name), or the field of the network's return that is the prediction
+        self.output_names, self.prediction_field = read_output(self.spec.get('output'))
         self.engine = self.loss_fn = self.optimizer = self.decay = self.averaging = None
         self.checkpointed: tuple[str, ...] | None = None        # the modules checkpointed, once built
         self.sam = make_sam(self.spec.get('sam_rho'), self.spec.get('sam_individual_norm', True))

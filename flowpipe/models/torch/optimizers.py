@@ -2,6 +2,7 @@
 
 ``optimizer``: a ``torch.optim`` class name (``'Adam'``, ``'sgd'``; case-insensitive), a dict
 ``{'name': 'SGD', 'lr': 0.1, ...}``, an optimizer class, or a callable ``params -> Optimizer``. Default: Adam.
+The dict's ``groups`` and ``no_decay`` give parameter groups by name (``flowpipe.models.torch.param_groups``).
 ``decay`` is resolved by ``flowpipe.models.torch.decay`` with the helpers here.
 """
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any, Iterable
 
 import torch
+
+from .param_groups import GROUP_KEYS, parameter_groups
 
 __all__ = ['construct', 'find_class', 'make_optimizer', 'split_spec']
 
@@ -66,9 +69,17 @@ def construct(cls: Any, first: Any, kwargs: dict, what: str, spec: Any) -> Any:
                         f"{what} options {kwargs!r} ({error}).{fix}") from None
 
 
-def make_optimizer(spec: Any, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """An optimizer over ``params`` for a config's ``optimizer`` value (``None``: Adam with defaults)."""
+def make_optimizer(spec: Any, params: Iterable[torch.nn.Parameter],
+                   named: Iterable[tuple[str, torch.nn.Parameter]] | None = None) -> torch.optim.Optimizer:
+    """An optimizer over ``params`` for a config's ``optimizer`` value (``None``: Adam with defaults); ``named``,
+    the same parameters with their names, for ``groups`` and ``no_decay``."""
     spec, kwargs = split_spec('Adam' if spec is None else spec, 'optimizer')
+    if any(key in kwargs for key in GROUP_KEYS):
+        if named is None:
+            raise ValueError(f"Expected the parameters' names for optimizer {list(GROUP_KEYS)}. Received: "
+                             "parameters without names; pass named=module.named_parameters()")
+        grouping = {key: kwargs.pop(key) for key in GROUP_KEYS if key in kwargs}
+        params = parameter_groups(named, **grouping)
     name = spec
     if isinstance(spec, str):
         spec = find_class(spec, vars(torch.optim), torch.optim.Optimizer, 'optimizer')
