@@ -199,13 +199,16 @@ class Dataset:
             sub_index = getattr(self.index, part)
             setattr(self, part, None if sub_index is None else self.create_subset(sub_index))
 
+    def batch_index(self, index: Any, pos: bool = False) -> DatasetIndex:
+        """The ``DatasetIndex`` of the items ``index``: a ``DatasetIndex`` or ids, positions with ``pos=True``."""
+        if pos:
+            return self.index.subset(index.indices if isinstance(index, DatasetIndex) else index)
+        return index if isinstance(index, DatasetIndex) else self.index.create_subset(index)
+
     def create_batch(self, index: Any, pos: bool = False) -> Any:
         """A batch of the items ``index`` (a ``DatasetIndex`` or ids; positions with ``pos=True``) with the preloaded
         data sliced to them."""
-        if pos:
-            index = self.index.subset(index.indices if isinstance(index, DatasetIndex) else index)
-        elif not isinstance(index, DatasetIndex):
-            index = self.index.create_subset(index)
+        index = self.batch_index(index, pos)
         data = None
         if self.preloaded is not None:
             trusted = self._data_root is not None and index._origin is self._data_root

@@ -182,10 +182,7 @@ class TokenWindows(Dataset):
 
     def create_batch(self, index: Any, pos: bool = False) -> TokenBatch:
         """A batch of the items ``index``; a random-window batch is cut when it gets its seed."""
-        if pos:
-            index = self.index.subset(index.indices if isinstance(index, DatasetIndex) else index)
-        elif not isinstance(index, DatasetIndex):
-            index = self.index.create_subset(index)
+        index = self.batch_index(index, pos)
         batch = self.batch_class(index, dataset=self, check=False)
         if self.sequential:
             self.fill(batch, None)
@@ -311,10 +308,7 @@ class TokenSequences(Dataset):
 
     def create_batch(self, index: Any, pos: bool = False) -> TokenBatch:
         """A batch of the items ``index``, padded to its longest sequence."""
-        if pos:
-            index = self.index.subset(index.indices if isinstance(index, DatasetIndex) else index)
-        elif not isinstance(index, DatasetIndex):
-            index = self.index.create_subset(index)
+        index = self.batch_index(index, pos)
         batch = self.batch_class(index, dataset=self, check=False)
         batch.set_tokens(pad_sequences(self.sequences[self._data_index.get_pos(index.indices)], self.pad_token,
                                        self.ignore_index))
